@@ -1,0 +1,373 @@
+"""The metric catalog: every name xpuwatch exports, with type, unit, labels, help and source.
+
+This table is the schema contract. The collector renders from it, ``docs/metrics.md`` is generated from it,
+and ``alerts/`` and ``dashboards/`` import names from it instead of retyping them. Vendor-only metrics
+(``accelerator_<vendor>_<name>``) are declared by their backend and appended by ``catalog()``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from vendors.registry import all_vendor_metrics
+
+MetricType = Literal["gauge", "counter", "info"]
+
+# Labels on every device series. Pod labels (namespace, pod, container) are added by attribution when one
+# container holds the device; see accelerator_allocated for shared devices.
+DEVICE_LABELS: tuple[str, ...] = ("node", "vendor", "model", "device", "uuid")
+POD_LABELS: tuple[str, ...] = ("namespace", "pod", "container")
+SLICE_LABELS: tuple[str, ...] = (
+    "node",
+    "vendor",
+    "model",
+    "device",
+    "uuid",
+    "slice_id",
+    "profile",
+    "slice_kind",
+)
+
+
+@dataclass(frozen=True)
+class MetricDef:
+    """One metric family. ``labels`` are the family's own labels beyond the identity labels
+    (``DEVICE_LABELS`` for ``scope="device"``, ``SLICE_LABELS`` for ``"slice"``, none for ``"exporter"``)."""
+
+    name: str
+    type: MetricType
+    unit: str  # base unit, "" for dimensionless counts/states, "ratio" for 0..1
+    help: str
+    source: str  # where the number comes from, per vendor
+    scope: Literal["device", "slice", "exporter"] = "device"
+    labels: tuple[str, ...] = ()
+
+    @property
+    def identity_labels(self) -> tuple[str, ...]:
+        return {"device": DEVICE_LABELS, "slice": SLICE_LABELS, "exporter": ()}[self.scope]
+
+
+def _g(
+    name: str, unit: str, help: str, source: str, labels: tuple[str, ...] = (), scope: str = "device"
+) -> MetricDef:
+    return MetricDef(name, "gauge", unit, help, source, scope, labels)  # type: ignore[arg-type]
+
+
+def _c(
+    name: str, unit: str, help: str, source: str, labels: tuple[str, ...] = (), scope: str = "device"
+) -> MetricDef:
+    return MetricDef(name, "counter", unit, help, source, scope, labels)  # type: ignore[arg-type]
+
+
+# Names as constants: alerts/ and dashboards/ import these.
+UP = "accelerator_up"
+INFO = "accelerator_info"
+UTILIZATION = "accelerator_utilization_ratio"
+SM_ACTIVE = "accelerator_sm_active_ratio"
+SM_OCCUPANCY = "accelerator_sm_occupancy_ratio"
+TENSOR_ACTIVE = "accelerator_tensor_active_ratio"
+MEMORY_BANDWIDTH = "accelerator_memory_bandwidth_utilization_ratio"
+MEMORY_USED = "accelerator_memory_used_bytes"
+MEMORY_TOTAL = "accelerator_memory_total_bytes"
+TEMPERATURE = "accelerator_temperature_celsius"
+POWER = "accelerator_power_watts"
+POWER_LIMIT = "accelerator_power_limit_watts"
+ENERGY = "accelerator_energy_joules_total"
+CLOCK = "accelerator_clock_hertz"
+CLOCK_THROTTLED = "accelerator_clock_throttled"
+ECC_ERRORS = "accelerator_ecc_errors_total"
+REMAPPED_ROWS = "accelerator_memory_remapped_rows"
+REMAP_PENDING = "accelerator_memory_remap_pending"
+REMAP_FAILED = "accelerator_memory_remap_failed"
+FAULT_EVENTS = "accelerator_fault_events_total"
+PCIE_REPLAY = "accelerator_pcie_replay_errors_total"
+LINK_ERRORS = "accelerator_link_errors_total"
+HEALTH = "accelerator_health"
+ALLOCATED = "accelerator_allocated"
+SLICE_INFO = "accelerator_slice_info"
+SLICE_MEMORY_USED = "accelerator_slice_memory_used_bytes"
+SLICE_MEMORY_LIMIT = "accelerator_slice_memory_limit_bytes"
+SLICE_COMPUTE_LIMIT = "accelerator_slice_compute_limit_ratio"
+SLICE_UTILIZATION = "accelerator_slice_utilization_ratio"
+SLICE_SM_ACTIVE = "accelerator_slice_sm_active_ratio"
+SLICE_SM_OCCUPANCY = "accelerator_slice_sm_occupancy_ratio"
+BACKEND_UP = "xpuwatch_backend_up"
+BACKEND_POLL_DURATION = "xpuwatch_backend_poll_duration_seconds"
+BACKEND_ERRORS = "xpuwatch_backend_errors_total"
+BACKEND_LAST_SUCCESS = "xpuwatch_backend_last_success_timestamp_seconds"
+BACKEND_DEVICES = "xpuwatch_backend_devices"
+POD_MAPPING_UP = "xpuwatch_pod_mapping_up"
+
+NV = "NVIDIA"
+_CORE: tuple[MetricDef, ...] = (
+    _g(
+        UP,
+        "",
+        "1 if the device answered at the last poll, 0 if it is known but failing (lost, timed out).",
+        "every backend: the device was read without a device-level error",
+    ),
+    MetricDef(
+        INFO,
+        "info",
+        "",
+        "Static identity of the device (value 1): driver version, PCI bus id, serial.",
+        "NVML nvmlSystemGetDriverVersion/nvmlDeviceGetPciInfo/nvmlDeviceGetSerial; vendor tools' identity fields",
+        "device",
+        ("driver_version", "pci_bus_id", "serial"),
+    ),
+    _g(
+        UTILIZATION,
+        "ratio",
+        "Fraction of time the compute engine was busy over the vendor's sample period (0..1).",
+        f"{NV}: nvmlDeviceGetUtilizationRates.gpu (GPU-Util); AMD: gfx_activity; Ascend: AI Core usage; others: their tool's utilization",
+    ),
+    _g(
+        SM_ACTIVE,
+        "ratio",
+        "Fraction of cycles at least one warp was resident on an SM, averaged over SMs (0..1).",
+        f"{NV}: DCGM_FI_PROF_SM_ACTIVE (1002)",
+    ),
+    _g(
+        SM_OCCUPANCY,
+        "ratio",
+        "Resident warps as a fraction of the maximum, averaged over SMs (0..1).",
+        f"{NV}: DCGM_FI_PROF_SM_OCCUPANCY (1003)",
+    ),
+    _g(
+        TENSOR_ACTIVE,
+        "ratio",
+        "Fraction of cycles the tensor (matrix) pipes were active (0..1).",
+        f"{NV}: DCGM_FI_PROF_PIPE_TENSOR_ACTIVE (1004)",
+    ),
+    _g(
+        MEMORY_BANDWIDTH,
+        "ratio",
+        "Fraction of time/cycles the device-memory interface was busy (0..1).",
+        f"{NV}: DCGM_FI_PROF_DRAM_ACTIVE (1005), else NVML utilization.memory; AMD: umc_activity; Ascend: HBM bandwidth usage",
+    ),
+    _g(
+        MEMORY_USED,
+        "bytes",
+        "Device memory in use (framebuffer/HBM/VRAM).",
+        f"{NV}: nvmlDeviceGetMemoryInfo.used; AMD: vram used; Ascend: HBM/DDR usage; MiB/MB converted to bytes",
+    ),
+    _g(
+        MEMORY_TOTAL,
+        "bytes",
+        "Device memory capacity (framebuffer/HBM/VRAM).",
+        f"{NV}: nvmlDeviceGetMemoryInfo.total; AMD: vram total; Ascend: HBM/DDR capacity",
+    ),
+    _g(
+        TEMPERATURE,
+        "celsius",
+        "Temperature by sensor: core (GPU die/edge), memory (HBM), hotspot (junction).",
+        f"{NV}: nvmlDeviceGetTemperature(GPU), field NVML_FI_DEV_MEMORY_TEMP; AMD: edge/junction/memory; Ascend: chip temperature",
+        ("sensor",),
+    ),
+    _g(
+        POWER,
+        "watts",
+        "Current power draw of the device (board or socket, as the vendor reports).",
+        f"{NV}: nvmlDeviceGetPowerUsage (mW); AMD: socket_power; Ascend: chip/NPU power",
+    ),
+    _g(
+        POWER_LIMIT,
+        "watts",
+        "Enforced power limit (cap) of the device.",
+        f"{NV}: nvmlDeviceGetEnforcedPowerLimit (mW); AMD: power_cap",
+    ),
+    _c(
+        ENERGY,
+        "joules",
+        "Energy consumed since the driver was loaded.",
+        f"{NV}: nvmlDeviceGetTotalEnergyConsumption (mJ); AMD: energy accumulator",
+    ),
+    _g(
+        CLOCK,
+        "hertz",
+        "Current clock frequency by domain.",
+        f"{NV}: nvmlDeviceGetClockInfo(GRAPHICS|SM|MEM) (MHz)",
+        ("clock",),
+    ),
+    _g(
+        CLOCK_THROTTLED,
+        "",
+        "1 while the named clock-event (throttle) reason is active, else 0.",
+        f"{NV}: nvmlDeviceGetCurrentClocksEventReasons bitmask, decoded per reason",
+        ("reason",),
+    ),
+    _c(
+        ECC_ERRORS,
+        "",
+        "Device-memory ECC errors since the driver was loaded, by type (corrected = SBE, uncorrected = DBE).",
+        f"{NV}: nvmlDeviceGetTotalEccErrors(CORRECTED|UNCORRECTED, VOLATILE); AMD: ecc correctable/uncorrectable",
+        ("type",),
+    ),
+    _g(
+        REMAPPED_ROWS,
+        "",
+        "Memory rows remapped (or pages retired, on GPUs before row remapping), by error type.",
+        f"{NV}: nvmlDeviceGetRemappedRows, else nvmlDeviceGetRetiredPages",
+        ("type",),
+    ),
+    _g(
+        REMAP_PENDING,
+        "",
+        "1 when a row remap (or page retirement) is pending a GPU reset.",
+        f"{NV}: nvmlDeviceGetRemappedRows.isPending / nvmlDeviceGetRetiredPagesPendingStatus",
+    ),
+    _g(
+        REMAP_FAILED,
+        "",
+        "1 when a row remap failed (the GPU should be replaced or reset).",
+        f"{NV}: nvmlDeviceGetRemappedRows.failureOccurred",
+    ),
+    _c(
+        FAULT_EVENTS,
+        "",
+        "Driver fault events by vendor code (NVIDIA XID; Ascend error code), present at 0 before the first event.",
+        f"{NV}: NVML event API nvmlEventTypeXidCriticalError, eventData = XID; Ascend: npu-smi health error codes",
+        ("code",),
+    ),
+    _c(
+        PCIE_REPLAY,
+        "",
+        "PCIe link replays (retransmissions) since the driver was loaded.",
+        f"{NV}: nvmlDeviceGetPcieReplayCounter; AMD: pcie replay count",
+    ),
+    _c(
+        LINK_ERRORS,
+        "",
+        "Interconnect link errors by link and type (NVLink crc_flit, crc_data, replay, recovery).",
+        f"{NV}: nvmlDeviceGetNvLinkErrorCounter",
+        ("link", "type"),
+    ),
+    _g(
+        HEALTH,
+        "",
+        "1 when the subsystem reports healthy, 0 when failed or warning.",
+        f"{NV}: DCGM health watches; Ascend: npu-smi health (OK=1); others: their tool's health field",
+        ("subsystem",),
+    ),
+    MetricDef(
+        ALLOCATED,
+        "gauge",
+        "",
+        "1 while a container holds the device (from the kubelet PodResources API); labelled with the holder.",
+        "kubelet PodResources v1 List, enriched from the Kubernetes API",
+        "device",
+        ("namespace", "pod", "container", "workload_kind", "owner"),
+    ),
+    MetricDef(
+        SLICE_INFO,
+        "info",
+        "",
+        "A MIG instance or vGPU share of the physical device `uuid` (value 1).",
+        f"{NV}: NVML MIG device handles and GPU instance profiles; HAMi vGPU allocations",
+        "slice",
+        ("slice_uuid",),
+    ),
+    _g(
+        SLICE_MEMORY_USED,
+        "bytes",
+        "Device memory used inside the slice.",
+        f"{NV}: nvmlDeviceGetMemoryInfo on the MIG device handle; HAMi: usage",
+        scope="slice",
+    ),
+    _g(
+        SLICE_MEMORY_LIMIT,
+        "bytes",
+        "Device memory the slice may use (MIG instance size or vGPU memory limit).",
+        f"{NV}: MIG GPU instance memory size; HAMi: nvidia.com/gpumem",
+        scope="slice",
+    ),
+    _g(
+        SLICE_COMPUTE_LIMIT,
+        "ratio",
+        "Share of the parent device's compute the slice may use (0..1).",
+        f"{NV}: MIG slice count / 7 (A100/H100); HAMi: nvidia.com/gpucores / 100",
+        scope="slice",
+    ),
+    _g(
+        SLICE_UTILIZATION,
+        "ratio",
+        "Fraction of time the slice's engines were busy (0..1).",
+        f"{NV}: DCGM_FI_PROF_GR_ENGINE_ACTIVE per GPU instance; HAMi: core usage",
+        scope="slice",
+    ),
+    _g(
+        SLICE_SM_ACTIVE,
+        "ratio",
+        "SM activity inside the slice (0..1).",
+        f"{NV}: DCGM_FI_PROF_SM_ACTIVE per GPU instance",
+        scope="slice",
+    ),
+    _g(
+        SLICE_SM_OCCUPANCY,
+        "ratio",
+        "SM occupancy inside the slice (0..1).",
+        f"{NV}: DCGM_FI_PROF_SM_OCCUPANCY per GPU instance",
+        scope="slice",
+    ),
+    _g(
+        BACKEND_UP,
+        "",
+        "1 if the backend's last poll succeeded and its data is fresh, else 0.",
+        "xpuwatch poller",
+        ("backend",),
+        "exporter",
+    ),
+    _g(
+        BACKEND_POLL_DURATION,
+        "seconds",
+        "Duration of the backend's last completed poll.",
+        "xpuwatch poller",
+        ("backend",),
+        "exporter",
+    ),
+    _c(
+        BACKEND_ERRORS,
+        "",
+        "Failed polls (or partial failures) of the backend, by reason.",
+        "xpuwatch poller",
+        ("backend", "reason"),
+        "exporter",
+    ),
+    _g(
+        BACKEND_LAST_SUCCESS,
+        "seconds",
+        "Unix time of the backend's last successful poll.",
+        "xpuwatch poller",
+        ("backend",),
+        "exporter",
+    ),
+    _g(
+        BACKEND_DEVICES,
+        "",
+        "Devices the backend knows, answering or not.",
+        "xpuwatch poller",
+        ("backend",),
+        "exporter",
+    ),
+    _g(
+        POD_MAPPING_UP,
+        "",
+        "1 if the last kubelet PodResources refresh succeeded, else 0.",
+        "kubelet PodResources v1 List",
+        (),
+        "exporter",
+    ),
+)
+
+
+def catalog() -> tuple[MetricDef, ...]:
+    """Every metric family: the core schema followed by vendor-only metrics declared by backends."""
+    vendor = tuple(
+        MetricDef(m.name, m.type, m.unit, m.help, m.source, "device") for m in all_vendor_metrics()
+    )
+    return _CORE + vendor
+
+
+def by_name() -> dict[str, MetricDef]:
+    return {m.name: m for m in catalog()}

@@ -1,0 +1,1 @@
+"""xpuwatch remediation."""

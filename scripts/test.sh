@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Installs what the test suite needs on a fresh Debian machine and runs it: Debian's prometheus (promtool),
+# prometheus-alertmanager (amtool), prometheus-node-exporter (benchmark comparison), configurable-http-proxy
+# (JupyterHub's proxy), kubectl; the package with its dev extras in .venv; then ruff, mypy and pytest.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+apt_need=()
+command -v promtool >/dev/null || apt_need+=(prometheus)
+command -v amtool >/dev/null || apt_need+=(prometheus-alertmanager)
+command -v prometheus-node-exporter >/dev/null || apt_need+=(prometheus-node-exporter)
+command -v configurable-http-proxy >/dev/null || apt_need+=(node-configurable-http-proxy)
+command -v kubectl >/dev/null || apt_need+=(kubernetes-client)
+if [ ${#apt_need[@]} -gt 0 ]; then
+  SUDO=""; [ "$(id -u)" = 0 ] || SUDO="sudo"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${apt_need[@]}" >/dev/null
+fi
+
+[ -x .venv/bin/python ] || python3 -m venv .venv
+.venv/bin/python -m pip install -q --upgrade pip 2>/dev/null || true
+.venv/bin/python -m pip install -q -e '.[dev]'
+export PATH="$PWD/.venv/bin:$PATH"
+
+ruff check .
+ruff format --check . || { echo "ruff format would change files: run 'ruff format .'"; exit 1; }
+mypy
+exec pytest -q -p no:cacheprovider "$@"

@@ -1,0 +1,151 @@
+"""Vendor layer contract: device identity, one poll's readings, the backend protocol and its errors.
+
+Everything a vendor backend returns crosses into the exporter as the frozen dataclasses below, in SI base
+units (bytes, watts, joules, hertz, degrees Celsius, ratios 0..1). ``None`` (or a missing mapping key) means
+"this vendor/device cannot report it" and produces no series; ``0`` is a measured zero. Vendor modules never
+import ``exporter``; the exporter imports this module.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Literal, Protocol, runtime_checkable
+
+# Label values used across the schema. Kept here so vendors and the exporter agree without retyping.
+TEMPERATURE_SENSORS = ("core", "memory", "hotspot")
+CLOCK_DOMAINS = ("graphics", "sm", "memory")
+ECC_TYPES = ("corrected", "uncorrected")
+REMAP_TYPES = ("correctable", "uncorrectable")
+
+
+@dataclass(frozen=True)
+class Device:
+    """Identity of one physical accelerator (a GPU, an NPU chip, one GCD of a multi-die package).
+
+    ``index`` is the vendor-local index as the vendor tool prints it (string: Ascend uses "card-chip" pairs).
+    ``uuid`` is the vendor's stable identifier; where the vendor has none, a backend derives one that is
+    stable across restarts (serial, PCI bus id) and says so in its docstring.
+    """
+
+    vendor: str  # lower-case vendor key: nvidia, amd, huawei, hygon, cambricon, kunlunxin, metax, mthreads, iluvatar, enflame
+    model: str  # marketing model as the vendor reports it, e.g. "NVIDIA A100-SXM4-80GB", "Ascend910B"
+    index: str
+    uuid: str
+    pci_bus_id: str | None = None
+    driver_version: str | None = None
+    serial: str | None = None
+
+
+@dataclass(frozen=True)
+class Slice:
+    """One partition of a physical device: a MIG instance or a vGPU (e.g. HAMi) share.
+
+    Device-wide readings (temperature, power, ECC) never appear here: they stay once per physical device so
+    that ``sum()`` over a node never double-counts. ``memory_total_bytes`` is the slice's own memory (MIG
+    instance size, or the vGPU share's limit).
+    """
+
+    parent_uuid: str
+    slice_id: str  # MIG: "<gpu_instance_id>/<compute_instance_id>"; vGPU: the share's id
+    profile: str  # MIG profile name ("1g.10gb"), or "vgpu"
+    kind: Literal["mig", "vgpu"]
+    uuid: str | None = None  # MIG device UUID ("MIG-...") as the kubelet reports it; None for vGPU shares
+    memory_used_bytes: float | None = None
+    memory_total_bytes: float | None = None
+    compute_limit_ratio: float | None = None  # share of the parent's compute this slice may use (0..1)
+    utilization_ratio: float | None = None
+    sm_active_ratio: float | None = None
+    sm_occupancy_ratio: float | None = None
+
+
+@dataclass(frozen=True)
+class DeviceSample:
+    """Readings of one device at one poll.
+
+    ``up`` is False when the device is known but did not answer (lost, timed out); then every reading is
+    None and only ``accelerator_up 0`` is exported for it. Counters (``*_total`` in the schema) are the
+    device's own cumulative values as the vendor reports them (since boot/driver load), never deltas.
+    """
+
+    device: Device
+    up: bool = True
+    error: str | None = None  # short reason when not up, or when some fields failed
+    utilization_ratio: float | None = None
+    sm_active_ratio: float | None = None
+    sm_occupancy_ratio: float | None = None
+    tensor_active_ratio: float | None = None
+    memory_bandwidth_utilization_ratio: float | None = None
+    memory_used_bytes: float | None = None
+    memory_total_bytes: float | None = None
+    temperatures_celsius: Mapping[str, float] = field(default_factory=dict)  # sensor -> C
+    power_watts: float | None = None
+    power_limit_watts: float | None = None
+    energy_joules: float | None = None
+    clocks_hertz: Mapping[str, float] = field(default_factory=dict)  # clock domain -> Hz
+    clock_throttled: Mapping[str, bool] = field(default_factory=dict)  # reason -> active
+    ecc_errors: Mapping[str, int] = field(default_factory=dict)  # "corrected"/"uncorrected" -> count
+    remapped_rows: Mapping[str, int] = field(default_factory=dict)  # "correctable"/"uncorrectable" -> rows
+    remap_pending: bool | None = None
+    remap_failed: bool | None = None
+    fault_events: Mapping[str, int] = field(default_factory=dict)  # fault code (e.g. XID "79") -> count
+    pcie_replay_errors: int | None = None
+    link_errors: Mapping[tuple[str, str], int] = field(default_factory=dict)  # (link, type) -> count
+    health: Mapping[str, bool] = field(default_factory=dict)  # subsystem -> ok
+    vendor_metrics: Mapping[str, float] = field(default_factory=dict)  # VendorMetric.name -> value
+    slices: tuple[Slice, ...] = ()
+
+    @classmethod
+    def lost(cls, device: Device, reason: str) -> DeviceSample:
+        """A device that is known but did not answer this poll."""
+        return cls(device=device, up=False, error=reason)
+
+
+@dataclass(frozen=True)
+class VendorMetric:
+    """A vendor-only reading that fits no shared name: exported as ``accelerator_<vendor>_<name>``.
+
+    Declared by the vendor module in its registration; the exporter's catalog includes it so that docs,
+    alerts and dashboards see every metric in one place.
+    """
+
+    name: str  # full metric name, e.g. "accelerator_huawei_aicpu_utilization_ratio"
+    type: Literal["gauge", "counter"]
+    unit: str
+    help: str
+    source: str  # which vendor tool/API field it comes from
+
+
+class BackendError(Exception):
+    """A backend failed as a whole for this poll. ``reason`` is a short, bounded label value
+    (``timeout``, ``exec_failed``, ``exit_status``, ``parse``, ``library``, ``init``, ...) for
+    ``xpuwatch_backend_errors_total{reason}``."""
+
+    def __init__(self, message: str, reason: str = "error") -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
+class ParseError(BackendError):
+    """A vendor tool's output could not be parsed (garbled, truncated, unexpected layout)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, reason="parse")
+
+
+@runtime_checkable
+class Backend(Protocol):
+    """One source of device readings (a vendor library or tool), polled by the exporter's poller.
+
+    ``open`` acquires the library/handles (may raise BackendError); ``sample`` returns every known device
+    (lost ones as ``DeviceSample.lost``) or raises BackendError when nothing could be read; ``close``
+    releases resources and never raises. The poller never calls one backend from two threads at once.
+    """
+
+    name: str
+
+    def open(self) -> None: ...
+
+    def sample(self) -> Sequence[DeviceSample]: ...
+
+    def close(self) -> None: ...

@@ -1,0 +1,147 @@
+"""Backend registry: each vendor module registers itself once; detection and `inspect` read this table.
+
+A new vendor is one new module in ``vendors/`` calling ``register(BackendSpec(...))`` at import time;
+``all_specs()`` imports every module of the package, so there is no central vendor switch.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import pkgutil
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from vendors.base import Backend, DeviceSample, VendorMetric
+from vendors.command import CommandRunner, SubprocessRunner
+
+log = logging.getLogger(__name__)
+
+# Modules of this package that are infrastructure, not backends.
+_NOT_BACKENDS = {"base", "registry", "command"}
+
+
+@dataclass(frozen=True)
+class BackendContext:
+    """What a backend is built from. ``options`` is the backend's own section of the config file."""
+
+    node: str = "localhost"
+    runner: CommandRunner = field(default_factory=SubprocessRunner)
+    options: Mapping[str, Any] = field(default_factory=dict)
+    clock: Callable[[], float] = time.time
+    seed: int = 0
+
+
+@dataclass(frozen=True)
+class Detection:
+    """Whether a backend's library or tool is present here, and why (logged at start)."""
+
+    found: bool
+    why: str
+
+
+@dataclass(frozen=True)
+class OutputFormat:
+    """A vendor tool output that ``xpuwatch inspect`` can turn into samples.
+
+    ``parse`` raises only ``vendors.base.ParseError``; ``sniff`` says whether a text looks like this format
+    (used when ``--format`` is not given) and never raises.
+    """
+
+    name: str  # e.g. "nvidia-smi-xml", "npu-smi-info"
+    parse: Callable[[str], Sequence[DeviceSample]]
+    sniff: Callable[[str], bool]
+
+
+@dataclass(frozen=True)
+class BackendSpec:
+    """One backend's registration.
+
+    ``priority``: lower is detected first. ``supersedes``: backends not auto-enabled when this one is
+    detected (Hygon's DTK ships a ``rocm-smi`` too, so ``hygon`` supersedes ``amd``; ``nvml`` supersedes
+    ``nvidia-smi``). ``auto``: False for backends only enabled by name (``sim``, ``replay``).
+    """
+
+    name: str
+    vendor: str
+    create: Callable[[BackendContext], Backend]
+    detect: Callable[[BackendContext], Detection]
+    formats: tuple[OutputFormat, ...] = ()
+    metrics: tuple[VendorMetric, ...] = ()
+    priority: int = 100
+    supersedes: tuple[str, ...] = ()
+    auto: bool = True
+    default_interval_seconds: float = 5.0
+
+
+_SPECS: dict[str, BackendSpec] = {}
+_loaded = False
+
+
+def register(spec: BackendSpec) -> BackendSpec:
+    """Add a backend to the table. Registering the same name twice is a programming error."""
+    if spec.name in _SPECS and _SPECS[spec.name] is not spec:
+        raise ValueError(f"backend {spec.name!r} registered twice")
+    _SPECS[spec.name] = spec
+    return spec
+
+
+def all_specs() -> dict[str, BackendSpec]:
+    """Every registered backend, importing all vendor modules on first call (sorted by priority, name)."""
+    global _loaded
+    if not _loaded:
+        import vendors
+
+        for mod in pkgutil.iter_modules(vendors.__path__):
+            if mod.name in _NOT_BACKENDS or mod.name.startswith("_"):
+                continue
+            try:
+                importlib.import_module(f"vendors.{mod.name}")
+            except ImportError as exc:  # one broken vendor module never hides the others
+                log.warning("vendor module %s could not be imported: %s", mod.name, exc)
+        _loaded = True
+    return dict(sorted(_SPECS.items(), key=lambda kv: (kv[1].priority, kv[0])))
+
+
+def all_formats() -> dict[str, OutputFormat]:
+    """Every output format any backend can parse, by name."""
+    out: dict[str, OutputFormat] = {}
+    for spec in all_specs().values():
+        for fmt in spec.formats:
+            out[fmt.name] = fmt
+    return out
+
+
+def all_vendor_metrics() -> tuple[VendorMetric, ...]:
+    """Every vendor-only metric declared by a backend, sorted by name."""
+    seen: dict[str, VendorMetric] = {}
+    for spec in all_specs().values():
+        for m in spec.metrics:
+            seen[m.name] = m
+    return tuple(sorted(seen.values(), key=lambda m: m.name))
+
+
+def detect(ctx: BackendContext) -> tuple[list[str], list[tuple[str, str]]]:
+    """Which auto-detectable backends are present: (enabled names, [(skipped name, why)])."""
+    enabled: list[str] = []
+    skipped: list[tuple[str, str]] = []
+    superseded: dict[str, str] = {}
+    for name, spec in all_specs().items():
+        if not spec.auto:
+            continue
+        if name in superseded:
+            skipped.append((name, f"superseded by {superseded[name]}"))
+            continue
+        try:
+            d = spec.detect(ctx)
+        except Exception as exc:  # detection must never stop the exporter
+            d = Detection(False, f"detection failed: {exc}")
+        if d.found:
+            enabled.append(name)
+            for other in spec.supersedes:
+                superseded.setdefault(other, name)
+        else:
+            skipped.append((name, d.why))
+    return enabled, skipped
