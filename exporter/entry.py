@@ -49,3 +49,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     except KeyboardInterrupt:
         code = 130
     sys.exit(code or 0)
+
+
+if __name__ == "__main__":
+    main()
