@@ -20,8 +20,7 @@ from vendors.command import CommandResult, CommandRunner, RecordingRunner
 from vendors.registry import BackendContext, BackendSpec
 
 _UUID = r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}"
-_PREFIXED_UUID = re.compile(rf"\b(GPU|MIG|NPU|GPU-I)-({_UUID})\b")
-_BARE_UUID = re.compile(rf"\b{_UUID}\b")
+_ANY_UUID = re.compile(rf"\b(?:(GPU|MIG|NPU)-)?({_UUID})\b")
 _IPV4 = re.compile(r"\b(?:(?:25[0-5]|2[0-4]\d|1?\d?\d)\.){3}(?:25[0-5]|2[0-4]\d|1?\d?\d)\b")
 _SERIAL_FIELDS = re.compile(
     r"(<serial>|Serial Number\s*[:=]\s*\"?|\"(?:serial|Serial Number|asic_serial|product_serial)\"\s*:\s*\")"
@@ -57,17 +56,25 @@ class Redactor:
 
     def text(self, s: str) -> str:
         """Mask every identifier in one text."""
-        s = _PREFIXED_UUID.sub(lambda m: f"{m.group(1)}-{self._uuid(m.group(2))}", s)
-        s = _BARE_UUID.sub(lambda m: self._uuid(m.group(0)), s)
-        for serial in self._serials:
-            s = s.replace(serial, self._mask("serial", serial, lambda n: f"SERIAL{n:04d}"))
-        s = _SERIAL_FIELDS.sub(
-            lambda m: m.group(1) + self._mask("serial", m.group(2), lambda n: f"SERIAL{n:04d}"), s
-        )
-        for host in self._hostnames:
+        s = _ANY_UUID.sub(lambda m: (f"{m.group(1)}-" if m.group(1) else "") + self._uuid(m.group(2)), s)
+        if self._serials:
             s = re.sub(
-                rf"(?<![\w.-]){re.escape(host)}(?![\w-])",
-                self._mask("host", host, lambda n: f"host-{n}"),
+                "|".join(map(re.escape, self._serials)),
+                lambda m: self._mask("serial", m.group(0), lambda n: f"SERIAL{n:04d}"),
+                s,
+            )
+        s = _SERIAL_FIELDS.sub(
+            lambda m: (
+                m.group(0)
+                if re.fullmatch(r"SERIAL\d{4,}", m.group(2))
+                else m.group(1) + self._mask("serial", m.group(2), lambda n: f"SERIAL{n:04d}")
+            ),
+            s,
+        )
+        if self._hostnames:
+            s = re.sub(
+                rf"(?<![\w.-])(?:{'|'.join(map(re.escape, self._hostnames))})(?![\w-])",
+                lambda m: self._mask("host", m.group(0), lambda n: f"host-{n}"),
                 s,
             )
         return _IPV4.sub(
