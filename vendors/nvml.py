@@ -93,7 +93,8 @@ class _GpuState:
     unsupported: set[str] = field(default_factory=set)
     nvlinks: tuple[int, ...] | None = None
     supported_reasons: int | None = None
-    profile_names: dict[int, str] = field(default_factory=dict)
+    profiles: dict[int, tuple[str, int]] = field(default_factory=dict)  # profile id -> (name, slices)
+    total_slices: int | None = None  # GPU slices of the whole board (7 on A100/H100, 4 on A30)
     lost_at_open: str | None = None
 
 
@@ -488,37 +489,55 @@ class NvmlBackend:
         except nvml.NVMLError as exc:
             if _code(exc) in FATAL_CODES:
                 raise _Fatal(_code(exc), "mig memory") from exc
+        profile, slices = self._profile(g, h, mh, gi)
+        whole = self._total_slices(g, h)
         return Slice(
             parent_uuid=g.device.uuid,
             slice_id=f"{gi}/{ci}",
-            profile=self._profile(g, h, mh, gi),
+            profile=profile,
             kind="mig",
             uuid=mig_uuid,
             memory_used_bytes=used,
             memory_total_bytes=total,
+            compute_limit_ratio=slices / whole if slices and whole and slices <= whole else None,
         )
 
-    def _profile(self, g: _GpuState, h: Any, mh: Any, gi: int) -> str:
-        """The GI profile's own name ("1g.10gb"), from nvmlGpuInstanceGetInfo -> profile info by id.
+    def _profile(self, g: _GpuState, h: Any, mh: Any, gi: int) -> tuple[str, int | None]:
+        """The GI profile's own name ("1g.10gb") and GPU-slice count, from nvmlGpuInstanceGetInfo -> profile
+        info by id (cached per profile id).
 
         Falls back to "<slices>g.<GiB>gb" from the MIG device attributes (that can read "7g.79gb" for 7g.80gb,
-        DE #713, hence only a fallback), then "unknown". Cached per profile id."""
+        DE #713, hence only a fallback), then "unknown"."""
         nvml = self._nvml
         assert nvml is not None
         with contextlib.suppress(nvml.NVMLError, AttributeError):
             profile_id = int(nvml.nvmlGpuInstanceGetInfo(nvml.nvmlDeviceGetGpuInstanceById(h, gi)).profileId)
-            if profile_id in g.profile_names:
-                return g.profile_names[profile_id]
+            if profile_id in g.profiles:
+                return g.profiles[profile_id]
             info = nvml.nvmlDeviceGetGpuInstanceProfileInfoById(h, profile_id)
             name = _text(info.name).strip()
             name = name[4:] if name.startswith("MIG ") else name
             if name:
-                g.profile_names[profile_id] = name
-                return name
+                g.profiles[profile_id] = (name, int(info.sliceCount))
+                return g.profiles[profile_id]
         with contextlib.suppress(nvml.NVMLError, AttributeError):
             attrs = nvml.nvmlDeviceGetAttributes(mh)
-            return f"{int(attrs.gpuInstanceSliceCount)}g.{round(int(attrs.memorySizeMB) / 1024)}gb"
-        return "unknown"
+            slices = int(attrs.gpuInstanceSliceCount)
+            return f"{slices}g.{round(int(attrs.memorySizeMB) / 1024)}gb", slices
+        return "unknown", None
+
+    def _total_slices(self, g: _GpuState, h: Any) -> int:
+        """GPU slices of the whole board: the largest sliceCount among the GI profiles it supports (probed
+        once per initialisation with nvmlDeviceGetGpuInstanceProfileInfo over NVML_GPU_INSTANCE_PROFILE_*)."""
+        if g.total_slices is None:
+            nvml = self._nvml
+            assert nvml is not None
+            best = 0
+            for index in range(int(getattr(nvml, "NVML_GPU_INSTANCE_PROFILE_COUNT", 18))):
+                with contextlib.suppress(nvml.NVMLError, AttributeError):
+                    best = max(best, int(nvml.nvmlDeviceGetGpuInstanceProfileInfo(h, index).sliceCount))
+            g.total_slices = best
+        return g.total_slices
 
     # ------------------------------------------------------------------------------------------ XID events
 

@@ -335,6 +335,16 @@ class FakeNvml:
                 return SimpleNamespace(parent=g.index, mig=m)
         raise NVMLError(NVML_ERROR_NOT_FOUND)
 
+    def nvmlDeviceGetGpuInstanceProfileInfo(
+        self, h: FakeGpu, profile: int, version: int = 2
+    ) -> SimpleNamespace:
+        """By profile index (NVML_GPU_INSTANCE_PROFILE_*): an A100 supports the 1..7-slice profiles."""
+        self._dev("nvmlDeviceGetGpuInstanceProfileInfo", h)
+        slices = {0: 1, 1: 2, 2: 3, 3: 4, 4: 7}.get(profile)
+        if slices is None:
+            raise NVMLError(NVML_ERROR_NOT_SUPPORTED)
+        return SimpleNamespace(id=profile, sliceCount=slices)
+
     def nvmlGpuInstanceGetInfo(self, gi: SimpleNamespace) -> SimpleNamespace:
         self._lib()
         return SimpleNamespace(id=gi.mig.gi, profileId=gi.mig.profile_id)

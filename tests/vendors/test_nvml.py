@@ -251,6 +251,7 @@ def test_mig_slices_with_profile_names_memory_and_uuids() -> None:
         ("1/0", "3g.40gb", "mig", "MIG-11111111-1111-1111-1111-111111111111", "GPU-mig"),
         ("5/0", "1g.10gb", "mig", "MIG-22222222-2222-2222-2222-222222222222", "GPU-mig"),
     ]
+    assert [x.compute_limit_ratio for x in s.slices] == [3 / 7, 1 / 7]
     assert [(x.memory_used_bytes, x.memory_total_bytes) for x in s.slices] == [
         (1073741824.0, 42144366592.0),
         (0.0, 10468982784.0),
