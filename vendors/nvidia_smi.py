@@ -577,15 +577,27 @@ def _csv_sample(row: Mapping[str, str], position: str) -> DeviceSample:
     )
 
 
+_NVIDIA_BRANDS = ("NVIDIA", "Tesla", "Quadro", "GeForce", "TITAN", "GRID")
+
+
 def sniff_csv(text: str) -> bool:
-    """True when the first non-comment line is a --query-gpu CSV header naming uuid or index."""
-    for line in text.splitlines()[:50]:
-        s = line.strip()
-        if not s or s.startswith("#"):
-            continue
-        fields = [re.sub(r"\s*\[[^\]]*\]$", "", f.strip()) for f in s.split(",")]
-        return len(fields) > 1 and ("uuid" in fields or "index" in fields) and "nvidia_smi_log" not in s
-    return False
+    """True for a --query-gpu CSV (header naming uuid or index) whose first GPU is an NVIDIA one: its name
+    carries an NVIDIA brand or, without a name column, its uuid starts with ``GPU-``. Other vendors' clones
+    of this format (Iluvatar ixsmi) therefore do not match."""
+    lines = [ln for ln in text.splitlines()[:60] if ln.strip() and not ln.lstrip().startswith("#")]
+    if len(lines) < 2 or "nvidia_smi_log" in lines[0]:
+        return False
+    try:
+        rows = list(csv.reader(io.StringIO("\n".join(lines[:2])), skipinitialspace=True))
+    except csv.Error:
+        return False
+    header = [re.sub(r"\s*\[[^\]]*\]$", "", h.strip()) for h in rows[0]]
+    if len(rows) < 2 or len(rows[1]) != len(header) or not ({"uuid", "index"} & set(header)):
+        return False
+    row = dict(zip(header, (v.strip() for v in rows[1]), strict=True))
+    if "name" in row:
+        return row["name"].startswith(_NVIDIA_BRANDS)
+    return row.get("uuid", "").startswith("GPU-")
 
 
 # ---------------------------------------------------------------------------------------------- backend

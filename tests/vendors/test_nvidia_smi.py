@@ -426,3 +426,28 @@ def _alive(pid: int) -> bool:
     except (FileNotFoundError, ProcessLookupError):
         return False
     return state not in ("Z", "X")
+
+
+def test_r570_power_layout_and_missing_uuid() -> None:
+    # R570+ drop <power_draw> for average/instant readings; the average is what NVML's power usage reports.
+    xml = """<?xml version="1.0" ?><nvidia_smi_log><driver_version>570.86.15</driver_version>
+    <gpu id="00000000:3B:00.0"><product_name>NVIDIA L40S</product_name><uuid>[N/A]</uuid>
+    <gpu_power_readings><power_state>P0</power_state><average_power_draw>211.37 W</average_power_draw>
+    <instant_power_draw>230.02 W</instant_power_draw><current_power_limit>350.00 W</current_power_limit>
+    </gpu_power_readings></gpu></nvidia_smi_log>"""
+    (s,) = parse_nvidia_smi_xml(xml)
+    assert (s.device.uuid, s.device.pci_bus_id, s.device.serial) == (
+        "00000000:3B:00.0",
+        "00000000:3B:00.0",
+        None,
+    )
+    assert (s.power_watts, s.power_limit_watts) == (211.37, 350.0)
+    assert s.memory_used_bytes is None and s.clocks_hertz == {} and s.clock_throttled == {}
+
+
+def test_csv_sniff_leaves_other_vendors_clones_alone() -> None:
+    iluvatar = "index, name, uuid, memory.used [MiB]\n0, Iluvatar BI-V150, GPU-1234, 100 MiB\n"
+    assert not sniff_csv(iluvatar)
+    assert sniff_csv("index, name, uuid\n0, Tesla T4, GPU-1\n")
+    assert sniff_csv("uuid, power.draw [W]\nGPU-1, 30 W\n")
+    assert not sniff_csv("uuid, power.draw [W]\n")
