@@ -25,7 +25,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from vendors.base import BackendError, Device, DeviceSample, VendorMetric
+from vendors.base import BackendError, Device, DeviceSample, Slice, VendorMetric
 from vendors.nvidia_smi import VENDOR
 from vendors.registry import BackendContext, BackendSpec, Detection, register
 
@@ -65,6 +65,7 @@ HEALTH_SYSTEMS: tuple[tuple[str, int, str], ...] = (
 )
 HEALTH_RESULT_WARN = 10  # DCGM_HEALTH_RESULT_WARN; FAIL = 20
 ENTITY_GPU = 1  # DCGM_FE_GPU
+ENTITY_GPU_I = 2  # DCGM_FE_GPU_I: a MIG GPU instance
 
 # dcgmvalue.py blank thresholds: any value at or above is a sentinel (blank, not found, not supported, ...).
 INT32_BLANK = 0x7FFFFFF0
@@ -79,6 +80,7 @@ class DcgmBindings:
     pydcgm: Any
     dcgm_structs: Any
     dcgm_fields: Any
+    dcgm_agent: Any = None  # for the MIG hierarchy (per-GPU-instance profiling); optional
 
 
 def load_bindings(paths: Sequence[str] = BINDING_PATHS) -> DcgmBindings:
@@ -97,10 +99,18 @@ def load_bindings(paths: Sequence[str] = BINDING_PATHS) -> DcgmBindings:
                 pydcgm=importlib.import_module("pydcgm"),
                 dcgm_structs=importlib.import_module("dcgm_structs"),
                 dcgm_fields=importlib.import_module("dcgm_fields"),
+                dcgm_agent=_optional_module("dcgm_agent"),
             )
         except Exception as exc:  # a broken install must not take the exporter down
             raise BackendError(f"DCGM bindings in {path} failed to import: {exc}", "library") from exc
     raise BackendError(f"DCGM Python bindings not found in {', '.join(paths)}", "library")
+
+
+def _optional_module(name: str) -> Any:
+    try:
+        return importlib.import_module(name)
+    except Exception:
+        return None
 
 
 def is_blank(value: Any) -> bool:
@@ -128,6 +138,10 @@ class _Conn:
     field_ids: dict[str, int]
     health_watched: int = 0
     health_labels: dict[int, str] = field(default_factory=dict)
+    mig_group: Any = None
+    mig_entities: dict[int, tuple[int, int]] = field(
+        default_factory=dict
+    )  # GI entity -> (gpu id, NVML GI id)
 
 
 class DcgmBackend:
@@ -238,11 +252,40 @@ class DcgmBackend:
                     conn.health_watched = watched
                 except Exception as exc:  # health watches are optional: profiling still works without
                     log.warning("DCGM health watches unavailable: %s", exc)
+            self._watch_gpu_instances(b, conn)
             return conn
         except Exception:
             with contextlib.suppress(Exception):
                 handle.Shutdown()
             raise
+
+    def _watch_gpu_instances(self, b: DcgmBindings, conn: _Conn) -> None:
+        """Watch the profiling fields on every MIG GPU instance too (dcgmGetGpuInstanceHierarchy + a group of
+        DCGM_FE_GPU_I entities). Optional: any failure leaves slices without activity, logged once."""
+        if b.dcgm_agent is None:
+            return
+        try:
+            hierarchy = b.dcgm_agent.dcgmGetGpuInstanceHierarchy(conn.handle.handle)
+            entities: dict[int, tuple[int, int]] = {}
+            for i in range(int(hierarchy.count)):
+                e = hierarchy.entityList[i]
+                if int(e.entity.entityGroupId) == ENTITY_GPU_I:
+                    entities[int(e.entity.entityId)] = (int(e.parent.entityId), int(e.info.nvmlInstanceId))
+            if not entities:
+                return
+            group = b.pydcgm.DcgmGroup(
+                conn.handle,
+                groupName=f"xpuwatch_mig_{os.getpid()}",
+                groupType=getattr(b.dcgm_structs, "DCGM_GROUP_EMPTY", 0),
+            )
+            for entity_id in entities:
+                group.AddEntity(ENTITY_GPU_I, entity_id)
+            group.samples.WatchFields(
+                conn.field_group, self._interval_us, max(10.0, 5 * self._interval_us / 1e6), 5
+            )
+            conn.mig_group, conn.mig_entities = group, entities
+        except Exception as exc:
+            log.warning("DCGM per-GPU-instance profiling unavailable: %s", exc)
 
     def _schedule_retry(self) -> None:
         self._backoff = (
@@ -255,6 +298,9 @@ class DcgmBackend:
         conn, self._conn = self._conn, None
         if conn is None:
             return
+        if conn.mig_group is not None:
+            with contextlib.suppress(Exception):
+                conn.mig_group.Delete()
         with contextlib.suppress(Exception):
             conn.field_group.Delete()
         with contextlib.suppress(Exception):
@@ -270,6 +316,11 @@ class DcgmBackend:
         try:
             values = conn.group.samples.GetLatest(conn.field_group).values
             health = self._check_health(conn)
+            gi_values = (
+                conn.mig_group.samples.GetLatest_v2(conn.field_group).values.get(ENTITY_GPU_I, {})
+                if conn.mig_group is not None
+                else {}
+            )
         except Exception as exc:
             code = getattr(exc, "value", None)
             if code == ST_CONNECTION_NOT_VALID:
@@ -277,7 +328,29 @@ class DcgmBackend:
                 self._schedule_retry()
                 raise BackendError("DCGM host engine connection lost; reconnecting", "connection") from exc
             raise BackendError(f"DCGM read failed: {exc} (status {code})", "library") from exc
-        return [self._gpu_sample(conn, g, values.get(g.gpu_id, {}), health.get(g.gpu_id)) for g in conn.gpus]
+        out = []
+        for g in conn.gpus:
+            s = self._gpu_sample(conn, g, values.get(g.gpu_id, {}), health.get(g.gpu_id))
+            slices = tuple(
+                self._gi_slice(conn, g, gi, gi_values.get(entity_id, {}))
+                for entity_id, (gpu_id, gi) in sorted(conn.mig_entities.items())
+                if gpu_id == g.gpu_id
+            )
+            out.append(replace(s, slices=slices) if slices else s)
+        return out
+
+    def _gi_slice(self, conn: _Conn, g: _Gpu, gi: int, fields: Mapping[int, Any]) -> Slice:
+        """Activity of one GPU instance. ``slice_id`` is the GI id alone: ``merge_samples`` applies it to
+        every NVML slice ``"<gi>/<ci>"`` of that instance (DCGM reads activity per GI, not per CI)."""
+        return Slice(
+            parent_uuid=g.device.uuid,
+            slice_id=str(gi),
+            profile="",
+            kind="mig",
+            utilization_ratio=_ratio_of(conn, fields, "gr_engine_active"),
+            sm_active_ratio=_ratio_of(conn, fields, "sm_active"),
+            sm_occupancy_ratio=_ratio_of(conn, fields, "sm_occupancy"),
+        )
 
     def _check_health(self, conn: _Conn) -> dict[int, dict[str, bool]]:
         if not conn.health_watched:
@@ -337,6 +410,17 @@ class DcgmBackend:
         )
 
 
+def _ratio_of(conn: _Conn, fields: Mapping[int, Any], key: str) -> float | None:
+    series = fields.get(conn.field_ids[key])
+    if not series:
+        return None
+    v = series[-1]
+    if getattr(v, "isBlank", False) or is_blank(v.value):
+        return None
+    r = float(v.value)
+    return r if 0.0 <= r <= 1.0 else None
+
+
 def merge_samples(primary: Sequence[DeviceSample], supplement: Sequence[DeviceSample]) -> list[DeviceSample]:
     """Overlay DCGM samples onto NVML (or nvidia-smi) samples of the same uuid.
 
@@ -369,10 +453,35 @@ def merge_samples(primary: Sequence[DeviceSample], supplement: Sequence[DeviceSa
                 ),
                 health={**p.health, **s.health},
                 vendor_metrics={**p.vendor_metrics, **s.vendor_metrics},
+                slices=_merge_slices(p.slices, s.slices),
             )
         )
     out.extend(by_uuid.values())
     return out
+
+
+def _merge_slices(primary: Sequence[Slice], supplement: Sequence[Slice]) -> tuple[Slice, ...]:
+    """Overlay per-GPU-instance activity (slice_id "<gi>") onto the primary's slices "<gi>/<ci>"."""
+    by_gi = {s.slice_id: s for s in supplement}
+    out = []
+    for p in primary:
+        s = by_gi.get(p.slice_id.split("/", 1)[0])
+        if s is None:
+            out.append(p)
+            continue
+        out.append(
+            replace(
+                p,
+                utilization_ratio=s.utilization_ratio
+                if s.utilization_ratio is not None
+                else p.utilization_ratio,
+                sm_active_ratio=s.sm_active_ratio if s.sm_active_ratio is not None else p.sm_active_ratio,
+                sm_occupancy_ratio=(
+                    s.sm_occupancy_ratio if s.sm_occupancy_ratio is not None else p.sm_occupancy_ratio
+                ),
+            )
+        )
+    return tuple(out)
 
 
 def _s(v: Any) -> str | None:

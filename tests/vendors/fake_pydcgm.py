@@ -107,12 +107,20 @@ class FakeHostEngine:
     watches: list[tuple[list[int], int, float, int]] = field(default_factory=list)
     health_systems: int = 0
     field_groups: set[str] = field(default_factory=set)
+    gpu_instances: dict[int, tuple[int, int]] = field(default_factory=dict)  # GI entity -> (gpu id, NVML GI)
+    gi_values: dict[int, dict[int, float | int | None]] = field(default_factory=dict)
+    groups: set[str] = field(default_factory=set)
 
     def drop(self) -> None:
         self.generation += 1
 
     def bindings(self) -> DcgmBindings:
-        return DcgmBindings(pydcgm=_PydcgmModule(self), dcgm_structs=dcgm_structs, dcgm_fields=dcgm_fields)
+        return DcgmBindings(
+            pydcgm=_PydcgmModule(self),
+            dcgm_structs=dcgm_structs,
+            dcgm_fields=dcgm_fields,
+            dcgm_agent=_AgentModule(self),
+        )
 
 
 class _Value:
@@ -151,6 +159,7 @@ class DcgmHandle:
         self.generation = engine.generation
         self.ipAddress = ipAddress
         self.open = True
+        self.handle = self  # DcgmHandle.handle: the raw dcgmHandle_t passed to dcgm_agent calls
 
     def check(self) -> None:
         if not self.open or self.generation != self.engine.generation or self.engine.down:
@@ -238,12 +247,75 @@ class _Group:
         return SimpleNamespace(overallHealth=worst, incidentCount=len(incidents), incidents=incidents)
 
 
+class DcgmGroup:
+    """pydcgm.DcgmGroup created by name (an empty group of entities, DCGM_GROUP_EMPTY)."""
+
+    def __init__(
+        self, handle: DcgmHandle, groupId: Any = None, groupName: str | None = None, groupType: int = 0
+    ):
+        handle.check()
+        assert groupName is not None and groupType == 0
+        handle.engine.groups.add(groupName)
+        self._h = handle
+        self.name = groupName
+        self.entities: list[tuple[int, int]] = []
+        self.samples = SimpleNamespace(WatchFields=self._watch, GetLatest_v2=self._latest_v2)
+
+    def AddEntity(self, entityGroupId: int, entityId: int) -> None:
+        self._h.check()
+        self.entities.append((entityGroupId, entityId))
+
+    def _watch(self, fg: DcgmFieldGroup, update_us: int, max_age_s: float, max_samples: int) -> None:
+        self._h.check()
+        self._h.engine.watches.append((fg.fieldIds, update_us, max_age_s, max_samples))
+
+    def _latest_v2(self, fg: DcgmFieldGroup) -> SimpleNamespace:
+        """DcgmFieldValueEntityCollection: values[entityGroupId][entityId][fieldId]."""
+        self._h.check()
+        out: dict[int, dict[int, dict[int, _Series]]] = {}
+        for group_id, entity_id in self.entities:
+            per = self._h.engine.gi_values.get(entity_id, {})
+            out.setdefault(group_id, {})[entity_id] = {
+                fid: _Series([_Value(fid, per.get(fid))]) for fid in fg.fieldIds
+            }
+        return SimpleNamespace(values=out)
+
+    def Delete(self) -> None:
+        self._h.engine.groups.discard(self.name or "")
+
+
+class _AgentModule:
+    """dcgm_agent: only dcgmGetGpuInstanceHierarchy (c_dcgmMigHierarchy_v2: count, entityList[i].{entity,
+    parent,info.nvmlInstanceId})."""
+
+    def __init__(self, engine: FakeHostEngine) -> None:
+        self._engine = engine
+
+    def dcgmGetGpuInstanceHierarchy(self, handle: DcgmHandle) -> SimpleNamespace:
+        handle.check()
+        entries = [
+            SimpleNamespace(
+                entity=SimpleNamespace(entityGroupId=2, entityId=eid),
+                parent=SimpleNamespace(entityGroupId=1, entityId=gpu),
+                info=SimpleNamespace(
+                    gpuUuid=self._engine.gpus[gpu].uuid,
+                    nvmlGpuIndex=gpu,
+                    nvmlInstanceId=gi,
+                    nvmlComputeInstanceId=0,
+                ),
+            )
+            for eid, (gpu, gi) in self._engine.gpu_instances.items()
+        ]
+        return SimpleNamespace(count=len(entries), entityList=entries)
+
+
 class _PydcgmModule:
     """Module-like pydcgm bound to one fake host engine."""
 
     def __init__(self, engine: FakeHostEngine) -> None:
         self._engine = engine
         self.DcgmFieldGroup = DcgmFieldGroup
+        self.DcgmGroup = DcgmGroup
 
     def DcgmHandle(self, handle: Any = None, ipAddress: str | None = None, opMode: int = 1) -> DcgmHandle:
         return DcgmHandle(self._engine, ipAddress=ipAddress, opMode=opMode)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -227,3 +228,37 @@ def test_merge_with_nvml_samples_by_uuid() -> None:
     assert m0.health == {**HEALTHY, "power": False}
     assert m0.vendor_metrics == {"accelerator_nvidia_mig_mode": 0.0, PROFILING_SUSPECT: 0.0}
     assert m1.up is False and m1.health == {} and m1.sm_active_ratio is None
+
+
+def test_mig_gpu_instance_activity_lands_on_nvml_slices() -> None:
+    from tests.vendors.fake_pynvml import FakeMig
+
+    nvml = FakeNvml(fleet(1))
+    gpu = nvml.gpus[0]
+    gpu.mig_mode = 1
+    gpu.migs = [
+        FakeMig(1, 0, "MIG-aaaaaaaa-0000-0000-0000-000000000000", 9, "MIG 3g.40gb", 42144366592, 2**30, 3),
+        FakeMig(2, 0, "MIG-bbbbbbbb-0000-0000-0000-000000000000", 9, "MIG 3g.40gb", 42144366592, 0, 3),
+    ]
+    nb = NvmlBackend(nvml, xid_events=False)
+    e = FakeHostEngine(gpus={0: FakeGpuInfo(uuid=gpu.uuid)}, gpu_instances={7: (0, 1), 8: (0, 2)})
+    e.values = {0: {GPU_UTIL: None, GR: 0.5, SM: 0.4, OCC: 0.2, TENSOR: 0.1, DRAM: 0.3}}
+    e.gi_values = {7: {GR: 0.93, SM: 0.81, OCC: 0.33}, 8: {GR: 0.0, SM: DCGM_FP64_BLANK, OCC: None}}
+    db = DcgmBackend(e.bindings(), clock=Clock())
+    (d,) = db.sample()
+    assert [(x.slice_id, x.utilization_ratio, x.sm_active_ratio, x.sm_occupancy_ratio) for x in d.slices] == [
+        ("1", 0.93, 0.81, 0.33),
+        ("2", 0.0, None, None),
+    ]
+    ((m,),) = [merge_samples(nb.sample(), [d])]
+    assert [
+        (x.slice_id, x.profile, x.uuid, x.utilization_ratio, x.sm_active_ratio, x.sm_occupancy_ratio)
+        for x in m.slices
+    ] == [
+        ("1/0", "3g.40gb", "MIG-aaaaaaaa-0000-0000-0000-000000000000", 0.93, 0.81, 0.33),
+        ("2/0", "3g.40gb", "MIG-bbbbbbbb-0000-0000-0000-000000000000", 0.0, None, None),
+    ]
+    assert [x.memory_used_bytes for x in m.slices] == [2.0**30, 0.0]
+    assert e.groups == {f"xpuwatch_mig_{os.getpid()}"}
+    db.close()
+    assert e.groups == set()
