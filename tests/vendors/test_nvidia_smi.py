@@ -451,3 +451,14 @@ def test_csv_sniff_leaves_other_vendors_clones_alone() -> None:
     assert sniff_csv("index, name, uuid\n0, Tesla T4, GPU-1\n")
     assert sniff_csv("uuid, power.draw [W]\nGPU-1, 30 W\n")
     assert not sniff_csv("uuid, power.draw [W]\n")
+
+
+@pytest.mark.slow
+def test_real_subprocess_usage_text_is_a_parse_error(tmp_path: Path) -> None:
+    env = _fake_tool(
+        tmp_path, "echo 'Invalid combination of input arguments. Please run nvidia-smi -h for help.'"
+    )
+    b = NvidiaSmiBackend(SubprocessRunner(env=env))
+    with pytest.raises(ParseError) as err:
+        b.sample()
+    assert err.value.reason == "parse"
