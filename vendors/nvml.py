@@ -133,6 +133,9 @@ class NvmlBackend:
         self._xid_stop = threading.Event()
         self._event_set: Any = None
         self._handle_to_uuid: dict[Any, str] = {}
+        self._known: dict[
+            str, Device
+        ] = {}  # every GPU seen since start, by uuid (survives re-initialisation)
 
     # ------------------------------------------------------------------------------------------ lifecycle
 
@@ -255,6 +258,17 @@ class NvmlBackend:
             self._shutdown()
             self._schedule_retry()
             raise BackendError(f"NVML failed library-wide ({exc}); re-initialising", "library") from exc
+        # A GPU that fell off the bus may no longer be enumerated after a re-initialisation: keep it
+        # visible as lost (accelerator_up 0) instead of letting its series vanish.
+        seen = {s.device.uuid for s in out}
+        for uuid, dev in self._known.items():
+            if uuid not in seen:
+                with self._xid_lock:
+                    xids = dict(self._xids.get(uuid, {}))
+                out.append(replace(DeviceSample.lost(dev, "no longer enumerated by NVML"), fault_events=xids))
+        for s in out:
+            if s.up:  # not placeholders of GPUs lost before enumeration: they have no real identity
+                self._known[s.device.uuid] = s.device
         return out
 
     def _sample_gpu(self, g: _GpuState) -> DeviceSample:

@@ -333,3 +333,24 @@ def test_registration() -> None:
     assert specs["nvml"].priority == 10
     assert specs["nvml"].supersedes == ("nvidia-smi",)
     assert specs["nvidia-smi"].priority == 20
+
+
+def test_gpu_missing_after_reinitialisation_stays_visible_as_lost() -> None:
+    clock = Clock()
+    nvml = FakeNvml(fleet(3))
+    b = backend(nvml, clock)
+    b.open()
+    assert [s.up for s in b.sample()] == [True, True, True]
+    b.record_xid("GPU-00000000-0000-0000-0000-000000000001", 79)
+    nvml.library_error = NVML_ERROR_LIB_RM_VERSION_MISMATCH
+    with pytest.raises(BackendError):
+        b.sample()
+    nvml.library_error = None
+    del nvml.gpus[1]  # fell off the bus: the driver no longer counts it
+    nvml.gpus[1].index = 1
+    clock.t += 5
+    samples = b.sample()
+    assert [(s.device.uuid[-2:], s.up) for s in samples] == [("00", True), ("02", True), ("01", False)]
+    assert samples[2].error == "no longer enumerated by NVML"
+    assert samples[2].device.model == "NVIDIA A100-SXM4-80GB"
+    assert samples[2].fault_events["79"] == 1
