@@ -6,6 +6,8 @@ import threading
 import time
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from tests.vendors.fake_pynvml import (
     NVML_ERROR_DRIVER_NOT_LOADED,
@@ -354,3 +356,47 @@ def test_gpu_missing_after_reinitialisation_stays_visible_as_lost() -> None:
     assert samples[2].error == "no longer enumerated by NVML"
     assert samples[2].device.model == "NVIDIA A100-SXM4-80GB"
     assert samples[2].fault_events["79"] == 1
+
+
+_FUNCS = [
+    "*",
+    "nvmlDeviceGetUtilizationRates",
+    "nvmlDeviceGetMemoryInfo",
+    "nvmlDeviceGetTemperatureV",
+    "nvmlDeviceGetFieldValues",
+    "nvmlDeviceGetPowerUsage",
+    "nvmlDeviceGetClockInfo",
+    "nvmlDeviceGetCurrentClocksEventReasons",
+    "nvmlDeviceGetTotalEccErrors",
+    "nvmlDeviceGetRemappedRows",
+    "nvmlDeviceGetRetiredPages",
+    "nvmlDeviceGetNvLinkState",
+    "nvmlDeviceGetMigMode",
+    "nvmlDeviceGetMigDeviceHandleByIndex",
+    "nvmlDeviceGetGpuInstanceById",
+]
+_CODES = [1, 2, 3, 4, 6, 9, 10, 13, 15, 16, 18, 21, 26, 999]
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 2), st.sampled_from(_FUNCS), st.sampled_from(_CODES)), max_size=6))
+def test_any_error_pattern_yields_samples_or_backend_error(errors: list[tuple[int, str, int]]) -> None:
+    gpus = fleet(3)
+    gpus[2].mig_mode = 1
+    gpus[2].migs = [FakeMig(1, 0, "MIG-x", 9, "MIG 3g.40gb", 2**34, 0, 3)]
+    gpus[1].nvlinks = {0: {0: 0, 1: 0, 2: 0, 3: 0}}
+    nvml = FakeNvml(gpus)
+    b = backend(nvml)
+    b.open()
+    for gpu, fn, code in errors:
+        nvml.gpus[gpu].errors[fn] = code
+    for _ in range(2):
+        try:
+            samples = b.sample()
+        except BackendError as exc:
+            assert exc.reason in ("library", "init")
+            continue
+        assert [s.device.index for s in samples] == ["0", "1", "2"]
+        for s in samples:
+            assert s.up or (s.utilization_ratio is None and s.error)
+    b.close()
