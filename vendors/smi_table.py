@@ -133,7 +133,7 @@ def used_total(token: str, units: Mapping[str, float], what: str) -> tuple[float
     m = _USED_TOTAL.fullmatch(token.strip())
     if m is None:
         raise ParseError(f"{what}: {token!r} is not 'used/total'")
-    left, right = m.group(1), m.group(2)
+    left, right = m.group(1).strip(), m.group(2).strip()
     unit = _QUANTITY.fullmatch(right)
     if unit is not None and re.fullmatch(_NUMBER, left):
         left += unit.group(2)
