@@ -10,15 +10,20 @@ fixture ``tests/fixtures/iluvatar/ixsmi_BI-V150_4.3.0.txt``)::
     | N/A  35C   P0    N/A / N/A    | 64MiB / 32768MiB     | 0%        Default    |
 
 Units as printed: percent, Celsius, W, MiB, MHz. Every second BI-V150 prints ``N/A / N/A`` power (one
-reading per dual-die board, plausibly): those devices get no power series, never 0. ``ixsmi --query-gpu
-... --format=csv`` exists (vendors.md 3.6) but no real capture of it was found; the table is what this
-backend reads. Identity: no UUID in the table, so ``uuid`` is the PCI bus id (sysfs form).
+reading per dual-die board, plausibly): those devices get no power series, never 0. Identity: no UUID in
+the table, so ``uuid`` is the PCI bus id (sysfs form), in both modes.
+
+``ixsmi --query-gpu=... --format=csv`` (vendors.md 3.6: ixsmi mimics nvidia-smi; SWAN's ``iluvatar.py``
+queries ``board.power.draw``) is read when the backend's option ``mode`` is ``csv``. No real capture of it
+was found, so it is opt-in; its parser is header-driven in nvidia-smi's CSV conventions (``name [unit]``
+headers, ``N/A`` / ``[Not Supported]`` cells) and adds memory-controller utilization.
 """
 
 from __future__ import annotations
 
+import csv
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from vendors import smi_table as t
 from vendors.base import Backend, Device, DeviceSample, ParseError
@@ -81,7 +86,119 @@ def parse(text: str) -> Sequence[DeviceSample]:
     return t.samples_from_blocks(t.device_blocks(text, HEADER, rows=2), identify, read)
 
 
+# Fields of the CSV mode: SWAN's query (which ixsmi answers) plus pci.bus_id for the same identity as the table.
+CSV_FIELDS = (
+    "index",
+    "name",
+    "pci.bus_id",
+    "driver_version",
+    "utilization.gpu",
+    "utilization.memory",
+    "memory.used",
+    "memory.total",
+    "temperature.gpu",
+    "board.power.draw",
+)
+CSV_ARGS = (f"--query-gpu={','.join(CSV_FIELDS)}", "--format=csv")
+_CSV_UNITS: Mapping[str, Mapping[str, float]] = {
+    "%": t.PERCENT_AS_RATIO,
+    "MiB": t.MIB_AS_BYTES,
+    "W": t.WATTS,
+    "MHz": t.MHZ_AS_HERTZ,
+    "": {"": 1.0, "C": 1.0},
+}
+_CSV_HEADER = re.compile(r"(?P<field>[a-z_.]+)(?: \[(?P<unit>[^\]]*)\])?")
+_NA_CELLS = frozenset({"N/A", "[N/A]", "[NOT SUPPORTED]", "[UNKNOWN ERROR]", "[GPU IS LOST]"})
+
+
+def sniff_csv(text: str) -> bool:
+    """``ixsmi --query-gpu --format=csv`` output with a header: index and pci.bus_id columns. nvidia-smi
+    prints the same shape, so the name column must say Iluvatar."""
+    head, _, body = text.partition("\n")
+    return head.startswith("index,") and "pci.bus_id" in head and "Iluvatar" in body
+
+
+def parse_csv(text: str) -> Sequence[DeviceSample]:
+    """``ixsmi --query-gpu=<fields> --format=csv`` (with header) -> one DeviceSample per GPU.
+
+    Columns are found by header name (``memory.used [MiB]``); units come from the header. Needs ``index``,
+    ``name`` and ``pci.bus_id``; other fields are optional. Raises ParseError on anything else.
+    """
+    try:
+        rows = list(csv.reader(text.splitlines(), skipinitialspace=True))
+    except csv.Error as exc:
+        raise ParseError(f"not CSV: {exc}") from exc
+    if not rows:
+        raise ParseError("empty CSV output")
+    fields: dict[str, tuple[int, str]] = {}
+    for i, head in enumerate(rows[0]):
+        m = _CSV_HEADER.fullmatch(head.strip())
+        if m is None:
+            raise ParseError(f"CSV header cell {head!r} is not 'field [unit]'")
+        fields[m["field"]] = (i, m["unit"] or "")
+    missing = [f for f in ("index", "name", "pci.bus_id") if f not in fields]
+    if missing:
+        raise ParseError(f"CSV header lacks {missing}")
+
+    def raw(block: t.Block, field: str) -> str | None:
+        if field not in fields:
+            return None
+        row = block[0]
+        if len(row) != len(rows[0]):
+            raise ParseError(f"CSV row has {len(row)} cells, header has {len(rows[0])}")
+        value = row[fields[field][0]].strip()
+        return None if value.upper() in _NA_CELLS or t.is_not_available(value) else value
+
+    def number(block: t.Block, *names: str) -> float | None:
+        for name in names:
+            value = raw(block, name)
+            if value is not None:
+                unit = fields[name][1]
+                units = _CSV_UNITS.get(unit)
+                if units is None:
+                    raise ParseError(f"{name}: unit {unit!r} is not known")
+                # nounits output prints bare numbers; the default prints "<n> <unit>".
+                token = value if value.endswith(unit) or not unit else f"{value} {unit}"
+                return t.quantity(token, units, name)
+        return None
+
+    def identify(block: t.Block) -> Device:
+        index, name, bus = raw(block, "index"), raw(block, "name"), raw(block, "pci.bus_id")
+        if index is None or not index.isdigit() or not name or bus is None:
+            raise ParseError(f"CSV row {block[0]!r} lacks index/name/pci.bus_id")
+        bus_id = t.pci_bus_id(bus)
+        return Device(
+            VENDOR, name, index, bus_id, pci_bus_id=bus_id, driver_version=raw(block, "driver_version")
+        )
+
+    def read(device: Device, block: t.Block) -> DeviceSample:
+        temp = number(block, "temperature.gpu")
+        clocks = {
+            "sm": number(block, "clocks.current.sm", "clocks.sm"),
+            "memory": number(block, "clocks.current.memory", "clocks.mem"),
+        }
+        return DeviceSample(
+            device=device,
+            utilization_ratio=number(block, "utilization.gpu"),
+            memory_bandwidth_utilization_ratio=number(block, "utilization.memory"),
+            memory_used_bytes=number(block, "memory.used"),
+            memory_total_bytes=number(block, "memory.total"),
+            temperatures_celsius={} if temp is None else {"core": temp},
+            power_watts=number(block, "board.power.draw", "power.draw"),
+            power_limit_watts=number(block, "power.limit", "enforced.power.limit"),
+            clocks_hertz={k: v for k, v in clocks.items() if v is not None},
+        )
+
+    body = [(tuple(row),) for row in rows[1:] if any(c.strip() for c in row)]
+    if not body:
+        raise ParseError("CSV output has no device rows")
+    return t.samples_from_blocks(body, identify, read)
+
+
 def create(ctx: BackendContext) -> Backend:
+    """The table by default; ``mode: csv`` in the backend's options reads the CSV query instead."""
+    if ctx.options.get("mode") == "csv":
+        return ToolBackend("iluvatar", ctx, TOOLS, CSV_ARGS, parse_csv)
     return ToolBackend("iluvatar", ctx, TOOLS, (), parse)
 
 
@@ -95,7 +212,7 @@ register(
         vendor=VENDOR,
         create=create,
         detect=detect,
-        formats=(OutputFormat("ixsmi-table", parse, sniff),),
+        formats=(OutputFormat("ixsmi-table", parse, sniff), OutputFormat("ixsmi-csv", parse_csv, sniff_csv)),
         priority=78,
     )
 )

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 
 from vendors.base import Device, DeviceSample, ParseError
 
@@ -37,6 +37,7 @@ _QUANTITY = re.compile(rf"({_NUMBER})\s*([A-Za-z%]*)")
 _BUS_ID = re.compile(r"(?:([0-9a-fA-F]{1,8}):)?([0-9a-fA-F]{2}):([0-9a-fA-F]{2})\.([0-7])")
 _USED_TOTAL = re.compile(rf"(N/A|{_NUMBER}\s*[A-Za-z]*)\s*/\s*(N/A|{_NUMBER}\s*[A-Za-z]*)")
 _RULE_CHARS = frozenset("+-=|")
+_PROCESS_TITLE = re.compile(r"process(es)?\b", re.IGNORECASE)
 
 Cells = tuple[str, ...]
 Block = tuple[Cells, ...]
@@ -63,7 +64,7 @@ def device_blocks(text: str, header: str, rows: int) -> list[Block]:
 
     The table starts at the first rule after the first line containing ``header`` (a column title unique
     to the format) and ends at the first line without a ``|`` (a blank line before the process table, or
-    the end of the text). A block that is not closed by a rule is a cut-off output: it is dropped, so that
+    the end of the text) or at a ``Processes:`` title glued to it. A block that is not closed by a rule is a cut-off output: it is dropped, so that
     device reads as missing rather than with half its values. Raises ParseError when the header is absent
     (usage text, another tool, garbage), when a closed block has the wrong number of lines, or when no
     complete device block remains.
@@ -87,7 +88,7 @@ def device_blocks(text: str, header: str, rows: int) -> list[Block]:
                 blocks.append(tuple(current))
                 current = []
             continue
-        if "|" not in line:
+        if "|" not in line or _PROCESS_TITLE.match(cells(line)[0]):
             break
         current.append(cells(line))
     if not blocks:
@@ -157,7 +158,7 @@ def header_value(text: str, pattern: str) -> str | None:
 
 
 def samples_from_blocks(
-    blocks: list[Block],
+    blocks: Sequence[Block],
     identify: Callable[[Block], Device],
     read: Callable[[Device, Block], DeviceSample],
 ) -> list[DeviceSample]:

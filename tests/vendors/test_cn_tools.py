@@ -31,7 +31,7 @@ CASES = [
     ("iluvatar", "ixsmi", "iluvatar/ixsmi_BI-V150_4.3.0.txt", "ixsmi-table", 16),
     ("enflame", "efsmi", "enflame/efsmi_S60_1.2.0.301.txt", "efsmi-table", 2),
 ]
-OURS = {fmt for _, _, _, fmt, _ in CASES}
+OURS = {fmt for _, _, _, fmt, _ in CASES} | {"ixsmi-csv"}
 OWN_FORMAT = {fixture: fmt for _, _, fixture, fmt, _ in CASES}
 MODULES = {"cambricon": cambricon, "kunlunxin": kunlunxin, "metax": metax, "mthreads": mthreads}
 MODULES |= {"iluvatar": iluvatar, "enflame": enflame}
