@@ -100,12 +100,16 @@ CSV_FIELDS = (
     "board.power.draw",
 )
 CSV_ARGS = (f"--query-gpu={','.join(CSV_FIELDS)}", "--format=csv")
-_CSV_UNITS: Mapping[str, Mapping[str, float]] = {
-    "%": t.PERCENT_AS_RATIO,
-    "MiB": t.MIB_AS_BYTES,
-    "W": t.WATTS,
-    "MHz": t.MHZ_AS_HERTZ,
-    "": {"": 1.0, "C": 1.0},
+# Units a CSV cell may carry (SWAN's iluvatar.py strips "%", "MiB"/"GiB", "C", "W" from the cells); a bare
+# number (``nounits``) takes the unit of its header.
+_CSV_UNITS: Mapping[str, float] = {
+    "%": 0.01,
+    "MiB": t.MIB,
+    "GiB": 1024 * t.MIB,
+    "W": 1.0,
+    "MHz": 1e6,
+    "C": 1.0,
+    "": 1.0,
 }
 _CSV_HEADER = re.compile(r"(?P<field>[a-z_.]+)(?: \[(?P<unit>[^\]]*)\])?")
 _NA_CELLS = frozenset({"N/A", "[N/A]", "[NOT SUPPORTED]", "[UNKNOWN ERROR]", "[GPU IS LOST]"})
@@ -153,13 +157,8 @@ def parse_csv(text: str) -> Sequence[DeviceSample]:
         for name in names:
             value = raw(block, name)
             if value is not None:
-                unit = fields[name][1]
-                units = _CSV_UNITS.get(unit)
-                if units is None:
-                    raise ParseError(f"{name}: unit {unit!r} is not known")
-                # nounits output prints bare numbers; the default prints "<n> <unit>".
-                token = value if value.endswith(unit) or not unit else f"{value} {unit}"
-                return t.quantity(token, units, name)
+                token = value if value[-1:].isalpha() or value.endswith("%") else f"{value} {fields[name][1]}"
+                return t.quantity(token, _CSV_UNITS, name)
         return None
 
     def identify(block: t.Block) -> Device:

@@ -101,6 +101,9 @@ def test_csv_mode_reads_the_same_devices_by_header() -> None:
 def test_csv_nounits_and_missing_identity() -> None:
     nounits = "index, name, pci.bus_id, memory.used [MiB]\n0, Iluvatar BI-V150, 00000000:13:00.0, 64\n"
     assert iluvatar.parse_csv(nounits)[0].memory_used_bytes == 64 * MIB
+    other_units = "index, name, pci.bus_id, memory.total [MiB], temperature.gpu\n0, Iluvatar BI-V150, 0000:13:00.0, 32 GiB, 35 C\n"
+    gpu = iluvatar.parse_csv(other_units)[0]
+    assert (gpu.memory_total_bytes, gpu.temperatures_celsius) == (32768 * MIB, {"core": 35.0})
     with pytest.raises(ParseError):
         iluvatar.parse_csv("index, name\n0, Iluvatar BI-V150\n")
     with pytest.raises(ParseError):
