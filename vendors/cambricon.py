@@ -51,7 +51,7 @@ def parse(text: str) -> Sequence[DeviceSample]:
 
     def identify(block: t.Block) -> Device:
         head = t.cell(block, 0, 0).split()
-        if len(head) < 4 or not head[0].isdigit():
+        if len(head) < 4 or not t.is_index(head[0]) or not (head[1] == "/" or t.is_index(head[1])):
             raise ParseError(f"card line {t.cell(block, 0, 0)!r} is not 'Card VF Name Firmware'")
         card, vf = head[0], head[1]
         bus = t.pci_bus_id(t.cell(block, 0, 1))

@@ -59,7 +59,7 @@ def parse(text: str) -> Sequence[DeviceSample]:
         head = t.cell(block, 0, 0).split()
         bus_ecc = t.cell(block, 0, 2).split()
         dused_sn = t.cell(block, 1, 2).split()
-        if len(head) < 2 or not head[0].isdigit() or not bus_ecc:
+        if len(head) < 2 or not t.is_index(head[0]) or not bus_ecc:
             raise ParseError(f"GCU line {t.cell(block, 0, 0)!r} is not 'DEV NAME'")
         bus = t.pci_bus_id(bus_ecc[0])
         sn = dused_sn[1] if len(dused_sn) > 1 else None

@@ -50,7 +50,7 @@ def parse(text: str) -> Sequence[DeviceSample]:
 
     def identify(block: t.Block) -> Device:
         head = t.cell(block, 0, 0).split()
-        if len(head) < 2 or not head[0].isdigit():
+        if len(head) < 2 or not t.is_index(head[0]):
             raise ParseError(f"GPU line {t.cell(block, 0, 0)!r} is not 'GPU Name'")
         bus = t.pci_bus_id(t.cell(block, 0, 1))
         return Device(
@@ -163,7 +163,7 @@ def parse_csv(text: str) -> Sequence[DeviceSample]:
 
     def identify(block: t.Block) -> Device:
         index, name, bus = raw(block, "index"), raw(block, "name"), raw(block, "pci.bus_id")
-        if index is None or not index.isdigit() or not name or bus is None:
+        if index is None or not t.is_index(index) or not name or bus is None:
             raise ParseError(f"CSV row {block[0]!r} lacks index/name/pci.bus_id")
         bus_id = t.pci_bus_id(bus)
         return Device(

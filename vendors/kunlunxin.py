@@ -87,7 +87,7 @@ def parse_v5(text: str) -> Sequence[DeviceSample]:
     def identify(block: t.Block) -> Device:
         head = t.cell(block, 0, 0).split()
         bus = t.cell(block, 0, 1).split()
-        if len(head) < 3 or not head[0].isdigit() or not bus:
+        if len(head) < 3 or not t.is_index(head[0]) or not bus:
             raise ParseError(f"XPU line {t.cell(block, 0, 0)!r} is not 'XPU Name Persistence-M'")
         bus_id = t.pci_bus_id(bus[0])
         return Device(
@@ -165,7 +165,7 @@ def parse_v4(text: str) -> Sequence[DeviceSample]:
 
     def identify(block: t.Block) -> Device:
         index = col(block, "DevID")
-        if not index.isdigit():
+        if not t.is_index(index):
             raise ParseError(f"DevID {index!r} is not a number")
         bus_id = t.pci_bus_id(col(block, "PCI Addr"))
         sn = col(block, "SN") if "SN" in names else ""

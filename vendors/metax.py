@@ -53,7 +53,7 @@ def parse(text: str) -> Sequence[DeviceSample]:
 
     def identify(block: t.Block) -> Device:
         head = t.cell(block, 0, 0).split()
-        if len(head) < 2 or not head[0].isdigit():
+        if len(head) < 2 or not t.is_index(head[0]):
             raise ParseError(f"GPU line {t.cell(block, 0, 0)!r} is not 'GPU NAME'")
         bus = t.pci_bus_id(t.cell(block, 0, 1))
         return Device(

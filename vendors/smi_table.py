@@ -64,10 +64,10 @@ def device_blocks(text: str, header: str, rows: int) -> list[Block]:
 
     The table starts at the first rule after the first line containing ``header`` (a column title unique
     to the format) and ends at the first line without a ``|`` (a blank line before the process table, or
-    the end of the text) or at a ``Processes:`` title glued to it. A block that is not closed by a rule is a cut-off output: it is dropped, so that
-    device reads as missing rather than with half its values. Raises ParseError when the header is absent
-    (usage text, another tool, garbage), when a closed block has the wrong number of lines, or when no
-    complete device block remains.
+    the end of the text) or at a ``Processes:`` title glued to it. A block that is not closed by a rule is
+    a cut-off output: it is dropped, so that device reads as missing rather than with half its values.
+    Raises ParseError when the header is absent (usage text, another tool, garbage), when a closed block
+    has the wrong number of lines, or when no complete device block remains.
     """
     lines = text.splitlines()
     start = next((i for i, line in enumerate(lines) if header in line), None)
@@ -102,6 +102,11 @@ def cell(block: Block, row: int, col: int) -> str:
         return block[row][col]
     except IndexError:
         raise ParseError(f"device block line {row + 1} has no cell {col + 1}") from None
+
+
+def is_index(token: str) -> bool:
+    """A device index as tools print it: ASCII digits only (``str.isdigit`` also accepts "²" and "٣")."""
+    return re.fullmatch(r"[0-9]{1,6}", token) is not None
 
 
 def is_not_available(token: str) -> bool:
