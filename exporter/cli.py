@@ -178,7 +178,7 @@ def assemble(
             node = backend.scenario.node
             attribution = _sim_attribution(backend, clocks)
         timeout = bs.timeout or 2 * interval
-        backends.append((backend, PollSettings(interval, timeout, bs.stale_after)))
+        backends.append((backend, PollSettings(interval, timeout, bs.stale_after, spec.supplement)))
     poller = Poller()
     for backend, ps in backends:
         poller.add(backend, ps, clocks.wall, clocks.monotonic)

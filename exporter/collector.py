@@ -24,7 +24,7 @@ from prometheus_client.registry import Collector as _ClientCollector
 from exporter import catalog as C
 from exporter.attribution import Attribution, AttributionSource, Holder
 from exporter.poller import BackendView
-from vendors.base import DeviceSample, Slice
+from vendors.base import DeviceSample, Slice, merge_samples
 
 log = logging.getLogger(__name__)
 
@@ -106,15 +106,9 @@ def families(
     exported; the caller logs them once).
     """
     out = _Families(defs if defs is not None else C.by_name())
-    seen: set[tuple[str, str]] = set()
     views = tuple(views)
-    for view in views:
-        for s in view.samples:
-            ident = (s.device.vendor, s.device.uuid)
-            if ident in seen:  # two backends reading the same device: the first one listed wins
-                continue
-            seen.add(ident)
-            _device(out, node, s, attribution, unknown)
+    for s in _merged(views):
+        _device(out, node, s, attribution, unknown)
     for view in views:
         b = {"backend": view.backend}
         out.add(C.BACKEND_UP, b, 1 if view.up else 0)
@@ -128,6 +122,21 @@ def families(
     if mapping_up is not None:
         out.add(C.POD_MAPPING_UP, {}, 1 if mapping_up else 0)
     return out.result()
+
+
+def _merged(views: Sequence[BackendView]) -> list[DeviceSample]:
+    """One sample per device: of two primary backends reading the same device the first listed wins;
+    supplementing backends' samples are overlaid onto it (vendors.base.merge_samples)."""
+    primary: dict[tuple[str, str], DeviceSample] = {}
+    for view in views:
+        if not view.supplement:
+            for s in view.samples:
+                primary.setdefault((s.device.vendor, s.device.uuid), s)
+    merged = list(primary.values())
+    for view in views:
+        if view.supplement:
+            merged = merge_samples(merged, view.samples)
+    return merged
 
 
 def _device(
@@ -167,6 +176,9 @@ def _device(
             1,
         )
     if not s.up:
+        # Fault counters survive a lost device: XID 79 is counted exactly when the GPU falls off the bus.
+        for code, v in sorted(s.fault_events.items()):
+            out.add(C.FAULT_EVENTS, {**labels, "code": str(code)}, v)
         return
 
     for attr, name in _SCALARS:

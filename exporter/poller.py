@@ -41,6 +41,8 @@ class PollSettings:
     """A call into the backend (open or sample) running longer than this counts as failed (reason timeout)."""
     stale_after: float | None = None
     """Serve the last good snapshot at most this long after it was taken; None = 2 * interval + timeout."""
+    supplement: bool = False
+    """The backend's samples overlay other backends' samples of the same device (BackendSpec.supplement)."""
 
     @property
     def staleness_bound(self) -> float:
@@ -64,6 +66,7 @@ class BackendView:
     errors: Mapping[str, int]  # reason -> count since start
     generation: int
     fresh: bool
+    supplement: bool = False
 
     @property
     def cache_key(self) -> tuple[Any, ...]:
@@ -162,6 +165,7 @@ class BackendPoller:
                 errors=self._errors_view,
                 generation=self._generation,
                 fresh=fresh,
+                supplement=self.settings.supplement,
             )
 
     # -- polling (supervisor thread, or a test calling poll_once) ------------------------------------

@@ -421,69 +421,6 @@ def _ratio_of(conn: _Conn, fields: Mapping[int, Any], key: str) -> float | None:
     return r if 0.0 <= r <= 1.0 else None
 
 
-def merge_samples(primary: Sequence[DeviceSample], supplement: Sequence[DeviceSample]) -> list[DeviceSample]:
-    """Overlay DCGM samples onto NVML (or nvidia-smi) samples of the same uuid.
-
-    From the supplement: the profiling ratios and DRAM active (preferred over NVML's utilization.memory, as
-    the catalog says), health and vendor metrics. Identity, ``up`` and every other reading stay the
-    primary's; a lost primary device stays lost with nothing overlaid. Supplement samples for uuids the
-    primary does not know are appended unchanged.
-    """
-    by_uuid = {s.device.uuid: s for s in supplement}
-    out: list[DeviceSample] = []
-    for p in primary:
-        s = by_uuid.pop(p.device.uuid, None)
-        if s is None or not p.up:
-            out.append(p)
-            continue
-        out.append(
-            replace(
-                p,
-                sm_active_ratio=s.sm_active_ratio if s.sm_active_ratio is not None else p.sm_active_ratio,
-                sm_occupancy_ratio=(
-                    s.sm_occupancy_ratio if s.sm_occupancy_ratio is not None else p.sm_occupancy_ratio
-                ),
-                tensor_active_ratio=(
-                    s.tensor_active_ratio if s.tensor_active_ratio is not None else p.tensor_active_ratio
-                ),
-                memory_bandwidth_utilization_ratio=(
-                    s.memory_bandwidth_utilization_ratio
-                    if s.memory_bandwidth_utilization_ratio is not None
-                    else p.memory_bandwidth_utilization_ratio
-                ),
-                health={**p.health, **s.health},
-                vendor_metrics={**p.vendor_metrics, **s.vendor_metrics},
-                slices=_merge_slices(p.slices, s.slices),
-            )
-        )
-    out.extend(by_uuid.values())
-    return out
-
-
-def _merge_slices(primary: Sequence[Slice], supplement: Sequence[Slice]) -> tuple[Slice, ...]:
-    """Overlay per-GPU-instance activity (slice_id "<gi>") onto the primary's slices "<gi>/<ci>"."""
-    by_gi = {s.slice_id: s for s in supplement}
-    out = []
-    for p in primary:
-        s = by_gi.get(p.slice_id.split("/", 1)[0])
-        if s is None:
-            out.append(p)
-            continue
-        out.append(
-            replace(
-                p,
-                utilization_ratio=s.utilization_ratio
-                if s.utilization_ratio is not None
-                else p.utilization_ratio,
-                sm_active_ratio=s.sm_active_ratio if s.sm_active_ratio is not None else p.sm_active_ratio,
-                sm_occupancy_ratio=(
-                    s.sm_occupancy_ratio if s.sm_occupancy_ratio is not None else p.sm_occupancy_ratio
-                ),
-            )
-        )
-    return tuple(out)
-
-
 def _s(v: Any) -> str | None:
     if v is None:
         return None
@@ -541,5 +478,6 @@ SPEC = register(
         detect=detect,
         metrics=(PROFILING_SUSPECT_METRIC,),
         priority=15,
+        supplement=True,
     )
 )

@@ -212,6 +212,38 @@ def test_same_device_from_two_backends_is_served_once() -> None:
     assert series(fams, C.UTILIZATION) == {lab(): 0.1}
 
 
+def test_supplement_overlays_readings_but_never_up_or_identity() -> None:
+    nvml = view(
+        DeviceSample(
+            DEV, utilization_ratio=0.9, memory_bandwidth_utilization_ratio=0.2, health={"pcie": True}
+        ),
+        DeviceSample.lost(DEV2, "GPU is lost"),
+    )
+    dcgm = view(
+        DeviceSample(
+            Device("nvidia", "x", "0", "GPU-a"),
+            sm_occupancy_ratio=0.25,
+            memory_bandwidth_utilization_ratio=0.6,
+            health={"memory": False},
+        ),
+        DeviceSample(Device("nvidia", "x", "1", "GPU-b"), sm_occupancy_ratio=0.5),
+        backend="dcgm",
+        supplement=True,
+    )
+    fams = families("n1", [nvml, dcgm], Attribution(), None)
+    assert series(fams, C.UP) == {lab(): 1.0, lab(device="1", uuid="GPU-b"): 0.0}
+    assert series(fams, C.UTILIZATION) == {lab(): 0.9}
+    assert series(fams, C.SM_OCCUPANCY) == {lab(): 0.25}  # the lost GPU-b gets nothing overlaid
+    assert series(fams, C.MEMORY_BANDWIDTH) == {lab(): 0.6}  # DRAM active beats NVML's memory utilization
+    assert series(fams, C.HEALTH) == {lab(subsystem="memory"): 0.0, lab(subsystem="pcie"): 1.0}
+
+
+def test_lost_device_keeps_its_fault_counters() -> None:
+    lost = DeviceSample(DEV, up=False, error="fallen off the bus", fault_events={"79": 1, "31": 0})
+    fams = families("n1", [view(lost)], Attribution(), None)
+    assert series(fams, C.FAULT_EVENTS) == {lab(code="31"): 0.0, lab(code="79"): 1.0}
+
+
 def test_vendor_metrics_from_declarations_only() -> None:
     vm = VendorMetric(
         "accelerator_huawei_aicpu_utilization_ratio", "gauge", "ratio", "AI CPU busy.", "npu-smi"

@@ -9,14 +9,13 @@ import pytest
 
 from tests.vendors.fake_pydcgm import DCGM_FP64_BLANK, FakeGpuInfo, FakeHostEngine
 from tests.vendors.fake_pynvml import FakeNvml, fleet
-from vendors.base import BackendError
+from vendors.base import BackendError, merge_samples
 from vendors.dcgm import (
     PROFILING_SUSPECT,
     DcgmBackend,
     detect,
     is_blank,
     load_bindings,
-    merge_samples,
 )
 from vendors.nvml import NvmlBackend
 from vendors.registry import BackendContext, all_specs
