@@ -177,8 +177,8 @@ def _device(
         )
     if not s.up:
         # Fault counters survive a lost device: XID 79 is counted exactly when the GPU falls off the bus.
-        for code, v in sorted(s.fault_events.items()):
-            out.add(C.FAULT_EVENTS, {**labels, "code": str(code)}, v)
+        for code, count in sorted(s.fault_events.items()):
+            out.add(C.FAULT_EVENTS, {**labels, "code": str(code)}, count)
         return
 
     for attr, name in _SCALARS:
