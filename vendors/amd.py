@@ -740,7 +740,8 @@ class AmdSmiLibrary:
         return [self._sample_one(h, dev) for _, h, dev in self._handles]
 
     def _sample_one(self, h: Any, dev: Device) -> DeviceSample:
-        lib, errors, notes = self.lib, [], Notes()
+        lib, notes = self.lib, Notes()
+        errors: list[str] = []
         calls = 0
 
         def get(fn: str, *args: Any) -> Any:
