@@ -55,20 +55,21 @@ ECC_DEFERRED = VendorMetric(
 
 
 # Scale to base unit, by lower-cased unit text. Memory "MB" is MiB on AMD and Hygon tools (see module doc).
-_SCALES: dict[str, dict[str, float]] = {
-    "power": {"w": 1.0, "mw": 1e-3, "uw": 1e-6, "µw": 1e-6, "μw": 1e-6, "kw": 1e3},
-    "energy": {"j": 1.0, "mj": 1e-3, "uj": 1e-6, "µj": 1e-6, "μj": 1e-6, "kj": 1e3},
+_SCALES: dict[str, dict[str, tuple[float, float]]] = {
+    # unit -> (multiplier, divisor); dividing keeps 41 % == 0.41 and 53 mW == 0.053 exact in binary floats
+    "power": {"w": (1, 1), "mw": (1, 1e3), "uw": (1, 1e6), "µw": (1, 1e6), "μw": (1, 1e6), "kw": (1e3, 1)},
+    "energy": {"j": (1, 1), "mj": (1, 1e3), "uj": (1, 1e6), "µj": (1, 1e6), "μj": (1, 1e6), "kj": (1e3, 1)},
     "bytes": {
-        "b": 1.0,
-        "kb": 1024.0,
-        "kib": 1024.0,
-        "mb": 1024.0**2,
-        "mib": 1024.0**2,
-        "gb": 1024.0**3,
-        "gib": 1024.0**3,
+        "b": (1, 1),
+        "kb": (1024, 1),
+        "kib": (1024, 1),
+        "mb": (1024**2, 1),
+        "mib": (1024**2, 1),
+        "gb": (1024**3, 1),
+        "gib": (1024**3, 1),
     },
-    "celsius": {"c": 1.0, "°c": 1.0, "mc": 1e-3, "m°c": 1e-3},
-    "percent": {"%": 0.01},
+    "celsius": {"c": (1, 1), "°c": (1, 1), "mc": (1, 1e3), "m°c": (1, 1e3)},
+    "percent": {"%": (1, 100)},
 }
 
 _NUMBER = re.compile(r"^\s*([-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)\s*([^\d\s].*?)?\s*$")
@@ -152,7 +153,8 @@ def scaled(raw: object, kind: str, default_unit: str | None, notes: Notes, what:
     if scale is None:
         notes.add(f"{what}: unknown unit {unit[:20]!r}")
         return None
-    return x * scale
+    mult, div = scale
+    return x * mult / div
 
 
 def ratio(raw: object, notes: Notes, what: str) -> float | None:
@@ -345,9 +347,8 @@ def amd_smi_sample(idx: str, entry: Mapping[str, Any], ident: Identity | None = 
         if (n := count(ecc.get(key))) is not None
     }
     deferred = count(ecc.get("total_deferred_count"))
-    return DeviceSample(
+    sample = DeviceSample(
         device=_amd_device(VENDOR, idx, ident),
-        error=notes.text(),
         utilization_ratio=ratio(usage.get("gfx_activity"), notes, "usage.gfx_activity"),
         memory_bandwidth_utilization_ratio=ratio(usage.get("umc_activity"), notes, "usage.umc_activity"),
         memory_used_bytes=nonneg(
@@ -376,6 +377,7 @@ def amd_smi_sample(idx: str, entry: Mapping[str, Any], ident: Identity | None = 
         pcie_replay_errors=count(pcie.get("replay_count")),
         vendor_metrics={ECC_DEFERRED.name: float(deferred)} if deferred is not None else {},
     )
+    return with_notes(sample, notes)
 
 
 def with_notes(sample: DeviceSample, notes: Notes) -> DeviceSample:
@@ -793,11 +795,8 @@ class AmdSmiLibrary:
             if isinstance(power, Mapping)
             else None
         )
-        if errors:
-            notes.add("unsupported or failed: " + ", ".join(errors)[:160])
-        return DeviceSample(
+        sample = DeviceSample(
             device=dev,
-            error=notes.text(),
             utilization_ratio=ratio(field_of(activity, "gfx_activity"), notes, "gfx_activity"),
             memory_bandwidth_utilization_ratio=ratio(
                 field_of(activity, "umc_activity"), notes, "umc_activity"
@@ -818,6 +817,9 @@ class AmdSmiLibrary:
             pcie_replay_errors=count(field_of(field_of(pcie, "pcie_metric"), "pcie_replay_count")),
             vendor_metrics={ECC_DEFERRED.name: float(deferred)} if deferred is not None else {},
         )
+        if errors:
+            notes.add("unsupported or failed: " + ", ".join(errors)[:160])
+        return with_notes(sample, notes)
 
 
 # ---------------------------------------------------------------------------------------------------
