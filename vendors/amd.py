@@ -26,12 +26,14 @@ import importlib.util
 import json
 import logging
 import math
+import os
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from vendors.base import BackendError, Device, DeviceSample, ParseError, VendorMetric
+from vendors.command import SubprocessRunner
 from vendors.registry import BackendContext, BackendSpec, Detection, OutputFormat, register
 
 log = logging.getLogger(__name__)
@@ -154,7 +156,7 @@ def scaled(raw: object, kind: str, default_unit: str | None, notes: Notes, what:
         notes.add(f"{what}: unknown unit {unit[:20]!r}")
         return None
     mult, div = scale
-    return x * mult / div
+    return _finite(x * mult / div)
 
 
 def ratio(raw: object, notes: Notes, what: str) -> float | None:
@@ -374,7 +376,7 @@ def amd_smi_sample(idx: str, entry: Mapping[str, Any], ident: Identity | None = 
             scaled(energy.get("total_energy_consumption"), "energy", "J", notes, "energy"), notes, "energy"
         ),
         ecc_errors=ecc_counts,
-        pcie_replay_errors=count(pcie.get("replay_count")),
+        pcie_replay_errors=count(_first(pcie, "replay_count", "pcie_replay_count")),
         vendor_metrics={ECC_DEFERRED.name: float(deferred)} if deferred is not None else {},
     )
     return with_notes(sample, notes)
@@ -783,7 +785,7 @@ class AmdSmiLibrary:
             acc = quantity(_first(energy, "energy_accumulator", "power"))
             res = quantity(energy.get("counter_resolution"))
             if acc is not None and res is not None:
-                joules = nonneg(acc[0] * res[0] * 1e-6, notes, "energy")
+                joules = nonneg(_finite(acc[0] * res[0] / 1e6), notes, "energy")
         ecc_counts = {
             kind: n
             for kind, key in (("corrected", "correctable_count"), ("uncorrected", "uncorrectable_count"))
@@ -843,6 +845,7 @@ ROCM_SMI_ARGS = (
     "--json",
 )
 SOURCES = ("auto", "amdsmi", "amd-smi", "rocm-smi")
+KFD_PATH = "/dev/kfd"  # created by the amdgpu (ROCm) kernel driver
 
 
 def _import_amdsmi() -> Any:
@@ -898,7 +901,10 @@ class AmdBackend:
         return self._kind
 
     def open(self) -> None:
-        if self.source in ("auto", "amdsmi"):
+        # In auto mode the library is only used live: a capture (RecordingRunner) must record tool output
+        # and a replay (ReplayRunner) must not read this host's GPUs.
+        live = isinstance(self.ctx.runner, SubprocessRunner)
+        if self.source == "amdsmi" or (self.source == "auto" and live):
             try:
                 module = self._module if self._module is not None else _import_amdsmi()
                 lib = AmdSmiLibrary(module)
@@ -923,7 +929,10 @@ class AmdBackend:
         if self._kind is None:
             self.open()
         if self._lib is not None:
-            return self._lib.sample()
+            try:
+                return self._lib.sample()
+            except Exception as exc:  # a library fault outside the per-call errors fails this poll only
+                raise BackendError(f"amdsmi: {type(exc).__name__}: {exc}"[:200], reason="library") from exc
         assert self._tool is not None
         if self._kind == "amd-smi":
             if not self._static or self._polls % STATIC_REFRESH_POLLS == 0:
@@ -950,9 +959,12 @@ class AmdBackend:
 
 
 def detect(ctx: BackendContext) -> Detection:
-    """Found when ``amdsmi`` is importable, or ``amd-smi``/``rocm-smi`` is on PATH (Hygon's is claimed first)."""
-    if importlib.util.find_spec("amdsmi") is not None:
-        return Detection(True, "python package amdsmi is importable")
+    """Found when ``amdsmi`` is importable and the amdgpu driver is loaded (``/dev/kfd``; the package is on
+    PyPI and may sit on hosts without AMD GPUs), or ``amd-smi``/``rocm-smi`` is on PATH (Hygon's DTK
+    ``rocm-smi`` is claimed first by the ``hygon`` backend, which supersedes this one)."""
+    kfd = str(ctx.options.get("kfd_path", KFD_PATH))
+    if importlib.util.find_spec("amdsmi") is not None and os.path.exists(kfd):
+        return Detection(True, f"python package amdsmi is importable and {kfd} exists")
     for tool in ("amd-smi", "rocm-smi"):
         if path := ctx.runner.which(tool):
             return Detection(True, f"{tool} found at {path}")
