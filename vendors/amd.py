@@ -935,7 +935,8 @@ class AmdBackend:
                 raise BackendError(f"amdsmi: {type(exc).__name__}: {exc}"[:200], reason="library") from exc
         assert self._tool is not None
         if self._kind == "amd-smi":
-            if not self._static or self._polls % STATIC_REFRESH_POLLS == 0:
+            # Not retried every poll when it fails: a hanging `static` would cost a timeout each time.
+            if self._polls % STATIC_REFRESH_POLLS == 0:
                 self._refresh_static()
             self._polls += 1
             out = self.ctx.runner.run([self._tool, *AMD_SMI_METRIC], self.timeout)
