@@ -4,7 +4,8 @@ Vendor layer. Three sources, tried in this order by ``AmdBackend`` (``options["s
 
 1. the ``amdsmi`` Python package (ROCm ``py-interface``: ``amdsmi_interface.py``), read per call;
 2. ``amd-smi metric --json`` each poll plus ``amd-smi static --json`` for identity and power cap;
-3. ``rocm-smi ... --json`` (deprecated by AMD, still the only tool on older hosts).
+3. ``rocm-smi ... --json`` (deprecated by AMD, still the only tool on older hosts; ``ROCM_SMI_ARGS``,
+   falling back to ``ROCM_SMI_MINIMAL_ARGS`` if the tool refuses a flag).
 
 Every number is converted to base units by reading its unit (amd-smi ``{"value", "unit"}`` pairs, the
 ``(B)``/``(MiB)``/``(uJ)`` suffix of rocm-smi keys). AMD's "MB" is 2**20 bytes: ``amd_smi.cc`` divides
@@ -33,7 +34,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from vendors.base import BackendError, Device, DeviceSample, ParseError, VendorMetric
-from vendors.command import SubprocessRunner
+from vendors.command import CommandRunner, SubprocessRunner
 from vendors.registry import BackendContext, BackendSpec, Detection, OutputFormat, register
 
 log = logging.getLogger(__name__)
@@ -829,21 +830,42 @@ class AmdSmiLibrary:
 
 AMD_SMI_METRIC = ("metric", "--json")
 AMD_SMI_STATIC = ("static", "--json")
-ROCM_SMI_ARGS = (
+# The flags gpustack runs against rocm-smi 6.2.4 and DTK 24.04.3 (source of both JSON fixtures) ...
+ROCM_SMI_BASE_ARGS = (
     "-i",
     "--showmeminfo",
     "vram",
     "--showpower",
-    "--showmaxpower",
     "--showserial",
     "--showuse",
-    "--showmemuse",
     "--showtemp",
     "--showproductname",
     "--showuniqueid",
-    "--showbus",
-    "--json",
 )
+# ... plus power cap, bus id, memory busy %: tried first, dropped for good if the tool refuses them.
+ROCM_SMI_EXTRA_ARGS = ("--showmaxpower", "--showbus", "--showmemuse")
+ROCM_SMI_ARGS = (*ROCM_SMI_BASE_ARGS, *ROCM_SMI_EXTRA_ARGS, "--json")
+ROCM_SMI_MINIMAL_ARGS = (*ROCM_SMI_BASE_ARGS, "--json")
+
+
+class FlagFallback:
+    """Runs a rocm-smi-family tool with the full flag set; if it exits non-zero, retries with the minimal
+    set and keeps that one (an older build that rejects a flag would otherwise fail every poll)."""
+
+    def __init__(self, full: Sequence[str], minimal: Sequence[str]) -> None:
+        self.candidates = [tuple(full)] if tuple(full) == tuple(minimal) else [tuple(full), tuple(minimal)]
+
+    def run(self, runner: CommandRunner, tool: str, timeout: float) -> str:
+        while True:
+            try:
+                return runner.run([tool, *self.candidates[0]], timeout).stdout
+            except BackendError as exc:
+                if exc.reason != "exit_status" or len(self.candidates) == 1:
+                    raise
+                log.warning("%s refused %s (%s): retrying with fewer flags", tool, self.candidates[0], exc)
+                self.candidates.pop(0)
+
+
 SOURCES = ("auto", "amdsmi", "amd-smi", "rocm-smi")
 KFD_PATH = "/dev/kfd"  # created by the amdgpu (ROCm) kernel driver
 
@@ -895,6 +917,7 @@ class AmdBackend:
         self._static: dict[str, Identity] = {}
         self._polls = 0
         self._tracker = LostTracker("amd-smi")
+        self._flags = FlagFallback(ROCM_SMI_ARGS, ROCM_SMI_MINIMAL_ARGS)
 
     @property
     def active_source(self) -> str | None:
@@ -941,8 +964,9 @@ class AmdBackend:
             self._polls += 1
             out = self.ctx.runner.run([self._tool, *AMD_SMI_METRIC], self.timeout)
             return self._tracker.merge(parse_amd_smi_metric(out.stdout, self._static))
-        out = self.ctx.runner.run([self._tool, *ROCM_SMI_ARGS], self.timeout)
-        return self._tracker.merge(parse_rocm_smi_json(out.stdout))
+        return self._tracker.merge(
+            parse_rocm_smi_json(self._flags.run(self.ctx.runner, self._tool, self.timeout))
+        )
 
     def _refresh_static(self) -> None:
         # Identity is best-effort: a failing `static` leaves the last good one (or index-based ids).
@@ -998,9 +1022,12 @@ SPEC = register(
 __all__ = [
     "ECC_DEFERRED",
     "FORMATS",
+    "ROCM_SMI_ARGS",
+    "ROCM_SMI_MINIMAL_ARGS",
     "SPEC",
     "AmdBackend",
     "AmdSmiLibrary",
+    "FlagFallback",
     "Identity",
     "LostTracker",
     "device_uuid",

@@ -26,7 +26,10 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from vendors.amd import (
+    ROCM_SMI_ARGS,
+    ROCM_SMI_MINIMAL_ARGS,
     UNKNOWN_MODEL,
+    FlagFallback,
     LostTracker,
     Notes,
     hygon_card,
@@ -47,19 +50,10 @@ log = logging.getLogger(__name__)
 
 VENDOR = "hygon"
 DEFAULT_TIMEOUT_SECONDS = 10.0
-# The rocm-smi flags gpustack runs on DTK 24.04.3 (source of the JSON fixture); hy-smi is the same fork.
-SMI_ARGS = (
-    "-i",
-    "--showmeminfo",
-    "vram",
-    "--showpower",
-    "--showserial",
-    "--showuse",
-    "--showtemp",
-    "--showproductname",
-    "--showuniqueid",
-    "--json",
-)
+# The same flags as AMD's rocm-smi (the DTK tools are its fork); the minimal set is what gpustack ran on
+# DTK 24.04.3 to produce the JSON fixture.
+SMI_ARGS = ROCM_SMI_ARGS
+SMI_MINIMAL_ARGS = ROCM_SMI_MINIMAL_ARGS
 DETECT_ARGS = ("--showproductname", "--json")
 DETECT_TIMEOUT_SECONDS = 5.0
 
@@ -137,7 +131,8 @@ def parse_hygon_output(raw: str) -> list[DeviceSample]:
 
 
 class HygonBackend:
-    """Backend ``hygon``: runs ``hy-smi`` (else DTK ``rocm-smi``) with ``SMI_ARGS`` each poll.
+    """Backend ``hygon``: runs ``hy-smi`` (else DTK ``rocm-smi``) with ``SMI_ARGS`` each poll
+    (``SMI_MINIMAL_ARGS`` from the first refusal on).
 
     ``options``: ``tool`` (a path or name; default hy-smi, then rocm-smi), ``args`` (list, replaces
     ``SMI_ARGS``), ``timeout_seconds`` (10). A DCU that disappears from the output is reported lost.
@@ -148,8 +143,9 @@ class HygonBackend:
     def __init__(self, ctx: BackendContext) -> None:
         self.ctx = ctx
         self.timeout = float(ctx.options.get("timeout_seconds", DEFAULT_TIMEOUT_SECONDS))
-        args: Any = ctx.options.get("args", SMI_ARGS)
-        self.args = tuple(str(a) for a in args)
+        args: Any = ctx.options.get("args")
+        full = tuple(str(a) for a in args) if args else SMI_ARGS
+        self._flags = FlagFallback(full, full if args else SMI_MINIMAL_ARGS)
         self._tool: str | None = None
         self._tracker = LostTracker("hy-smi")
 
@@ -166,8 +162,9 @@ class HygonBackend:
         if self._tool is None:
             self.open()
         assert self._tool is not None
-        out = self.ctx.runner.run([self._tool, *self.args], self.timeout)
-        return self._tracker.merge(parse_hygon_output(out.stdout))
+        return self._tracker.merge(
+            parse_hygon_output(self._flags.run(self.ctx.runner, self._tool, self.timeout))
+        )
 
     def close(self) -> None:
         self._tool = None

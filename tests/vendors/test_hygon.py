@@ -277,3 +277,24 @@ def test_fuzz_values_of_every_key(key: str, value: Any) -> None:
 
 def test_amd_module_is_not_claimed_twice() -> None:
     assert amd.SPEC.priority > hygon.SPEC.priority and hygon.SPEC.supersedes == ("amd",)
+
+
+@pytest.mark.slow
+def test_tool_refusing_extra_flags_falls_back_to_the_minimal_set(tmp_path: Path) -> None:
+    calls = tmp_path / "calls"
+    body = (
+        f'echo "$*" >> {calls}\n'
+        'case " $* " in *" --showmaxpower "*) echo "rocm-smi: error: unrecognized arguments" >&2; exit 2;; esac\n'
+        f"cat {FIX / JSON_FIXTURE}"
+    )
+    fake_tool(tmp_path, "hy-smi", body)
+    backend = hygon.HygonBackend(_ctx(tmp_path))
+    (s,) = backend.sample()
+    assert s.power_watts == 80.0
+    backend.sample()
+    lines = calls.read_text().splitlines()
+    assert lines == [
+        " ".join(hygon.SMI_ARGS),
+        " ".join(hygon.SMI_MINIMAL_ARGS),
+        " ".join(hygon.SMI_MINIMAL_ARGS),
+    ]
