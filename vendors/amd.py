@@ -871,7 +871,11 @@ KFD_PATH = "/dev/kfd"  # created by the amdgpu (ROCm) kernel driver
 
 
 def _import_amdsmi() -> Any:
-    return importlib.import_module("amdsmi")
+    # The package loads libamd_smi.so with ctypes at import: a missing or broken library is an OSError.
+    try:
+        return importlib.import_module("amdsmi")
+    except OSError as exc:
+        raise ImportError(f"amdsmi: cannot load libamd_smi: {exc}") from exc
 
 
 class LostTracker:
