@@ -400,10 +400,17 @@ def parse_amd_smi_metric(raw: str, static: Mapping[str, Identity] | None = None)
     return [amd_smi_sample(idx, entry, static.get(idx)) for idx, entry in entries]
 
 
+_AMD_SMI_SECTION = re.compile(
+    r'"(usage|power|temperature|mem_usage|ecc|pcie|energy|clock|asic|bus|board|limit)"\s*:'
+)
+
+
 def sniff_amd_smi_json(raw: str) -> bool:
-    """amd-smi JSON: a list of objects with "gpu", or {"gpu_data": ...}; never Hygon output."""
+    """amd-smi JSON: objects with an integer "gpu" and amd-smi section names (or {"gpu_data": ...});
+    never Hygon output."""
     head = raw.lstrip()[:4000]
-    return ('"gpu_data"' in head or re.search(r'"gpu"\s*:', head) is not None) and not hygon_markers(head)
+    gpu = '"gpu_data"' in head or re.search(r'"gpu"\s*:\s*\d', head) is not None
+    return gpu and _AMD_SMI_SECTION.search(head) is not None and not hygon_markers(head)
 
 
 # ---------------------------------------------------------------------------------------------------
