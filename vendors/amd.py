@@ -72,6 +72,7 @@ _SCALES: dict[str, dict[str, tuple[float, float]]] = {
         "gib": (1024**3, 1),
     },
     "celsius": {"c": (1, 1), "°c": (1, 1), "mc": (1, 1e3), "m°c": (1, 1e3)},
+    "hertz": {"hz": (1, 1), "khz": (1e3, 1), "mhz": (1e6, 1), "ghz": (1e9, 1)},
     "percent": {"%": (1, 100)},
 }
 
@@ -350,6 +351,7 @@ def amd_smi_sample(idx: str, entry: Mapping[str, Any], ident: Identity | None = 
         if (n := count(ecc.get(key))) is not None
     }
     deferred = count(ecc.get("total_deferred_count"))
+    clocks = amd_smi_clocks(_section(entry, "clock"), notes)
     sample = DeviceSample(
         device=_amd_device(VENDOR, idx, ident),
         utilization_ratio=ratio(usage.get("gfx_activity"), notes, "usage.gfx_activity"),
@@ -361,6 +363,7 @@ def amd_smi_sample(idx: str, entry: Mapping[str, Any], ident: Identity | None = 
             scaled(mem.get("total_vram"), "bytes", "MB", notes, "mem_usage.total_vram"), notes, "total_vram"
         ),
         temperatures_celsius=temps,
+        clocks_hertz=clocks,
         power_watts=nonneg(
             scaled(
                 _first(power, "socket_power", "current_socket_power", "average_socket_power"),
@@ -381,6 +384,20 @@ def amd_smi_sample(idx: str, entry: Mapping[str, Any], ident: Identity | None = 
         vendor_metrics={ECC_DEFERRED.name: float(deferred)} if deferred is not None else {},
     )
     return with_notes(sample, notes)
+
+
+def amd_smi_clocks(clock: Mapping[str, Any], notes: Notes) -> dict[str, float]:
+    """``clock.gfx_N.clk`` -> graphics, ``clock.mem_N.clk`` -> memory (Hz): the first instance that reads
+    (MI300 has one gfx clock per XCD; they run together)."""
+    out: dict[str, float] = {}
+    for domain, prefix in (("graphics", "gfx_"), ("memory", "mem_")):
+        for key in sorted((k for k in clock if str(k).startswith(prefix)), key=str):
+            sub = clock[key]
+            hz = scaled(sub.get("clk") if isinstance(sub, Mapping) else None, "hertz", "MHz", notes, key)
+            if hz is not None and hz >= 0:
+                out[domain] = hz
+                break
+    return out
 
 
 def with_notes(sample: DeviceSample, notes: Notes) -> DeviceSample:
@@ -462,6 +479,11 @@ def parse_amd_smi_monitor(raw: str) -> list[DeviceSample]:
             for kind, col in (("corrected", "SINGLE_ECC"), ("uncorrected", "DOUBLE_ECC"))
             if (n := count(row.get(col))) is not None
         }
+        clocks = {
+            domain: hz
+            for domain, col in (("graphics", "GFX_CLOCK"), ("memory", "MEM_CLOCK"))
+            if (hz := scaled(row.get(col), "hertz", "MHz", notes, col)) is not None
+        }
         sample = DeviceSample(
             device=_amd_device(VENDOR, idx, None),
             utilization_ratio=ratio(row.get("GFX_UTIL"), notes, "GFX_UTIL"),
@@ -473,6 +495,7 @@ def parse_amd_smi_monitor(raw: str) -> list[DeviceSample]:
                 scaled(row.get("VRAM_TOTAL"), "bytes", "MB", notes, "VRAM_TOTAL"), notes, "VRAM_TOTAL"
             ),
             temperatures_celsius=temps,
+            clocks_hertz=clocks,
             power_watts=nonneg(scaled(row.get("POWER"), "power", "W", notes, "POWER"), notes, "POWER"),
             ecc_errors=ecc,
             pcie_replay_errors=count(row.get("PCIE_REPLAY")),
@@ -686,7 +709,8 @@ class AmdSmiLibrary:
     (°C), ``amdsmi_get_power_info`` (``socket_power``/``current_socket_power``/``average_socket_power`` W),
     ``amdsmi_get_power_cap_info`` (``power_cap`` µW), ``amdsmi_get_energy_count`` (``energy_accumulator``,
     older ``power``, times ``counter_resolution`` µJ), ``amdsmi_get_gpu_total_ecc_count``,
-    ``amdsmi_get_pcie_info`` (``pcie_metric.pcie_replay_count``). Identity: ``amdsmi_get_gpu_asic_info``,
+    ``amdsmi_get_pcie_info`` (``pcie_metric.pcie_replay_count``), ``amdsmi_get_clock_info(h,
+    AmdSmiClkType.GFX|MEM)`` (``clk`` MHz). Identity: ``amdsmi_get_gpu_asic_info``,
     ``amdsmi_get_gpu_board_info``, ``amdsmi_get_gpu_device_bdf``, ``amdsmi_get_gpu_driver_info``.
     Unsupported readings come back as "N/A" or raise ``AmdSmiLibraryException(ERR_NOT_SUPPORTED)``: None.
     """
@@ -781,6 +805,15 @@ class AmdSmiLibrary:
                     )
                     if t is not None:
                         temps[sensor] = t
+        clocks: dict[str, float] = {}
+        ctype = getattr(lib, "AmdSmiClkType", None)
+        for domain, name in (("graphics", "GFX"), ("memory", "MEM")):
+            if ctype is not None and hasattr(ctype, name):
+                info = get("amdsmi_get_clock_info", getattr(ctype, name))
+                raw = _first(info, "clk", "cur_clk") if isinstance(info, Mapping) else None
+                hz = scaled(raw, "hertz", "MHz", notes, f"clock {name}")
+                if hz is not None and hz >= 0:
+                    clocks[domain] = hz
         power = get("amdsmi_get_power_info")
         cap = get("amdsmi_get_power_cap_info")
         energy = get("amdsmi_get_energy_count")
@@ -818,6 +851,7 @@ class AmdSmiLibrary:
                 scaled(field_of(vram, "vram_total"), "bytes", "MB", notes, "vram_total"), notes, "vram_total"
             ),
             temperatures_celsius=temps,
+            clocks_hertz=clocks,
             power_watts=nonneg(scaled(power_raw, "power", "W", notes, "socket_power"), notes, "socket_power"),
             power_limit_watts=nonneg(
                 scaled(field_of(cap, "power_cap"), "power", "uW", notes, "power_cap"), notes, "cap"

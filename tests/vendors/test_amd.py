@@ -62,6 +62,7 @@ def test_amd_smi_monitor_rocm62_exact_values() -> None:
     assert s.power_limit_watts is None
     assert s.ecc_errors == {"corrected": 0, "uncorrected": 0}
     assert s.pcie_replay_errors == 0
+    assert s.clocks_hertz == {"graphics": 1920e6, "memory": 1000e6}
     assert s.error is None
 
 
@@ -157,6 +158,11 @@ def _metric_entry(gpu: int, *, power: object, ecc: tuple[int, int, int] = (0, 0,
             "total_deferred_count": ecc[2],
         },
         "pcie": {"width": 16, "speed": {"value": 16, "unit": "GT/s"}, "replay_count": 7},
+        "clock": {
+            "gfx_0": {"clk": {"value": 1700, "unit": "MHz"}, "min_clk": {"value": 500, "unit": "MHz"}},
+            "gfx_1": {"clk": "N/A"},
+            "mem_0": {"clk": {"value": 1600, "unit": "MHz"}, "deep_sleep": "DISABLED"},
+        },
     }
 
 
@@ -209,6 +215,7 @@ def test_mi250x_two_gcds_are_two_devices_in_both_json_shapes(shape: str) -> None
     assert s0.ecc_errors == {"corrected": 3, "uncorrected": 1}
     assert s0.vendor_metrics == {amd.ECC_DEFERRED.name: 2.0}
     assert s0.pcie_replay_errors == 7
+    assert s0.clocks_hertz == {"graphics": 1700e6, "memory": 1600e6}
     assert s1.power_watts is None
     assert s1.power_limit_watts == 500.0
 
@@ -371,7 +378,9 @@ def make_amdsmi(gpus: list[dict[str, Any]], init_error: int | None = None) -> ty
     average_socket_power (W or "N/A"), gfx_voltage.., power_limit}, ``amdsmi_get_power_cap_info`` ->
     {power_cap (µW), ...}, ``amdsmi_get_energy_count`` -> {energy_accumulator, counter_resolution (µJ),
     timestamp}, ``amdsmi_get_gpu_total_ecc_count`` -> {correctable_count, uncorrectable_count,
-    deferred_count}, ``amdsmi_get_pcie_info`` -> {pcie_static, pcie_metric{pcie_replay_count, ...}}.
+    deferred_count}, ``amdsmi_get_pcie_info`` -> {pcie_static, pcie_metric{pcie_replay_count, ...}},
+    ``amdsmi_get_clock_info(h, AmdSmiClkType.GFX|MEM)`` -> {clk, min_clk, max_clk (MHz), clk_locked,
+    clk_deep_sleep} (``GFX`` is an alias of ``SYS`` in the real enum).
     Errors are ``AmdSmiLibraryException(err_code)``; unsupported readings are "N/A" or
     ``ERR_NOT_SUPPORTED``. Each ``gpus`` dict gives one handle's answers; a key holding an ``AmdSmiRetCode``
     makes that call raise it (so does a missing key: ``ERR_NOT_SUPPORTED``); ``"gone": True`` makes every call raise ``ERR_NOT_FOUND``.
@@ -384,6 +393,7 @@ def make_amdsmi(gpus: list[dict[str, Any]], init_error: int | None = None) -> ty
     m.AmdSmiInitFlags = IntEnum("AmdSmiInitFlags", {"INIT_ALL_PROCESSORS": 0xFFFFFFFF, "INIT_AMD_GPUS": 2})  # type: ignore[attr-defined]
     m.AmdSmiTemperatureType = IntEnum("AmdSmiTemperatureType", {"EDGE": 0, "HOTSPOT": 1, "VRAM": 2})  # type: ignore[attr-defined]
     m.AmdSmiTemperatureMetric = IntEnum("AmdSmiTemperatureMetric", {"CURRENT": 0, "CRITICAL": 1})  # type: ignore[attr-defined]
+    m.AmdSmiClkType = IntEnum("AmdSmiClkType", {"SYS": 0, "GFX": 0, "DF": 1, "DCEF": 2, "SOC": 3, "MEM": 4})  # type: ignore[attr-defined]
     state: dict[str, Any] = {"init": None, "shut_down": 0}
     handles = [object() for _ in gpus]
 
@@ -414,6 +424,7 @@ def make_amdsmi(gpus: list[dict[str, Any]], init_error: int | None = None) -> ty
     m.amdsmi_shut_down = amdsmi_shut_down  # type: ignore[attr-defined]
     m.amdsmi_get_processor_handles = lambda: list(handles)  # type: ignore[attr-defined]
     m.amdsmi_get_temp_metric = amdsmi_get_temp_metric  # type: ignore[attr-defined]
+    m.amdsmi_get_clock_info = lambda h, clk_type: answer("clock", h, clk_type.name)  # type: ignore[attr-defined]
     for fn, key in (
         ("amdsmi_get_gpu_asic_info", "asic"),
         ("amdsmi_get_gpu_board_info", "board"),
@@ -455,6 +466,10 @@ def _mi300x_gcd(serial: str, bdf: str) -> dict[str, Any]:
         "energy": {"energy_accumulator": 81_000_000_000, "counter_resolution": 15.259, "timestamp": 1},
         "ecc": {"correctable_count": 12, "uncorrectable_count": 0, "deferred_count": 0},
         "pcie": {"pcie_static": {"max_pcie_width": 16}, "pcie_metric": {"pcie_replay_count": 0}},
+        "clock": {
+            "SYS": {"clk": 2100, "min_clk": 500, "max_clk": 2100, "clk_locked": False, "clk_deep_sleep": 0},
+            "MEM": {"clk": 1300, "min_clk": 900, "max_clk": 1300, "clk_locked": "N/A", "clk_deep_sleep": 0},
+        },
     }
 
 
@@ -482,6 +497,7 @@ def test_amdsmi_library_exact_values_and_unsupported_edge() -> None:
     assert s.ecc_errors == {"corrected": 12, "uncorrected": 0}
     assert s.vendor_metrics == {amd.ECC_DEFERRED.name: 0.0}
     assert s.pcie_replay_errors == 0
+    assert s.clocks_hertz == {"graphics": 2100e6, "memory": 1300e6}
     assert s.error is not None and "amdsmi_get_temp_metric: 2" in s.error
     backend.close()
     assert lib.state["shut_down"] == 1
