@@ -58,14 +58,15 @@ DETECT_ARGS = ("--showproductname", "--json")
 DETECT_TIMEOUT_SECONDS = 5.0
 
 
-def parse_hygon_json(raw: str) -> list[DeviceSample]:
+def parse_hygon_json(raw: str, require_markers: bool = True) -> list[DeviceSample]:
     """``hy-smi --json`` / DTK ``rocm-smi --json`` -> one DeviceSample per DCU. Raises ParseError.
 
-    Output without any Hygon marker is refused (it is AMD's rocm-smi: use ``rocm-smi-json``).
+    As an ``inspect`` format, output without any Hygon marker is refused (it is AMD's rocm-smi: use
+    ``rocm-smi-json``); the backend, which knows it ran a Hygon tool, passes ``require_markers=False``.
     """
     doc = load_json(raw, "hy-smi")
     cards = rocm_smi_cards(doc, "hy-smi")
-    if not any(hygon_card(card) for _, card in cards):
+    if require_markers and not any(hygon_card(card) for _, card in cards):
         raise ParseError("hy-smi: no DCU keys or Hygon vendor string: this is AMD rocm-smi output")
     driver = rocm_smi_driver(doc) if isinstance(doc, Mapping) else None
     return [rocm_smi_sample(VENDOR, idx, card, driver) for idx, card in cards]
@@ -125,9 +126,11 @@ def sniff_hygon_table(raw: str) -> bool:
     return any(_TABLE_HEADER.match(line) and "DCU%" in line for line in raw.splitlines()[:20])
 
 
-def parse_hygon_output(raw: str) -> list[DeviceSample]:
+def parse_hygon_output(raw: str, require_markers: bool = True) -> list[DeviceSample]:
     """JSON when the tool printed JSON, else the table (older hy-smi builds ignore ``--json``)."""
-    return parse_hygon_json(raw) if raw.lstrip()[:1] in ("{", "[") else parse_hygon_table(raw)
+    if raw.lstrip()[:1] in ("{", "["):
+        return parse_hygon_json(raw, require_markers)
+    return parse_hygon_table(raw)
 
 
 class HygonBackend:
@@ -163,7 +166,9 @@ class HygonBackend:
             self.open()
         assert self._tool is not None
         return self._tracker.merge(
-            parse_hygon_output(self._flags.run(self.ctx.runner, self._tool, self.timeout))
+            parse_hygon_output(
+                self._flags.run(self.ctx.runner, self._tool, self.timeout), require_markers=False
+            )
         )
 
     def close(self) -> None:

@@ -298,3 +298,14 @@ def test_tool_refusing_extra_flags_falls_back_to_the_minimal_set(tmp_path: Path)
         " ".join(hygon.SMI_MINIMAL_ARGS),
         " ".join(hygon.SMI_MINIMAL_ARGS),
     ]
+
+
+@pytest.mark.slow
+def test_backend_trusts_its_own_tool_without_markers(tmp_path: Path) -> None:
+    """A DTK build printing AMD-style keys is still Hygon when hy-smi printed it; as a format it is AMD's."""
+    amd_style = FIX.parent / "amd" / "rocm-smi_json_rx7800xt_rocm6.2.4.json"
+    fake_tool(tmp_path, "hy-smi", f"cat {amd_style}")
+    (s,) = hygon.HygonBackend(_ctx(tmp_path)).sample()
+    assert s.device.vendor == "hygon" and s.power_watts == 53.0
+    with pytest.raises(ParseError):
+        hygon.parse_hygon_json(amd_style.read_text())
