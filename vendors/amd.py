@@ -861,8 +861,11 @@ class AmdSmiLibrary:
             pcie_replay_errors=count(field_of(field_of(pcie, "pcie_metric"), "pcie_replay_count")),
             vendor_metrics={ECC_DEFERRED.name: float(deferred)} if deferred is not None else {},
         )
-        if errors:
-            notes.add("unsupported or failed: " + ", ".join(errors)[:160])
+        # NOT_SUPPORTED is the vendor saying "cannot tell" (no series), not a failure worth a note.
+        unsupported = f": {int(getattr(getattr(lib, 'AmdSmiRetCode', None), 'ERR_NOT_SUPPORTED', 2))}"
+        failed = [e for e in errors if not e.endswith(unsupported)]
+        if failed:
+            notes.add("failed: " + ", ".join(failed)[:160])
         return with_notes(sample, notes)
 
 
