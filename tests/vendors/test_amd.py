@@ -797,3 +797,12 @@ def test_capture_and_replay_use_the_cli_not_the_library(tmp_path: Path) -> None:
     s0, s1 = backend.sample()  # static was not recorded: identity falls back, readings are there
     assert (s0.device.uuid, s0.power_watts, s1.power_watts) == ("amd-index-0", 377.0, None)
     assert lib.state["init"] is None
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    raw=st.text(max_size=300) | st.sampled_from([fixture(n) for n, _ in FUZZ_TARGETS]).map(lambda t: t[:150])
+)
+def test_sniffers_never_raise(raw: str) -> None:
+    for name in ("amd-smi-json", "amd-smi-monitor", "rocm-smi-json", "hy-smi-json", "hy-smi-table"):
+        assert all_formats()[name].sniff(raw) in (True, False)
