@@ -181,9 +181,9 @@ def nonneg(x: float | None, notes: Notes, what: str) -> float | None:
 
 
 def count(raw: object) -> int | None:
-    """A cumulative count (ECC, PCIe replays): a non-negative integer, else None."""
+    """A cumulative count (ECC, PCIe replays): a non-negative integer without a unit, else None."""
     q = quantity(raw)
-    if q is None:
+    if q is None or q[1] is not None:
         return None
     x = q[0]
     if x < 0 or x != int(x) or x > 2**63:

@@ -806,3 +806,8 @@ def test_capture_and_replay_use_the_cli_not_the_library(tmp_path: Path) -> None:
 def test_sniffers_never_raise(raw: str) -> None:
     for name in ("amd-smi-json", "amd-smi-monitor", "rocm-smi-json", "hy-smi-json", "hy-smi-table"):
         assert all_formats()[name].sniff(raw) in (True, False)
+
+
+def test_counts_are_plain_non_negative_integers() -> None:
+    assert [amd.count(v) for v in (0, "7", {"value": 3}, 2.0)] == [0, 7, 3, 2]
+    assert [amd.count(v) for v in ("0x1F", "N/A", -1, 2.5, True, "12 W", float("nan"))] == [None] * 7
