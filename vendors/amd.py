@@ -703,7 +703,8 @@ def sniff_rocm_smi_json(raw: str) -> bool:
 class AmdSmiLibrary:
     """Reads GPUs through the ``amdsmi`` Python package (or any module with its API, for tests).
 
-    Calls (ROCm/amdsmi ``py-interface/amdsmi_interface.py``; units per ``src/amd_smi/amd_smi.cc``):
+    Calls (ROCm/amdsmi ``py-interface/amdsmi_interface.py``, names and dict keys checked against the
+    amdsmi 7.0.2 wheel; units per ``src/amd_smi/amd_smi.cc``):
     ``amdsmi_get_gpu_activity`` (gfx/umc %), ``amdsmi_get_gpu_vram_usage`` (MB = MiB),
     ``amdsmi_get_temp_metric(h, AmdSmiTemperatureType.EDGE|HOTSPOT|VRAM, AmdSmiTemperatureMetric.CURRENT)``
     (°C), ``amdsmi_get_power_info`` (``socket_power``/``current_socket_power``/``average_socket_power`` W),

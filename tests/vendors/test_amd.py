@@ -371,7 +371,8 @@ def make_amdsmi(gpus: list[dict[str, Any]], init_error: int | None = None) -> ty
     """A stand-in for the ``amdsmi`` Python package (ROCm/amdsmi ``py-interface/amdsmi_interface.py``,
     documented in its ``README.md`` and rocm.docs.amd.com/projects/amdsmi "Python API reference").
 
-    Same function names, arguments, enum classes and return shapes as the real package:
+    Same function names, arguments, enum classes (and their values) and return shapes as the real package,
+    checked against ``amdsmi_interface.py``/``amdsmi_wrapper.py`` of the amdsmi 7.0.2 wheel on PyPI:
     ``amdsmi_get_gpu_activity`` -> {gfx_activity, umc_activity, mm_activity} (%),
     ``amdsmi_get_gpu_vram_usage`` -> {vram_total, vram_used} (MB), ``amdsmi_get_temp_metric(h, type,
     metric)`` -> int °C, ``amdsmi_get_power_info`` -> {socket_power, current_socket_power,
