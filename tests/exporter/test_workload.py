@@ -17,7 +17,7 @@ PODS = [
             "labels": {"component": "singleuser-server", "hub.jupyter.org/username": "alice-2e"},
             "annotations": {"hub.jupyter.org/username": "alice.e"},
         },
-        "spec": {"nodeName": "gpu-1"},
+        "spec": {"nodeName": "gpu-1", "containers": [{"name": "c"}]},
     },
     {
         "metadata": {
@@ -29,7 +29,7 @@ PODS = [
                 {"kind": "StatefulSet", "name": "bob-nb", "apiVersion": "apps/v1", "uid": "u1"}
             ],
         },
-        "spec": {"nodeName": "gpu-1"},
+        "spec": {"nodeName": "gpu-1", "containers": [{"name": "c"}]},
     },
     {
         "metadata": {
@@ -38,7 +38,7 @@ PODS = [
             "labels": {"job-name": "train", "owner": "carol"},
             "ownerReferences": [{"kind": "Job", "name": "train", "apiVersion": "batch/v1", "uid": "u2"}],
         },
-        "spec": {"nodeName": "gpu-1"},
+        "spec": {"nodeName": "gpu-1", "containers": [{"name": "c"}]},
     },
     {
         "metadata": {
@@ -49,9 +49,12 @@ PODS = [
                 {"kind": "ReplicaSet", "name": "vllm-1", "apiVersion": "apps/v1", "uid": "u3"}
             ],
         },
-        "spec": {"nodeName": "gpu-1"},
+        "spec": {"nodeName": "gpu-1", "containers": [{"name": "c"}]},
     },
-    {"metadata": {"name": "elsewhere", "namespace": "x", "labels": {}}, "spec": {"nodeName": "gpu-2"}},
+    {
+        "metadata": {"name": "elsewhere", "namespace": "x", "labels": {}},
+        "spec": {"nodeName": "gpu-2", "containers": [{"name": "c"}]},
+    },
 ]
 
 
