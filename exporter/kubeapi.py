@@ -68,6 +68,7 @@ async def list_node_pods(node: str, access: ApiAccess, timeout: float = 10.0) ->
                 labels=dict(md.labels or {}),
                 annotations=dict(md.annotations or {}),
                 owner_kinds=tuple(o.kind for o in (md.owner_references or ()) if o.kind),
+                containers=tuple(c.name for c in ((p.spec.containers if p.spec else None) or ())),
             )
         )
     return tuple(out)

@@ -37,6 +37,7 @@ class PodMeta:
     labels: Mapping[str, str]
     annotations: Mapping[str, str]
     owner_kinds: tuple[str, ...] = ()
+    containers: tuple[str, ...] = ()  # container names in spec order (HAMi annotations index them)
 
 
 @dataclass(frozen=True)
