@@ -322,7 +322,7 @@ def missing(a: AlertSpec, spec: Spec) -> Body:
 def exporter_down(a: AlertSpec, spec: Spec) -> Body:
     return (
         _with_node(f"up{{{spec.exporter_job_selector}}} == 0", spec),
-        "xpuwatch exporter down on {{ $labels.node }}",
+        "xpuwatch exporter {{ $labels.instance }} down",
         f"Scrapes of {{{{ $labels.instance }}}} (node {{{{ $labels.node }}}}) have failed for {a.for_} (up = {{{{ $value }}}}); its device alerts are blind.",
     )
 
@@ -330,7 +330,7 @@ def exporter_down(a: AlertSpec, spec: Spec) -> Body:
 def backend_down(a: AlertSpec, spec: Spec) -> Body:
     return (
         _with_node(f"{c.BACKEND_UP} == 0", spec),
-        "xpuwatch backend {{ $labels.backend }} failing on {{ $labels.node }}",
+        "xpuwatch backend {{ $labels.backend }} failing on {{ $labels.instance }}",
         f"Backend {{{{ $labels.backend }}}} of {{{{ $labels.instance }}}} (node {{{{ $labels.node }}}}) has failed its polls for {a.for_} (xpuwatch_backend_up = {{{{ $value }}}}).",
     )
 
