@@ -43,10 +43,11 @@ SCENARIO = {
         {"at": 0, "device": "1", "profile": "training"},
         {"at": 0, "device": "2", "profile": "training"},
         {"at": 0, "device": "3", "profile": "training"},
-        {"at": 6, "device": "0", "fault": "ecc_uncorrectable"},
-        {"at": 6, "device": "1", "fault": "xid:79"},
-        {"at": 6, "device": "2", "fault": "xid:13"},
-        {"at": 6, "device": "3", "fault": "lost"},
+        # late enough for Prometheus to have scraped the counters at 0 first (increase needs two samples)
+        {"at": 15, "device": "0", "fault": "ecc_uncorrectable"},
+        {"at": 15, "device": "1", "fault": "xid:48"},
+        {"at": 15, "device": "2", "fault": "xid:13"},
+        {"at": 15, "device": "3", "fault": "lost"},
     ],
 }
 
@@ -172,7 +173,7 @@ def _firing(base: str) -> set[tuple[str, str, str]]:
 def test_fault_scenario_fires_the_expected_alerts(stack: str) -> None:
     expected = {
         ("AcceleratorEccUncorrectable", "0", ""),
-        ("AcceleratorFaultCritical", "1", "79"),
+        ("AcceleratorFaultCritical", "1", "48"),
         ("AcceleratorFaultApplication", "2", "13"),
         ("AcceleratorLost", "3", ""),
     }
