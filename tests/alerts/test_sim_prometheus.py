@@ -7,6 +7,7 @@ Skips with a reason until the exporter's `serve` with `--sim-config` exists on t
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -102,12 +103,18 @@ def _wait(url: str, proc: subprocess.Popen[bytes], what: str, timeout_s: float =
     raise RuntimeError(f"{what} not ready at {url}")
 
 
-@pytest.fixture
-def stack(tmp_path: Path) -> Iterator[str]:
-    sim = tmp_path / "sim.yaml"
-    sim.write_text(yaml.safe_dump(SCENARIO))
+@contextlib.contextmanager
+def _stack(
+    tmp_path: Path, scenario: dict[str, Any] | None, overrides: dict[str, dict[str, Any]]
+) -> Iterator[str]:
+    """Exporter (sim) + Prometheus scraping it every second with the spec's rules, short durations."""
+    sim_args = []
+    if scenario is not None:
+        sim = tmp_path / "sim.yaml"
+        sim.write_text(yaml.safe_dump(scenario))
+        sim_args = [f"--sim-config={sim}"]
     rules = tmp_path / "rules.yml"
-    rules.write_text(render_rules(load_spec().with_overrides(SHORT)))
+    rules.write_text(render_rules(load_spec().with_overrides(overrides)))
     exporter_port, prom_port = _free_port(), _free_port()
     (tmp_path / "prometheus.yml").write_text(
         yaml.safe_dump(
@@ -129,7 +136,7 @@ def stack(tmp_path: Path) -> Iterator[str]:
                 "exporter.entry",
                 "serve",
                 "--simulate",
-                f"--sim-config={sim}",
+                *sim_args,
                 f"--web.listen-address=127.0.0.1:{exporter_port}",
             ],
             env=ENV,
@@ -159,6 +166,12 @@ def stack(tmp_path: Path) -> Iterator[str]:
                 p.wait(timeout=10)
             except subprocess.TimeoutExpired:
                 p.kill()
+
+
+@pytest.fixture
+def stack(tmp_path: Path) -> Iterator[str]:
+    with _stack(tmp_path, SCENARIO, SHORT) as base:
+        yield base
 
 
 def _firing(base: str) -> set[tuple[str, str, str]]:
@@ -200,3 +213,26 @@ def test_fault_scenario_fires_the_expected_alerts(stack: str) -> None:
         "vendor": "nvidia",
     }
     assert labels["model"] == "NVIDIA A100-SXM4-80GB"
+
+
+def test_default_scenario_raises_no_hardware_alert_and_flags_the_idle_notebook(tmp_path: Path) -> None:
+    """The default fleet has no faults: with every hardware `for` at 0s nothing hardware fires or pends,
+    while the idle notebook (alice's, on the RTX 4090) is flagged at once."""
+    spec = load_spec()
+    overrides: dict[str, dict[str, Any]] = {
+        a.name: {"for": "0s"} for a in spec.alerts if a.category == "hardware"
+    }
+    overrides["AcceleratorIdleNotebook"] = {"for": "0s"}
+    with _stack(tmp_path, None, overrides) as base:
+        deadline = time.monotonic() + 60
+        notebooks: list[dict[str, str]] = []
+        while time.monotonic() < deadline and not notebooks:
+            time.sleep(1)
+            alerts = _get(f"{base}/api/v1/alerts")["data"]["alerts"]
+            notebooks = [a["labels"] for a in alerts if a["labels"]["alertname"] == "AcceleratorIdleNotebook"]
+        time.sleep(5)  # a few more evaluations for any hardware rule to misfire
+        alerts = _get(f"{base}/api/v1/alerts")["data"]["alerts"]
+    assert [a["labels"]["alertname"] for a in alerts if a["labels"]["category"] == "hardware"] == []
+    assert [(n["namespace"], n["pod"], n["owner"], n["action"]) for n in notebooks] == [
+        ("ml-team", "jupyter-alice", "alice", "reclaim")
+    ]
