@@ -18,7 +18,7 @@ from typing import Any
 
 import yaml
 
-from alerts.spec import AlertSpec, Spec
+from alerts.spec import AlertSpec, Spec, SpecError
 from exporter import catalog as c
 
 GROUP_RECORDING = "xpuwatch.recording"
@@ -298,7 +298,11 @@ def telemetry_missing(a: AlertSpec, spec: Spec) -> Body:
     lb = a.value("lookback")
     parts = []
     for const in a.value("metrics"):
-        name = getattr(c, const)
+        name = getattr(c, const, None)
+        if not isinstance(name, str) or name not in {m.name for m in c.catalog()}:
+            raise SpecError(
+                f"alerts.{a.name}.metrics: {const!r} is not a metric constant of exporter/catalog.py"
+            )
         parts.append(
             f"label_replace(\n  count by ({DEVICE_ID}) (max_over_time({name}[{lb}]))\n"
             f'    unless {_ON_DEV} {name},\n  "metric", "{name}", "", ""\n)'

@@ -51,11 +51,11 @@ class AlertSpec:
     params: Mapping[str, Param]
 
     def value(self, key: str) -> Any:
-        """The value of parameter ``key``; KeyError names the alert when the spec lacks it."""
+        """The value of parameter ``key``; SpecError names the alert when the spec lacks it."""
         try:
             return self.params[key].value
         except KeyError:
-            raise KeyError(f"alert {self.name} has no parameter {key!r} in the spec") from None
+            raise SpecError(f"alerts.{self.name}: missing parameter {key!r}") from None
 
 
 @dataclass(frozen=True)
@@ -107,8 +107,11 @@ class Spec:
         raise KeyError(f"no alert {name!r} in the spec")
 
     def rec(self, key: str) -> Any:
-        """The value of recording parameter ``key``."""
-        return self.recording[key].value
+        """The value of recording parameter ``key``; SpecError when the spec lacks it."""
+        try:
+            return self.recording[key].value
+        except KeyError:
+            raise SpecError(f"recording: missing parameter {key!r}") from None
 
     def with_overrides(self, overrides: Mapping[str, Mapping[str, Any]]) -> Spec:
         """A copy with alert parameters replaced: ``{"AlertName": {"for": "0s", "window": "30s"}}``.
@@ -118,10 +121,12 @@ class Spec:
         alerts = []
         for a in self.alerts:
             change = dict(overrides.get(a.name, {}))
-            for_ = change.pop("for", a.for_)
+            for_ = _duration(change.pop("for", a.for_), f"alerts.{a.name}.for")
             unknown = set(change) - set(a.params)
             if unknown:
                 raise SpecError(f"alerts.{a.name}: no parameters {sorted(unknown)} to override")
+            for k, v in change.items():
+                _check_param(k, v, f"alerts.{a.name}.{k}")
             params = {k: Param(change.get(k, p.value), p.reason) for k, p in a.params.items()}
             alerts.append(dataclasses.replace(a, for_=for_, params=MappingProxyType(params)))
         missing = set(overrides) - {a.name for a in self.alerts}
@@ -166,10 +171,47 @@ def _choice(value: Any, choices: tuple[str, ...], path: str) -> str:
     return str(value)
 
 
+def _name(value: Any, path: str) -> str:
+    if not isinstance(value, str) or not re.fullmatch(r"[A-Za-z0-9_.-]+", value):
+        raise SpecError(f"{path}: {value!r} is not a receiver name")
+    return value
+
+
 def _labels(value: Any, path: str) -> tuple[str, ...]:
     if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
         raise SpecError(f"{path}: expected a list of label names")
     return tuple(value)
+
+
+def _number(value: Any, path: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or value != value or value < 0:
+        raise SpecError(f"{path}: {value!r} is not a non-negative number")
+    return value
+
+
+def _check_param(key: str, value: Any, path: str) -> None:
+    """Type-check a parameter by its name, so a typo never reaches the generated PromQL."""
+    if key in ("window", "lookback") or key.endswith("_window"):
+        _duration(value, path)
+    elif key == "codes":
+        for vendor, table in _mapping(value, path).items():
+            if not isinstance(vendor, str) or not re.fullmatch(r"[a-z0-9_]+", vendor):
+                raise SpecError(f"{path}: vendor {vendor!r} is not a vendor label value")
+            for code, meaning in _mapping(table, f"{path}.{vendor}").items():
+                if not re.fullmatch(r"[0-9A-Za-z]+", str(code)) or not isinstance(meaning, str):
+                    raise SpecError(f"{path}.{vendor}: {code!r} must map a code to its meaning")
+    elif key in ("reasons", "metrics"):
+        if (
+            not isinstance(value, list)
+            or not value
+            or not all(isinstance(v, str) and re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", v) for v in value)
+        ):
+            raise SpecError(f"{path}: expected a non-empty list of names")
+    elif key.endswith("_selector"):
+        if not isinstance(value, str) or not value.strip():
+            raise SpecError(f"{path}: expected a label matcher string")
+    else:
+        _number(value, path)
 
 
 def _alert(name: str, node: Any) -> AlertSpec:
@@ -182,8 +224,7 @@ def _alert(name: str, node: Any) -> AlertSpec:
     for key, p in raw.items():
         if key in ("category", "severity", "action", "for"):
             continue
-        if key in ("window", "lookback"):
-            _duration(p.value, f"{path}.{key}")
+        _check_param(key, p.value, f"{path}.{key}")
         params[key] = p
     return AlertSpec(
         name=name,
@@ -200,7 +241,7 @@ def _route(node: Any, path: str) -> RouteSpec:
     v = {k: _param(m.get(k), f"{path}.{k}").value for k in m}
     try:
         return RouteSpec(
-            receiver=str(v["receiver"]),
+            receiver=_name(v["receiver"], f"{path}.receiver"),
             group_by=_labels(v["group_by"], f"{path}.group_by"),
             group_wait=_duration(v["group_wait"], f"{path}.group_wait"),
             group_interval=_duration(v["group_interval"], f"{path}.group_interval"),
@@ -208,6 +249,15 @@ def _route(node: Any, path: str) -> RouteSpec:
         )
     except KeyError as exc:
         raise SpecError(f"{path}: missing {exc.args[0]}") from None
+
+
+def _root_checked(r: Routing) -> Routing:
+    receivers = {r.hardware.receiver, r.performance.receiver, r.remediation.receiver}
+    if r.root_receiver not in receivers:
+        raise SpecError(f"routing.root_receiver: {r.root_receiver!r} is none of {sorted(receivers)}")
+    if len(receivers) != 3:
+        raise SpecError("routing: the hardware, performance and remediation receivers must differ")
+    return r
 
 
 def parse_spec(data: Any) -> Spec:
@@ -218,13 +268,17 @@ def parse_spec(data: Any) -> Spec:
         recording = {
             k: _param(v, f"recording.{k}") for k, v in _mapping(top["recording"], "recording").items()
         }
+        for k, p in recording.items():
+            _check_param(k, p.value, f"recording.{k}")
         pr = _mapping(top["prometheusrule"], "prometheusrule")
         routing = _mapping(top["routing"], "routing")
         inhibition = _mapping(top["inhibition"], "inhibition")
         remediation = dict(_mapping(routing["remediation"], "routing.remediation"))
         actions = _param(remediation.pop("actions", None), "routing.remediation.actions").value
+        if not isinstance(actions, list) or not actions:
+            raise SpecError("routing.remediation.actions: expected a non-empty list of actions")
         for a in actions:
-            _choice(a, ACTIONS, "routing.remediation.actions")
+            _choice(a, tuple(x for x in ACTIONS if x != "none"), "routing.remediation.actions")
 
         def equal(key: str) -> tuple[str, ...]:
             value = _param(inhibition.get(key), f"inhibition.{key}").value
@@ -243,15 +297,21 @@ def parse_spec(data: Any) -> Spec:
             ),
             recording=MappingProxyType(recording),
             alerts=tuple(_alert(name, node) for name, node in alerts_node.items()),
-            routing=Routing(
-                root_receiver=str(_param(routing["root_receiver"], "routing.root_receiver").value),
-                root_group_by=_labels(
-                    _param(routing["root_group_by"], "routing.root_group_by").value, "routing.root_group_by"
-                ),
-                hardware=_route(routing["hardware"], "routing.hardware"),
-                performance=_route(routing["performance"], "routing.performance"),
-                remediation=_route(remediation, "routing.remediation"),
-                remediation_actions=tuple(actions),
+            routing=_root_checked(
+                Routing(
+                    root_receiver=_name(
+                        _param(routing["root_receiver"], "routing.root_receiver").value,
+                        "routing.root_receiver",
+                    ),
+                    root_group_by=_labels(
+                        _param(routing["root_group_by"], "routing.root_group_by").value,
+                        "routing.root_group_by",
+                    ),
+                    hardware=_route(routing["hardware"], "routing.hardware"),
+                    performance=_route(routing["performance"], "routing.performance"),
+                    remediation=_route(remediation, "routing.remediation"),
+                    remediation_actions=tuple(actions),
+                )
             ),
             inhibition=Inhibition(
                 critical_hardware_silences_performance=equal("critical_hardware_silences_performance"),
