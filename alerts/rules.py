@@ -376,11 +376,23 @@ def power_starved(a: AlertSpec, spec: Spec) -> Body:
 
 
 def idle_notebook(a: AlertSpec, spec: Spec) -> Body:
+    """Slice-level first (a notebook on a MIG/vGPU slice: the slice series carry the holder's pod labels and
+    a MIG parent has no device utilization), then device-level for notebooks holding whole devices."""
     u, mem = a.value("utilization_max"), a.value("memory_min_bytes")
+    holder = "node, uuid, namespace, pod, container"
+    notebook = f'0 * ({c.ALLOCATED}{{workload_kind="notebook"}} == 1)'
+    on_slice_holder = (
+        f"max by ({holder}) (\n"
+        f"  ({records(spec).slice_compute} <= {u})\n"
+        f"  and {_ON_SLICE} ({c.SLICE_MEMORY_USED} >= {mem})\n"
+        f")\n  + on ({holder}) group_right\n    {notebook}\n"
+    )
     return (
-        _held_by(
+        f"(\n{on_slice_holder})\nor on ({holder})\n(\n"
+        + _held_by(
             f"({c.UTILIZATION} <= {u}) and {_ON_DEV} ({c.MEMORY_USED} >= {mem})", 'workload_kind="notebook"'
-        ),
+        )
+        + ")",
         "Idle notebook {{ $labels.namespace }}/{{ $labels.pod }} holds an accelerator",
         f"Notebook {_HOLDER} of {{{{ $labels.owner }}}} has held memory on {_DEV} at {_PCT} utilization (at most {_pct(u)}) for {a.for_}.",
     )
