@@ -25,12 +25,15 @@ REMEDIATE_PATH = "/alertmanager/remediate"
 class Endpoints:
     """Where the receivers post and which files hold their bearer tokens.
 
-    Defaults are the in-cluster Services of the Helm chart (relay on 9852, remediation controller on 9853,
-    per the cross-team contract) and the paths where the chart mounts the token Secrets.
+    Defaults are the in-cluster Services of deploy/ (namespace ``xpuwatch``; relay on 9852, remediation
+    controller on 9853, per the cross-team contract), reachable from an Alertmanager in another namespace,
+    and the paths where prometheus-operator mounts a Secret named ``xpuwatch`` listed in the Alertmanager's
+    ``spec.secrets`` (``/etc/alertmanager/secrets/<secret>/<key>``), keys ``relay-token`` and
+    ``remediation-token``.
     """
 
-    relay_url: str = "http://xpuwatch-relay:9852"
-    remediator_url: str = "http://xpuwatch-remediation:9853"
+    relay_url: str = "http://xpuwatch-relay.xpuwatch.svc:9852"
+    remediator_url: str = "http://xpuwatch-remediation.xpuwatch.svc:9853"
     relay_credentials_file: str = "/etc/alertmanager/secrets/xpuwatch/relay-token"
     remediator_credentials_file: str = "/etc/alertmanager/secrets/xpuwatch/remediation-token"
 

@@ -188,3 +188,19 @@ def test_every_alert_has_a_not_yet_and_a_firing_promtool_step() -> None:
 def test_alertmanager_inhibition_uses_spec_equal_labels() -> None:
     cfg = build_config(load_spec())
     assert [r["equal"] for r in cfg["inhibit_rules"]] == [["node", "uuid"], ["node", "uuid"], ["node"]]
+
+
+def test_committed_alertmanager_uses_the_documented_defaults() -> None:
+    cfg = yaml.safe_load((DEFAULT_OUT / "alertmanager.yml").read_text())
+    hooks = {r["name"]: r["webhook_configs"][0] for r in cfg["receivers"]}
+    assert {n: h["url"] for n, h in hooks.items()} == {
+        "oncall-wecom": "http://xpuwatch-relay.xpuwatch.svc:9852/alertmanager/oncall-wecom",
+        "team-feishu": "http://xpuwatch-relay.xpuwatch.svc:9852/alertmanager/team-feishu",
+        "remediate": "http://xpuwatch-remediation.xpuwatch.svc:9853/alertmanager/remediate",
+    }
+    assert {n: h["http_config"]["authorization"]["credentials_file"] for n, h in hooks.items()} == {
+        "oncall-wecom": "/etc/alertmanager/secrets/xpuwatch/relay-token",
+        "team-feishu": "/etc/alertmanager/secrets/xpuwatch/relay-token",
+        "remediate": "/etc/alertmanager/secrets/xpuwatch/remediation-token",
+    }
+    assert all(h["send_resolved"] is True for h in hooks.values())
