@@ -136,13 +136,12 @@ class Server:
         return await handler(request)
 
     async def metrics(self, request: web.Request) -> web.Response:
-        loop = asyncio.get_running_loop()
-        rendered = await loop.run_in_executor(
-            self._executor,
-            self.cache.get,
-            request.headers.get("Accept", ""),
-            request.headers.get("Accept-Encoding", ""),
-        )
+        accept = request.headers.get("Accept", "")
+        encoding = request.headers.get("Accept-Encoding", "")
+        rendered = self.cache.peek(accept, encoding)
+        if rendered is None:  # state changed since the last render: render off the event loop
+            loop = asyncio.get_running_loop()
+            rendered = await loop.run_in_executor(self._executor, self.cache.get, accept, encoding)
         headers = {"Content-Type": rendered.content_type}
         if rendered.gzipped:
             headers["Content-Encoding"] = "gzip"

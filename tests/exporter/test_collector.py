@@ -254,3 +254,24 @@ def test_cache_renders_once_per_state_and_negotiates_formats() -> None:
     state["gen"] = 2
     cache.get("", "")
     assert cache.renders == 3
+
+
+def test_warm_prerenders_every_requested_variant() -> None:
+    state = {"gen": 1}
+    s = DeviceSample(DEV, utilization_ratio=0.5)
+    col = Collector(
+        "n1", lambda now: [view(s, generation=state["gen"])], StaticAttributionSource(), lambda: 0.0
+    )
+    cache = ExpositionCache(col)
+    om = "application/openmetrics-text; version=1.0.0"
+    assert cache.peek(om, "gzip") is None
+    first = cache.get(om, "gzip")
+    assert cache.peek(om, "gzip") is first and cache.renders == 1
+    state["gen"] = 2
+    assert cache.peek(om, "gzip") is None  # state changed, nothing rendered yet
+    cache.warm()
+    assert cache.renders == 2
+    again = cache.peek(om, "gzip")
+    assert again is not None and again.gzipped and again is not first
+    cache.warm()  # same state: no render
+    assert cache.renders == 2
