@@ -294,7 +294,8 @@ def run_capture(args: argparse.Namespace) -> int:
         + ("; redacted" if args.redact else "")
     )
     if not names:
-        print("no vendor tool detected here: " + "; ".join(f"{n}: {w}" for n, w in skipped), file=sys.stderr)
+        why = "; ".join(f"{n}: {w}" for n, w in skipped) or "no auto-detectable backend is registered"
+        print(f"no vendor tool detected here ({why})", file=sys.stderr)
     return 0
 
 

@@ -202,3 +202,30 @@ def test_metrics_doc_check_cli(tmp_path: Path) -> None:
     (tmp_path / "m.md").write_text("old")
     res = run_cli("metrics-doc", "--check", "-o", str(tmp_path / "m.md"))
     assert res.returncode == 1 and f"{tmp_path / 'm.md'} is stale" in res.stderr
+
+
+def test_detection_logs_found_and_skipped(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    import argparse
+    import logging
+
+    from exporter.cli import _backend_names
+
+    registry.all_specs()
+    monkeypatch.setitem(
+        registry._SPECS,
+        "present",
+        BackendSpec("present", "v", FakeToolBackend, lambda c: Detection(True, "tool on PATH")),
+    )
+    monkeypatch.setitem(
+        registry._SPECS,
+        "absent",
+        BackendSpec("absent", "v", FakeToolBackend, lambda c: Detection(False, "absent-smi not found")),
+    )
+    with caplog.at_level(logging.INFO, logger="xpuwatch"):
+        names = _backend_names(argparse.Namespace(), Settings(), SubprocessRunner())
+    assert "present" in names and "absent" not in names
+    assert "backend absent: skipped (absent-smi not found)" in caplog.text
+    assert "backend present: found" in caplog.text
+    assert _backend_names(argparse.Namespace(), Settings(enable=("sim",)), SubprocessRunner()) == ["sim"]
