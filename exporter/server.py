@@ -180,9 +180,7 @@ class Server:
         await self._runner.setup()
         site = web.TCPSite(self._runner, host or None, port, ssl_context=ctx, reuse_address=True)
         await site.start()
-        server = site._server
-        sockets = getattr(server, "sockets", None) or []
-        bound = sockets[0].getsockname() if sockets else (host, port)
+        bound = self._runner.addresses[0] if self._runner.addresses else (host, port)
         self.address = (str(bound[0]), int(bound[1]))
         return self.address
 
