@@ -319,8 +319,9 @@ class Poller:
         return tuple(p.view(now) for p in self.pollers)
 
     def ready(self, now: float) -> tuple[bool, list[str]]:
-        """True when every backend has fresh data; else the names of those without."""
-        missing = [v.backend for v in self.view(now) if not v.up]
+        """True when every backend has fresh data (a successful poll within its staleness bound); else the
+        names of those without."""
+        missing = [v.backend for v in self.view(now) if not v.fresh]
         return (not missing and bool(self.pollers)), missing
 
     def start(self) -> None:
