@@ -79,3 +79,20 @@ timeline: [{at: 0, device: "1", fault: ecc_uncorrectable}]
     ecc = {(dict(k)["device"], dict(k)["type"]): v for k, v in m["accelerator_ecc_errors_total"].items()}
     assert ecc[("1", "uncorrected")] == 1.0 and ecc[("0", "uncorrected")] == 0.0
     assert by_device(m, "accelerator_memory_remap_pending") == {"nvidia/0": 0.0, "nvidia/1": 1.0}
+
+
+def test_openmetrics_exposition_of_the_default_fleet_parses(tmp_path: Path) -> None:
+    from prometheus_client.openmetrics.parser import text_string_to_metric_families as om_parse
+
+    settings = Settings()
+    asm = assemble(settings, ["sim"], CLOCK, SubprocessRunner(), None, {})
+    asm.poller.pollers[0].poll_once()
+    body = asm.cache.get("application/openmetrics-text; version=1.0.0", "").body.decode()
+    fams = {f.name: f for f in om_parse(body)}
+    assert fams["accelerator"].type == "info" and len(fams["accelerator"].samples) == 12
+    assert (
+        fams["accelerator_energy_joules"].type == "counter"
+        and fams["accelerator_energy_joules"].unit == "joules"
+    )
+    assert fams["accelerator_utilization_ratio"].unit == "ratio"
+    assert len(fams["accelerator_allocated"].samples) == 13
