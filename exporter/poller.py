@@ -30,6 +30,8 @@ log = logging.getLogger(__name__)
 OPEN_BACKOFF_INITIAL_SECONDS = 1.0
 OPEN_BACKOFF_MAX_SECONDS = 300.0
 STUCK_RECHECK_SECONDS = 0.5
+# Reasons the poller itself assigns: exported at 0 from the start so that increase() sees the first error.
+POLLER_REASONS = ("timeout", "unexpected")
 
 
 @dataclass(frozen=True)
@@ -131,8 +133,8 @@ class BackendPoller:
         self._last_success: float | None = None
         self._last_ok = False
         self._poll_duration: float | None = None
-        self._errors: dict[str, int] = {}
-        self._errors_view: Mapping[str, int] = MappingProxyType({})
+        self._errors: dict[str, int] = dict.fromkeys(POLLER_REASONS, 0)
+        self._errors_view: Mapping[str, int] = MappingProxyType(dict(self._errors))
         self._generation = 0
         self._opened = False
         self._open_failures = 0
