@@ -69,6 +69,7 @@ class Controller:
         self.history: deque[HistoryEntry] = deque(maxlen=10000)
         self.view = FleetView(0, frozenset(), None)
         self.lock = asyncio.Lock()
+        self._refusal_events: dict[tuple[str, str], datetime] = {}
         self.ctx = Context(kube, settings, session, hub, self.report)
 
     @property
@@ -160,6 +161,15 @@ class Controller:
         if probe.action == "none":
             self.telemetry.decisions.labels("none", "ignore").inc()
             return {"alert": alert.key, "action": "none", "step": "ignore", "detail": probe.reason}
+        if probe.disrupts_node and self.view.observed_at is not None:
+            # In a storm most alerts hit the cap; the guard can tell that without reading the object
+            # (a node with running work is in view.disrupted, so an unread state could only allow more).
+            early = guard.check(
+                probe, alert, TargetState(), self.view, tuple(self.history), now, self.settings.guard
+            )
+            if early.reason == "cap":
+                self.telemetry.decisions.labels(probe.action, probe.step).inc()
+                return await self._refuse(probe, early, now)
         state = await self._state(probe.action, probe.target)
         d = policy.decide(alert, state, tuple(self.history), now, self.settings)
         self.telemetry.decisions.labels(d.action, d.step).inc()
@@ -222,7 +232,13 @@ class Controller:
     async def _refuse(self, d: Decision, v: Verdict, now: datetime) -> dict[str, str]:
         assert v.reason is not None
         self.telemetry.refusals.labels(v.reason).inc()
-        if d.target and v.reason != "duplicate":  # duplicates are Alertmanager's repeats: no Event spam
+        # One Event per target and reason per cooldown: duplicates are Alertmanager's repeats, and a
+        # storm of refused alerts must not turn into a storm of Events on the API server.
+        key = (d.target.key if d.target else "", v.reason)
+        last = self._refusal_events.get(key)
+        quiet = last is not None and (now - last).total_seconds() < self.settings.guard.cooldown_seconds
+        if d.target and v.reason != "duplicate" and not quiet:
+            self._refusal_events[key] = now
             ref = _ref(d.target)
             try:
                 await self.kube.emit_event(

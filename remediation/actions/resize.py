@@ -215,6 +215,7 @@ async def advance(ctx: Context, node: NodeView, p: Progress, now: datetime) -> O
             await _persist(ctx, node.name, p)
         if any(st["state"] not in ("evicted", "gone") for st in pods.values()):
             return Outcome("blocked", "waiting for GPU pods to leave")
+        present = {f"{q.namespace}/{q.name}" for q in await ctx.kube.pods_on_node(node.name)}
         if any(h in present for h, st in pods.items() if st["state"] == "evicted"):
             return Outcome("blocked", "evicted pods still terminating")
         deadline = now + timedelta(seconds=ctx.settings.resize.state_timeout_seconds)

@@ -90,9 +90,9 @@ RULES = (
 
 
 def make_settings(**sections: Any) -> Settings:
-    """Settings for tests: dry-run OFF unless given, a cap of 5 nodes / 10 %, the rules above."""
+    """Settings for tests: dry-run OFF unless given, a cap of 5 nodes, the rules above."""
     guard = sections.pop(
-        "guard", GuardSettings(dry_run=False, max_disrupted_nodes=5, max_disrupted_ratio=0.1)
+        "guard", GuardSettings(dry_run=False, max_disrupted_nodes=5, max_disrupted_ratio=1.0)
     )
     return Settings(
         rules=sections.pop("rules", RULES),
