@@ -14,11 +14,12 @@ import json
 from datetime import datetime, timedelta
 from typing import Any
 
+from ..alert import PayloadError, parse_time
 from ..jupyterhub import BusyKernel, ProbeError, kernels_activity
 from ..kube import KubeError, ObjectRef
 from ..notice import payload, send
 from ..policy import Decision, Target
-from ..progress import RECLAIM_LABEL, Progress, decode, key_for, last_key_for, stamp, unstamp
+from ..progress import RECLAIM_LABEL, Progress, decode, key_for, last_key_for, stamp
 from . import Context, Outcome
 
 STOP_ANNOTATION = "kubeflow-resource-stopped"
@@ -91,7 +92,7 @@ async def notify(ctx: Context, d: Decision, now: datetime) -> Outcome:
         d.alert_key,
         "notified",
         now,
-        {**keep, "deadline": stamp(deadline), "last_activity": stamp(last)},
+        {**keep, "deadline": stamp(deadline), "last_activity": last.isoformat()},
     )
     await _write(ctx, d.target, {key_for("reclaim"): p.encode()}, True)
     out = Outcome("ok", msg)
@@ -115,7 +116,10 @@ async def stop(ctx: Context, t: Target, p: Progress, now: datetime) -> Outcome:
         return Outcome("blocked", f"activity probe failed, not acting: {exc}")
     if last is None:
         return await cancel(ctx, t, now, "a kernel is busy")
-    notified = unstamp(prm.get("last_activity"))
+    try:  # full precision: the Hub reports microseconds, and "later than at notice" must be exact
+        notified: datetime | None = parse_time(prm.get("last_activity"), "last_activity")
+    except PayloadError:
+        notified = None
     if (
         notified is None
         or last > notified
