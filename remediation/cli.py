@@ -11,18 +11,7 @@ import logging
 import signal
 from typing import Any
 
-import aiohttp
-from aiohttp import web
-
-from .alert import now_utc
-from .audit import Audit
-from .controller import Controller
-from .jupyterhub import Hub
-from .kube import Kube
-from .lease import Elector
 from .settings import ConfigError, Settings, load
-from .telemetry import Telemetry
-from .webhook import build_app
 
 log = logging.getLogger(__name__)
 
@@ -80,6 +69,20 @@ def run(args: argparse.Namespace) -> int:
 
 
 async def serve(settings: Settings) -> int:
+    # Imported here: every `xpuwatch` subcommand imports this module, and the Kubernetes client is slow
+    # to import.
+    import aiohttp
+    from aiohttp import web
+
+    from .alert import now_utc
+    from .audit import Audit
+    from .controller import Controller
+    from .jupyterhub import Hub
+    from .kube import Kube
+    from .lease import Elector
+    from .telemetry import Telemetry
+    from .webhook import build_app
+
     kube = await Kube.connect(settings.kube, instance=settings.leader.identity)
     telemetry = Telemetry()
     stop = asyncio.Event()
