@@ -21,7 +21,7 @@ from .actions import Context, Outcome, drain, reclaim, resize
 from .alert import Alert
 from .audit import Audit
 from .guard import FleetView, Verdict
-from .jupyterhub import Hub
+from .jupyterhub import Hub, ProbeError
 from .kube import Kube, KubeError, NodeView, ObjectRef
 from .lease import Elector
 from .notice import payload, send
@@ -264,6 +264,14 @@ class Controller:
         if d.action == "resize" and d.step == "recommend":
             out = await resize.recommend(self.ctx, d, now, dry_run=True)
             detail = f"would recommend: {out.detail}"
+        elif d.action == "reclaim" and d.step == "notify" and d.target:
+            # Reads only: say whether the notebook's own activity would let the reclaim go ahead.
+            try:
+                last = await reclaim.last_activity(self.ctx, d.params, d.target)
+                seen = "a kernel is busy" if last is None else f"last activity {last:%Y-%m-%dT%H:%M:%SZ}"
+            except ProbeError as exc:
+                seen = f"activity probe failed ({exc}), would not act"
+            detail = f"{detail}; {seen}"
         await self.report(
             d.action,
             d.step,

@@ -80,3 +80,15 @@ def test_bad_yaml(tmp_path: Path) -> None:
     (tmp_path / "c.yaml").write_text("rules: [")
     with pytest.raises(ConfigError, match="invalid YAML"):
         load(tmp_path / "c.yaml")
+
+
+def test_the_documented_example_parses() -> None:
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "remediation.md").read_text()
+    block = doc.split("## Configuration", 1)[1].split("```yaml", 1)[1].split("```", 1)[0]
+    import yaml
+
+    raw = yaml.safe_load(block)
+    for section, key in (("webhook", "bearer_token_file"), ("reclaim", "hub_token_file")):
+        raw[section].pop(key)  # secrets files do not exist here
+    s = parse(raw)
+    assert s.guard.dry_run is True and [r.action for r in s.rules] == ["drain", "reclaim", "resize"]
