@@ -99,12 +99,7 @@ class Controller:
         )
         try:
             await self.kube.emit_event(
-                ref,
-                reason,
-                f"[{mode}] {out.detail}",
-                now,
-                "Warning" if warning else "Normal",
-                self.settings.kube.event_namespace,
+                ref, reason, f"[{mode}] {out.detail}", now, "Warning" if warning else "Normal"
             )
         except KubeError as exc:
             self.telemetry.errors.labels("events").inc()
@@ -247,7 +242,6 @@ class Controller:
                     f"{d.action} {d.step} refused ({v.reason}): {v.detail}",
                     now,
                     "Warning",
-                    self.settings.kube.event_namespace,
                 )
             except KubeError:
                 self.telemetry.errors.labels("events").inc()

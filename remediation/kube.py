@@ -347,12 +347,13 @@ class Kube:
         message: str,
         now: datetime,
         type_: str = "Normal",
-        namespace: str = "",
     ) -> None:
-        """Create a core/v1 Event (required: metadata, involvedObject; plus reason, message, type, source,
-        count, first/lastTimestamp; see the client's ``CoreV1Event`` docs). Cluster-scoped objects'
-        Events go to ``namespace`` (the controller's)."""
-        ns = ref.namespace or namespace or "default"
+        """Create a core/v1 Event with ``eventTime`` set, which the API server validates as a "new" Event
+        (kubernetes ``pkg/apis/core/validation/events.go``): namespaced objects' Events live in the
+        object's namespace, cluster-scoped objects' (nodes) in ``default``; ``reportingComponent``,
+        ``reportingInstance``, ``action`` and ``reason`` are required (<= 128 chars), the message is
+        kept within the 1 kB note limit."""
+        ns = ref.namespace or "default"
         stamp = now.strftime("%Y-%m-%dT%H:%M:%SZ")
         body = {
             "apiVersion": "v1",
@@ -366,11 +367,11 @@ class Kube:
                 "uid": ref.uid,
             },
             "reason": reason,
-            "message": message[:1024],
+            "message": message.encode()[:1024].decode(errors="ignore"),
             "type": type_,
             "source": {"component": self.component},
             "reportingComponent": self.component,
-            "reportingInstance": self.instance,
+            "reportingInstance": (self.instance or self.component)[:128],
             "action": reason,
             "count": 1,
             "firstTimestamp": stamp,

@@ -119,7 +119,6 @@ class KubeSettings:
 
     host: str | None = None
     kubeconfig: str | None = None
-    event_namespace: str = "xpuwatch"  # Events about cluster-scoped nodes are written here
     component: str = "xpuwatch-remediation"
 
 

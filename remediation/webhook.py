@@ -69,8 +69,9 @@ async def remediate(request: web.Request) -> web.Response:
         )
     if request.content_length is not None and request.content_length > settings.max_body_bytes:
         return answer(413, {"error": f"body over {settings.max_body_bytes} bytes"})
-    body = await request.content.read(settings.max_body_bytes + 1)
-    if len(body) > settings.max_body_bytes:
+    try:
+        body = await request.read()  # bounded by the Application's client_max_size (chunked bodies too)
+    except web.HTTPRequestEntityTooLarge:
         return answer(413, {"error": f"body over {settings.max_body_bytes} bytes"})
     try:
         alerts = parse_payload(body)

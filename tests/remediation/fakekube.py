@@ -14,7 +14,10 @@ only the behaviours the controller relies on, as documented in:
   ``pods/{name}/eviction`` answers 201 and deletes the pod, 429 when a PodDisruptionBudget forbids it,
   500 on misconfiguration, 404 when the pod is gone. Per-pod answers are scripted with ``eviction_plan``.
 - Leases (coordination.k8s.io/v1): plain objects under optimistic concurrency, as client-go's LeaseLock
-  uses them; Events (core/v1) are stored as created; Notebooks (kubeflow.org/v1) as custom resources.
+  uses them; Notebooks (kubeflow.org/v1) as custom resources.
+- Events (core/v1): validated like ``pkg/apis/core/validation/events.go`` (an Event with ``eventTime``
+  about a cluster-scoped object must live in ``default`` or ``kube-system``; reportingComponent,
+  reportingInstance, action and reason are required), then stored as created.
 It keeps a request log so tests can count calls (e.g. evictions per pod).
 """
 
@@ -248,13 +251,34 @@ class FakeKube:
             else:
                 return _status(400, "BadRequest", "name or generateName is required")
         meta["namespace"] = namespace or meta.get("namespace", "")
-        if kind == "events" and not body.get("involvedObject"):
-            return _status(422, "Invalid", "involvedObject is required")
+        if kind == "events":
+            problem = self.invalid_event(namespace, body)
+            if problem:
+                return _status(422, "Invalid", f'Event "{meta["name"]}" is invalid: {problem}')
         key = (kind, namespace, meta["name"])
         if key in self.objects:
             return _status(409, "AlreadyExists", f'{kind} "{meta["name"]}" already exists')
         meta.pop("resourceVersion", None)
         return web.json_response(self.put(kind, body), status=201)
+
+    @staticmethod
+    def invalid_event(namespace: str, body: dict[str, Any]) -> str:
+        """core/v1 Event validation (kubernetes pkg/apis/core/validation/events.go, legacyValidateEvent)."""
+        inv = body.get("involvedObject") or {}
+        if not inv:
+            return "involvedObject: Required value"
+        inv_ns = inv.get("namespace") or ""
+        if body.get("eventTime"):  # a "new" Event
+            if not inv_ns and namespace not in ("default", "kube-system"):
+                return 'involvedObject.namespace: Invalid value: "": does not match event.namespace'
+            for f in ("reportingComponent", "reportingInstance", "action", "reason"):
+                if not body.get(f):
+                    return f"{f}: Required value"
+                if len(body[f]) > 128:
+                    return f"{f}: Too long: may not be more than 128 bytes"
+        elif (not inv_ns and namespace not in ("", "default")) or (inv_ns and inv_ns != namespace):
+            return f'involvedObject.namespace: Invalid value: "{inv_ns}": does not match event.namespace'
+        return ""
 
     def patch(self, key: tuple[str, str, str], body: Any, content_type: str) -> web.Response:
         obj = self.objects.get(key)

@@ -32,7 +32,7 @@ def write_config(tmp: Path, kube_url: str, port: int) -> Path:
 rules: [{{action: drain}}]
 webhook: {{listen_host: 127.0.0.1, listen_port: {port}, bearer_token_file: token}}
 guard: {{max_disrupted_ratio: 1.0}}
-kube: {{host: "{kube_url}", event_namespace: xpuwatch}}
+kube: {{host: "{kube_url}"}}
 leader: {{identity: cli-0, lease_namespace: xpuwatch, retry_period_seconds: 0.2}}
 audit_path: {tmp / "audit.jsonl"}
 tick_seconds: 0.2
