@@ -183,12 +183,12 @@ def _drain(
             "drain", "start", target, alert.key, "required labels absent", params, True, True, missing
         )
     if alert.status == "resolved":
-        if p and uuid in p.data.get("uuids", ()) and not p.data.get("healthy_since"):
+        if p and uuid in p.data.get("uuids", ()) and uuid not in p.data.get("healthy", {}):
             return Decision("drain", "healthy", target, alert.key, f"{uuid} alert resolved", params)
         return Decision("drain", "ignore", target, alert.key, "resolved, nothing to lift")
     if p is None:
         return Decision("drain", "start", target, alert.key, f"faulty accelerator {uuid}", params, True, True)
-    if uuid not in p.data.get("uuids", ()) or p.data.get("healthy_since"):
+    if uuid not in p.data.get("uuids", ()) or uuid in p.data.get("healthy", {}):
         # A new fault on a node already drained, or the same device failing again while being lifted.
         return Decision(
             "drain", "extend", target, alert.key, f"faulty accelerator {uuid}", params, True, False

@@ -127,15 +127,17 @@ async def extend(ctx: Context, d: Decision, now: datetime, p: Progress) -> Outco
     pods = dict(p.data.get("pods", {}))
     new = {h: v for h, v in _plan_pods(ctx, list(d.params.get("holders", [])), now).items() if h not in pods}
     pods.update(new)
-    p = p.with_("draining", uuids=uuids, pods=pods, healthy_since=None)
+    healthy = {u: t for u, t in p.data.get("healthy", {}).items() if u != uuid}
+    p = p.with_("draining", uuids=uuids, pods=pods, healthy=healthy)
     await _persist(ctx, d.target.name, p)
     await _notice(ctx, new, d.target.name, uuid, now)
     return await advance(ctx, await ctx.kube.get_node(d.target.name), p, now)
 
 
 async def healthy(ctx: Context, d: Decision, now: datetime, p: Progress) -> Outcome:
+    """One device's alert resolved: its healthy-for clock starts (the taint stays until all are healthy)."""
     assert d.target is not None
-    p = p.with_(healthy_since=stamp(now))
+    p = p.with_(healthy={**p.data.get("healthy", {}), str(d.params["uuid"]): stamp(now)})
     await _persist(ctx, d.target.name, p)
     return Outcome("ok", f"{d.params['uuid']} healthy since {stamp(now)}")
 
@@ -159,7 +161,9 @@ async def advance(ctx: Context, node: NodeView, p: Progress, now: datetime) -> O
     ack = node.annotations.get(ACK_ANNOTATION, "")
     if ack and (ack == "all" or ack in uuids):
         return await lift(ctx, node.name, p, now, f"acknowledged ({ACK_ANNOTATION}={ack})")
-    healthy_since = unstamp(p.data.get("healthy_since"))
+    healthy = p.data.get("healthy", {})
+    since = [unstamp(healthy.get(u)) for u in uuids]
+    healthy_since = max(since) if since and all(since) else None  # type: ignore[type-var]
     if healthy_since and now - healthy_since >= timedelta(seconds=ctx.settings.drain.healthy_for_seconds):
         return await lift(ctx, node.name, p, now, f"healthy since {stamp(healthy_since)}")
     pods: dict[str, dict[str, Any]] = {h: dict(v) for h, v in p.data.get("pods", {}).items()}

@@ -209,3 +209,30 @@ async def test_dry_run_changes_nothing(fake, kube, session, clock) -> None:
     writes = [r for r in fake.requests if r[0] in ("PATCH", "PUT", "DELETE") or r[1].endswith("/eviction")]
     assert writes == []
     assert ctl.telemetry.actions.labels("drain", "ok", "dry-run")._value.get() == 1
+
+
+async def test_taint_stays_until_every_faulty_device_is_healthy(fake, kube, session, clock) -> None:
+    seed(fake)
+    other = UUID.replace("1111", "9999")
+    settings = make_settings(drain=DrainSettings(default_mode="immediate", healthy_for_seconds=600))
+    ctl = make_controller(settings, kube, session, clock)
+    await ctl.refresh_view(clock())
+    await ctl.handle(
+        alerts_of(
+            am_alert(**drain_labels("gpu-0", UUID)),
+            am_alert(fingerprint="fp2", **drain_labels("gpu-0", other)),
+        )
+    )
+    await ctl.handle(alerts_of(am_alert(status="resolved", **drain_labels("gpu-0", UUID))))
+    clock.advance(1200)
+    await ctl.tick()
+    assert len(taints(fake, "gpu-0")) == 1  # the second device is still faulty
+    await ctl.handle(
+        alerts_of(am_alert(status="resolved", fingerprint="fp2", **drain_labels("gpu-0", other)))
+    )
+    clock.advance(599)
+    await ctl.tick()
+    assert len(taints(fake, "gpu-0")) == 1
+    clock.advance(1)
+    await ctl.tick()
+    assert taints(fake, "gpu-0") == []
