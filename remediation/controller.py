@@ -164,6 +164,7 @@ class Controller:
             )
             if early.reason == "cap":
                 self.telemetry.decisions.labels(probe.action, probe.step).inc()
+                self._audit_decision(alert, probe, early, now)
                 return await self._refuse(probe, early, now)
         state = await self._state(probe.action, probe.target)
         d = policy.decide(alert, state, tuple(self.history), now, self.settings)
@@ -180,20 +181,7 @@ class Controller:
                 self.telemetry.errors.labels("apiserver").inc()
                 raise Unavailable(str(exc)) from None
         v = guard.check(d, alert, state, self.view, tuple(self.history), now, self.settings.guard)
-        self.audit.write(
-            now,
-            "decision",
-            alert=alert.key,
-            alertname=alert.name,
-            action=d.action,
-            step=d.step,
-            target=d.target.key if d.target else "",
-            reason=d.reason,
-            allowed=v.allowed,
-            mode=v.mode,
-            refusal=v.reason,
-            refusal_detail=v.detail,
-        )
+        self._audit_decision(alert, d, v, now)
         if not v.allowed:
             return await self._refuse(d, v, now)
         if v.mode == "dry-run":
@@ -223,6 +211,22 @@ class Controller:
             "result": out.result,
             "detail": out.detail,
         }
+
+    def _audit_decision(self, alert: Alert, d: Decision, v: Verdict, now: datetime) -> None:
+        self.audit.write(
+            now,
+            "decision",
+            alert=alert.key,
+            alertname=alert.name,
+            action=d.action,
+            step=d.step,
+            target=d.target.key if d.target else "",
+            reason=d.reason,
+            allowed=v.allowed,
+            mode=v.mode,
+            refusal=v.reason,
+            refusal_detail=v.detail,
+        )
 
     async def _refuse(self, d: Decision, v: Verdict, now: datetime) -> dict[str, str]:
         assert v.reason is not None

@@ -8,6 +8,7 @@ execution_state, connections).
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -157,3 +158,19 @@ async def test_cooldown_after_a_stop(fake, kube, session, kernels) -> None:
         alerts_of(am_alert(starts=clock.now, **alert("nb2")["labels"], fingerprint="nb2"))
     )
     assert res[0]["refused"] == "cooldown"
+
+
+async def test_dry_run_reports_the_probe_and_writes_nothing(fake, kube, session, kernels) -> None:
+    k, url = kernels
+    fake.add_notebook("team-a", "bert")
+    k.answer = (200, [kernel("idle", "2026-11-30T09:00:00Z")])
+    s = settings(url)
+    ctl = make_controller(replace(s, guard=replace(s.guard, dry_run=True)), kube, session, Clock())
+    res = await ctl.handle(alerts_of(alert()))
+    assert res[0]["result"] == "dry-run"
+    assert res[0]["detail"] == (
+        "would notify reclaim on notebook/team-a/bert: GPU idle while allocated; last activity 2026-11-30T09:00:00Z"
+    )
+    assert k.calls == 1
+    assert [r[0] for r in fake.requests if r[0] != "GET"] == ["POST"]  # the DryRun Event only
+    assert "annotations" not in fake.get("notebooks", "bert", "team-a")["metadata"]  # type: ignore[index]

@@ -102,6 +102,8 @@ async def test_storm_of_1000_hardware_alerts_never_exceeds_the_cap(fleet, kube, 
     # The 5 disrupted nodes' remaining 9 devices extend their drain; every other alert is refused.
     assert refused == 1000 - 5 * 10
     assert ctl.telemetry.decisions.labels("drain", "extend")._value.get() == 45
+    decisions = [r for r in ctl.audit.records or [] if r["event"] == "decision"]
+    assert len(decisions) == 1000 and sum(r["refusal"] == "cap" for r in decisions) == 950
 
 
 async def test_cap_as_share_of_a_small_fleet(fake, kube, session, clock) -> None:
