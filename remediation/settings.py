@@ -85,7 +85,8 @@ class ResizeSettings:
     mode: Literal["recommend", "apply"] = "recommend"
     config_name: str = "all-{profile}"  # mig-parted config-default.yaml names, e.g. all-1g.20gb
     state_timeout_seconds: float = 900.0
-    eviction_grace_seconds: int = 300
+    # None = each pod's own terminationGracePeriodSeconds (a value here overrides it, longer or shorter)
+    eviction_grace_seconds: int | None = None
 
 
 @dataclass(frozen=True)
@@ -98,7 +99,8 @@ class DrainSettings:
     notice_seconds: float = 600.0
     completion_timeout_seconds: float = 86400.0
     healthy_for_seconds: float = 3600.0
-    eviction_grace_seconds: int = 300
+    # None = each pod's own terminationGracePeriodSeconds (a value here overrides it, longer or shorter)
+    eviction_grace_seconds: int | None = None
 
 
 @dataclass(frozen=True)
@@ -174,7 +176,10 @@ def _section(cls: type, raw: Any, key: str, overrides: Mapping[str, Any] | None 
             if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
                 raise ConfigError(f"{key}.{name}: expected a list of strings")
             value = tuple(value)
-        elif default is not None and isinstance(default, str) and not isinstance(value, str):
+        elif default is None and name.endswith("_seconds"):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise ConfigError(f"{key}.{name}: expected a non-negative integer")
+        elif (default is None or isinstance(default, str)) and not isinstance(value, str):
             raise ConfigError(f"{key}.{name}: expected a string")
         kwargs[name] = value
     return cls(**kwargs)

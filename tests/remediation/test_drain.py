@@ -35,6 +35,10 @@ async def test_immediate_drain_taints_and_evicts_only_the_holder(fake, kube, ses
     assert res[0]["result"] == "ok"
     assert taints(fake, "gpu-0") == [{"key": TAINT_KEY, "value": UUID, "effect": "NoSchedule"}]
     assert fake.evictions == [("train", "job-0")]
+    # policy/v1 Eviction; no deleteOptions: the pod's own terminationGracePeriodSeconds applies.
+    assert fake.eviction_bodies == [
+        {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": "job-0", "namespace": "train"}}
+    ]
     assert fake.get("pods", "other-0", "ml") is not None
     st = drain_state(fake, "gpu-0")
     assert st["phase"] == "drained" and st["data"]["pods"]["train/job-0"]["state"] == "evicted"
@@ -46,7 +50,9 @@ async def test_immediate_drain_taints_and_evicts_only_the_holder(fake, kube, ses
 async def test_after_notice_waits_then_evicts_and_retries_on_pdb(fake, kube, session, clock) -> None:
     seed(fake)
     fake.eviction_plan[("train", "job-0")] = [429, 500]
-    settings = make_settings(drain=DrainSettings(default_mode="after-notice", notice_seconds=600))
+    settings = make_settings(
+        drain=DrainSettings(default_mode="after-notice", notice_seconds=600, eviction_grace_seconds=120)
+    )
     ctl = make_controller(settings, kube, session, clock)
     await ctl.refresh_view(clock())
     await ctl.handle(alerts_of(am_alert(**drain_labels("gpu-0", UUID, namespace="train", pod="job-0"))))
@@ -63,6 +69,7 @@ async def test_after_notice_waits_then_evicts_and_retries_on_pdb(fake, kube, ses
     assert drain_state(fake, "gpu-0")["data"]["pods"]["train/job-0"]["state"] == "error"
     await ctl.tick()  # 201
     assert fake.evictions == [("train", "job-0")]
+    assert fake.eviction_bodies[-1]["deleteOptions"] == {"gracePeriodSeconds": 120}
     assert drain_state(fake, "gpu-0")["phase"] == "drained"
     assert ctl.telemetry.actions.labels("drain", "blocked", "apply")._value.get() == 2
 

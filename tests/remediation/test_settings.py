@@ -68,6 +68,11 @@ notify_url: http://relay:9852/alertmanager/team-feishu
         ({"drain": {"namespace_modes": {"a": "later"}}}, "drain.namespace_modes: values must be one of"),
         ({"resize": {"mode": "yolo"}}, "resize.mode: expected recommend or apply"),
         ({"tick_seconds": 0}, "tick_seconds: expected a positive number"),
+        (
+            {"drain": {"eviction_grace_seconds": "5m"}},
+            "drain.eviction_grace_seconds: expected a non-negative integer",
+        ),
+        ({"kube": {"host": 5}}, "kube.host: expected a string"),
     ],
 )
 def test_errors_name_the_key(raw: object, msg: str) -> None:
