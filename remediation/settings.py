@@ -99,6 +99,9 @@ class DrainSettings:
     notice_seconds: float = 600.0
     completion_timeout_seconds: float = 86400.0
     healthy_for_seconds: float = 3600.0
+    # Prometheus holding the exporter's accelerator_allocated series: finds the holders of a shared
+    # device, whose alerts carry no pod labels. None = holders from the alert's labels only.
+    prometheus_url: str | None = None
     # None = each pod's own terminationGracePeriodSeconds (a value here overrides it, longer or shorter)
     eviction_grace_seconds: int | None = None
 
