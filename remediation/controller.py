@@ -358,7 +358,10 @@ class Controller:
                         }
                     )
             done += await self._tick_reclaim(now)
-            await self.refresh_view(now)
+            try:
+                await self.refresh_view(now)
+            except KubeError:
+                self.telemetry.errors.labels("apiserver").inc()
         return done
 
     async def _tick_reclaim(self, now: datetime) -> list[dict[str, str]]:

@@ -243,3 +243,42 @@ async def test_taint_stays_until_every_faulty_device_is_healthy(fake, kube, sess
     clock.advance(1)
     await ctl.tick()
     assert taints(fake, "gpu-0") == []
+
+
+async def test_crash_between_eviction_and_progress_write_does_not_repeat(fake, kube, session, clock) -> None:
+    """The API server dies right after accepting an eviction, before the progress annotation is written;
+    a fresh controller sees the pod gone and never posts that eviction again."""
+    seed(fake)
+    fake.add_pod("train", "w-1", "gpu-0", {"nvidia.com/gpu": "1"})
+    settings = make_settings(drain=DrainSettings(default_mode="after-notice", notice_seconds=60))
+    first = make_controller(settings, kube, session, clock)
+    await first.refresh_view(clock())
+    await first.handle(alerts_of(am_alert(**drain_labels("gpu-0", UUID, namespace="train", pod="job-0"))))
+    other = UUID.replace("1111", "9999")
+    await first.handle(
+        alerts_of(am_alert(fingerprint="fp2", **drain_labels("gpu-0", other, namespace="train", pod="w-1")))
+    )
+    original = fake.evict
+
+    def evict_then_die(namespace, name, body):  # type: ignore[no-untyped-def]
+        answer = original(namespace, name, body)
+        fake.down = True
+        return answer
+
+    fake.evict = evict_then_die  # type: ignore[method-assign]
+    clock.advance(60)
+    await first.tick()  # evicts job-0, then every call fails
+    assert fake.evictions == [("train", "job-0")]
+    fake.evict = original  # type: ignore[method-assign]
+    fake.down = False
+    assert drain_state(fake, "gpu-0")["data"]["pods"]["train/job-0"]["state"] == "pending"  # never recorded
+
+    second = make_controller(settings, kube, session, clock)
+    await second.tick()
+    posts = [r[1] for r in fake.requests if r[1].endswith("/eviction")]
+    assert posts == [
+        "/api/v1/namespaces/train/pods/job-0/eviction",
+        "/api/v1/namespaces/train/pods/w-1/eviction",
+    ]
+    pods = drain_state(fake, "gpu-0")["data"]["pods"]
+    assert (pods["train/job-0"]["state"], pods["train/w-1"]["state"]) == ("gone", "evicted")
