@@ -42,8 +42,13 @@ class Unavailable(Exception):
 
 
 def _disrupted(nodes: Iterable[NodeView]) -> frozenset[str]:
+    """Nodes with our running work, or carrying our taint even if the progress write was lost."""
     return frozenset(
-        n.name for n in nodes if key_for("drain") in n.annotations or key_for("resize") in n.annotations
+        n.name
+        for n in nodes
+        if key_for("drain") in n.annotations
+        or key_for("resize") in n.annotations
+        or any(t.key == drain.TAINT_KEY for t in n.taints)
     )
 
 
@@ -199,7 +204,8 @@ class Controller:
             self.history.append(
                 HistoryEntry(d.alert_key, d.action, d.step, d.target.key if d.target else "", now, "apply")
             )
-        if d.disrupts_node and d.target and out.result in ("ok", "blocked"):
+        # A failed start may have tainted or cordoned before failing: count it until a refresh says no.
+        if d.disrupts_node and d.target and out.result in ("ok", "blocked", "failed"):
             self.view = FleetView(
                 self.view.nodes_total, self.view.disrupted | {d.target.node}, self.view.observed_at
             )
