@@ -348,6 +348,14 @@ class Controller:
             for node in nodes:
                 for action, mod in (("drain", drain), ("resize", resize)):
                     p = mod.progress_of(node)
+                    if p is None and action == "drain" and key_for("drain") not in node.annotations:
+                        p = drain.orphan(node, now)  # our taint, progress write lost: adopt it
+                        if p is not None:
+                            try:
+                                await drain.adopt(self.ctx, node.name, p, now)
+                            except KubeError:
+                                self.telemetry.errors.labels("apiserver").inc()
+                            continue
                     if p is None:
                         continue
                     try:

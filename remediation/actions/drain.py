@@ -239,5 +239,24 @@ async def advance(ctx: Context, node: NodeView, p: Progress, now: datetime) -> O
     )
 
 
+def orphan(node: NodeView, now: datetime) -> Progress | None:
+    """Progress for a node that carries our taint but no ``xpuwatch.io/drain`` record (the write after
+    the taint was lost and the alert never came back): without it the taint could never be lifted."""
+    ours = [t for t in node.taints if t.key == TAINT_KEY]
+    if not ours:
+        return None
+    return Progress(
+        "drain", "adopted", "drained", now, {"uuids": [ours[0].value], "pods": {}, "reason": "adopted"}
+    )
+
+
+async def adopt(ctx: Context, node: str, p: Progress, now: datetime) -> None:
+    await _persist(ctx, node, p)
+    msg = f"{TAINT_KEY} found without a drain record; adopted so it can be lifted (ack or healthy-for)"
+    await ctx.report(
+        "drain", "adopt", _node_ref(node), Outcome("ok", msg), now, "FaultyAcceleratorAdopted", True
+    )
+
+
 def progress_of(node: NodeView) -> Progress | None:
     return decode("drain", node.annotations.get(key_for("drain")))

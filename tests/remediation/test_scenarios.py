@@ -408,3 +408,22 @@ async def test_a_half_done_drain_still_counts_against_the_cap(fake, kube, sessio
     res = await ctl.handle(alerts_of(am_alert(fingerprint="b", **drain_labels("gpu-1", "GPU-1"))))
     assert res[0]["refused"] == "cap"
     assert tainted(fake) == {"gpu-0"}
+
+
+async def test_an_orphaned_taint_is_adopted_and_can_be_acked(fake, kube, session, clock) -> None:
+    fake.add_node("gpu-0")
+    fake.objects[("nodes", "", "gpu-0")]["spec"]["taints"] = [
+        {"key": TAINT_KEY, "value": "GPU-9", "effect": "NoSchedule"}
+    ]
+    ctl = make_controller(settings(), kube, session, clock)
+    await ctl.tick()
+    ann = fake.get("nodes", "gpu-0")["metadata"]["annotations"]  # type: ignore[index]
+    assert json.loads(ann["xpuwatch.io/drain"])["data"]["uuids"] == ["GPU-9"]
+    assert ctl.view.disrupted == frozenset({"gpu-0"})
+    fake.objects[("nodes", "", "gpu-0")]["metadata"]["annotations"]["xpuwatch.io/fault-ack"] = "GPU-9"
+    await ctl.tick()
+    assert tainted(fake) == set() and ctl.view.disrupted == frozenset()
+    assert [e["reason"] for e in fake.list("events")] == [
+        "FaultyAcceleratorAdopted",
+        "FaultyAcceleratorLifted",
+    ]
