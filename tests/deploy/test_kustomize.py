@@ -175,7 +175,9 @@ def test_rbac_grants_exactly_what_the_code_calls(module: str, roles: set[str]) -
 
 
 def _configmap(name: str) -> dict[str, str]:
-    return next(o for o in render("base") if o["kind"] == "ConfigMap" and o["metadata"]["name"] == name)["data"]
+    return next(o for o in render("base") if o["kind"] == "ConfigMap" and o["metadata"]["name"] == name)[
+        "data"
+    ]
 
 
 def _localise(text: str, mount: str, tmp: Path) -> str:
@@ -197,8 +199,9 @@ def test_exporter_configmap_is_valid() -> None:
 def test_remediation_configmap_is_valid_and_dry_run(tmp_path: Path) -> None:
     from remediation.settings import parse
 
-    text = _localise(_configmap("xpuwatch-remediation")["remediation.yaml"],
-                     "/etc/xpuwatch-remediation/secrets", tmp_path)
+    text = _localise(
+        _configmap("xpuwatch-remediation")["remediation.yaml"], "/etc/xpuwatch-remediation/secrets", tmp_path
+    )
     s = parse(yaml.safe_load(text), tmp_path)
     assert s.guard.dry_run is True
     assert {r.action for r in s.rules} == {"drain", "reclaim", "resize"}
