@@ -108,7 +108,9 @@ def test_one_daemonset_per_vendor_family_without_overlapping_selectors() -> None
 def test_prometheusrule_is_the_generated_one() -> None:
     rule = next(o for o in render("base") if o["kind"] == "PrometheusRule")
     generated = yaml.safe_load((ROOT / "alerts" / "generated" / "prometheusrule.yaml").read_text())
-    assert rule["spec"] == generated["spec"]
+    assert rule["spec"] == generated["spec"], (
+        "stale: cp alerts/generated/prometheusrule.yaml deploy/kustomize/base/ (kustomize reads only its own tree)"
+    )
 
 
 # --- RBAC grants exactly the verbs the code calls --------------------------------------------------------
