@@ -31,6 +31,8 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
+from vendors._dcmi import ChipReading, Dcmi
+from vendors._dcmi import find_library as find_dcmi_library
 from vendors.base import BackendError, Device, DeviceSample, ParseError, VendorMetric
 from vendors.command import CommandRunner, SubprocessRunner
 from vendors.registry import BackendContext, BackendSpec, Detection, OutputFormat, register
@@ -891,19 +893,91 @@ FORMATS: tuple[OutputFormat, ...] = (
 
 
 # --------------------------------------------------------------------------------------------------------
+# DCMI readings in npu-smi's shapes (one mapping serves both sources)
+
+HEALTH_WORDS: Mapping[int, str] = {v: k.capitalize() if k != "ok" else "OK" for k, v in HEALTH_LEVELS.items()}
+
+
+def row_from_reading(r: ChipReading, bus_id: str | None = None) -> ChipRow:
+    """A DCMI chip reading as the main-table ChipRow npu-smi would print: power 0.1 W -> W, DDR used =
+    memory_size - memory_available (MiB), health level -> word (a level outside 0..3 -> "Unknown")."""
+    ddr_used = None
+    if r.ddr_total_mib is not None and r.ddr_available_mib is not None:
+        ddr_used = float(max(0, r.ddr_total_mib - r.ddr_available_mib))
+    return ChipRow(
+        npu_id=r.card,
+        chip_id=r.device,
+        device_id=None,
+        name=r.chip_name or "",
+        health=HEALTH_WORDS.get(r.health, "Unknown") if r.health is not None else "Unknown",
+        power_watts=None if r.power_deciwatts is None else r.power_deciwatts / 10.0,
+        temperature_celsius=None if r.temperature_celsius is None else float(r.temperature_celsius),
+        bus_id=r.bus_id or bus_id,
+        aicore_percent=None if r.aicore_percent is None else float(r.aicore_percent),
+        ddr_used_mib=ddr_used,
+        ddr_total_mib=None if r.ddr_total_mib is None else float(r.ddr_total_mib),
+        hbm_used_mib=None if r.hbm_used_mib is None else float(r.hbm_used_mib),
+        hbm_total_mib=None if r.hbm_total_mib is None else float(r.hbm_total_mib),
+    )
+
+
+def blocks_from_reading(r: ChipReading) -> tuple[dict[str, str], dict[str, str]]:
+    """The ``-t usages`` and ``-t common`` blocks npu-smi would print for these DCMI readings."""
+    usages = {
+        key: str(v)
+        for key, v in (
+            ("Aicpu Usage Rate(%)", r.aicpu_percent),
+            ("Ctrlcpu Usage Rate(%)", r.ctrlcpu_percent),
+            ("HBM Bandwidth Usage Rate(%)", r.hbm_bandwidth_percent),
+            ("DDR Bandwidth Usage Rate(%)", r.ddr_bandwidth_percent),
+        )
+        if v is not None
+    }
+    common = {
+        key: str(v)
+        for key, v in (
+            ("Aicore curFreq(MHZ)", r.aicore_freq_mhz),
+            ("Aicore Freq(MHZ)", r.aicore_max_freq_mhz),
+        )
+        if v is not None
+    }
+    return usages, common
+
+
+def health_from_reading(r: ChipReading) -> HealthReport:
+    """DCMI health and error codes as ``-t health`` prints them (codes as 8 upper-case hex digits)."""
+    word = HEALTH_WORDS.get(r.health, "Unknown") if r.health is not None else "Unknown"
+    codes = tuple(dict.fromkeys(f"{c:08X}" for c in r.error_codes))[:MAX_FAULT_CODES]
+    return HealthReport(status=word, codes=codes, information="", npu_id=r.card, chip_id=r.device)
+
+
+# --------------------------------------------------------------------------------------------------------
 # The backend (I/O edge)
+
+SOURCES = ("cli", "dcmi", "auto")
+
+
+def _flag(value: object) -> bool:
+    if isinstance(value, str):
+        return value.strip().lower() in ("1", "true", "yes", "on")
+    return bool(value)
 
 
 @dataclass(frozen=True)
 class AscendOptions:
     """The ``ascend`` section of the config file.
 
-    ``npu_smi``: path or name of the tool. ``timeout_seconds``: per npu-smi call. ``poll_budget_seconds``:
-    all calls of one poll together; cards not reached in time are reported lost. ``card_queries``: also run
-    ``-t usages`` and ``-t common`` per card (bandwidth, AI CPU/ctrl CPU, clocks, 310P card power); False
-    reads only ``npu-smi info`` (plus ``-t health`` for chips that are not OK).
+    ``source``: ``cli`` (npu-smi, default), ``dcmi`` (libdcmi.so through ctypes; fails to open without it)
+    or ``auto`` (DCMI when the library loads, else npu-smi). ``dcmi_library``: path of libdcmi.so (default:
+    the driver's install paths, then the loader's search). ``npu_smi``: path or name of the tool.
+    ``timeout_seconds``: per npu-smi call. ``poll_budget_seconds``: all calls of one poll together; cards not
+    reached in time are reported lost. ``card_queries``: also run ``-t usages`` and ``-t common`` per card
+    (bandwidth, AI CPU/ctrl CPU, clocks, 310P card power); False reads only ``npu-smi info`` (plus
+    ``-t health`` for chips that are not OK).
     """
 
+    source: str = "cli"
+    dcmi_library: str | None = None
     npu_smi: str = TOOL
     timeout_seconds: float = 10.0
     poll_budget_seconds: float = 30.0
@@ -911,53 +985,112 @@ class AscendOptions:
 
     @classmethod
     def from_mapping(cls, opts: Mapping[str, object]) -> AscendOptions:
+        """Raises BackendError(reason="config") on a bad value."""
         o = cls()
         try:
-            return replace(
+            out = replace(
                 o,
+                source=str(opts.get("source", o.source)).strip().lower(),
+                dcmi_library=str(opts["dcmi_library"]) if opts.get("dcmi_library") else None,
                 npu_smi=str(opts.get("npu_smi", o.npu_smi)),
                 timeout_seconds=float(opts.get("timeout_seconds", o.timeout_seconds)),  # type: ignore[arg-type]
                 poll_budget_seconds=float(opts.get("poll_budget_seconds", o.poll_budget_seconds)),  # type: ignore[arg-type]
-                card_queries=bool(opts.get("card_queries", o.card_queries)),
+                card_queries=_flag(opts.get("card_queries", o.card_queries)),
             )
         except (TypeError, ValueError) as exc:
             raise BackendError(f"ascend options: {exc}", reason="config") from exc
+        if out.source not in SOURCES:
+            raise BackendError(f"ascend options: source must be one of {', '.join(SOURCES)}", reason="config")
+        if not (out.timeout_seconds > 0 and out.poll_budget_seconds > 0):
+            raise BackendError("ascend options: timeouts must be > 0", reason="config")
+        return out
+
+
+def _runner_fallback_path(runner: CommandRunner) -> str | None:
+    # Only a live runner (or a recorder around one) may look at this machine's driver install paths.
+    inner = getattr(runner, "inner", runner)
+    if isinstance(inner, SubprocessRunner):
+        return next((p for p in STANDARD_PATHS if os.access(p, os.X_OK)), None)
+    return None
 
 
 class AscendBackend:
-    """Polls npu-smi through the injected CommandRunner.
+    """Polls the chips through npu-smi (the injected CommandRunner) or libdcmi.so.
 
-    Per poll: ``npu-smi info`` (failure -> BackendError: nothing could be read); per card ``-t usages -i N``
-    and ``-t common -i N`` (failure -> that card's chips are lost); per chip whose Health is not OK
-    ``-t health -i N -c C`` (failure -> that chip is lost). Chips seen before but missing from the table
-    are lost. Error codes are counted per chip: +1 each time a code appears that was not active at the
-    previous read (npu-smi lists active codes, not events).
+    npu-smi, per poll: ``npu-smi info`` (failure -> BackendError: nothing could be read); per card
+    ``-t usages -i N`` and ``-t common -i N`` (failure -> that card's chips are lost); per chip whose Health
+    is not OK ``-t health -i N -c C`` (failure -> that chip is lost). DCMI, per poll: the card list
+    (failure -> BackendError), then every chip's readings (health unreadable -> that chip is lost).
+    Chips seen before but missing now are lost. Error codes are counted per chip: +1 each time a code
+    appears that was not active at the previous read (both sources list active codes, not events).
     """
 
     name = BACKEND
 
     def __init__(
-        self, runner: CommandRunner, options: AscendOptions, monotonic: Callable[[], float] = time.monotonic
+        self,
+        runner: CommandRunner,
+        options: AscendOptions,
+        monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         self._runner = runner
         self._opts = options
         self._monotonic = monotonic
         self._tool = options.npu_smi
+        self._dcmi: Dcmi | None = None
         self._known: dict[str, Device] = {}
+        self._bus_ids: dict[tuple[int, int], str] = {}
         self._active_codes: dict[str, frozenset[str]] = {}
         self._fault_counts: dict[str, dict[str, int]] = {}
         self._lock = threading.Lock()
 
+    @property
+    def source(self) -> str:
+        """ "dcmi" or "cli": what ``open`` settled on."""
+        return "dcmi" if self._dcmi is not None else "cli"
+
     def open(self) -> None:
-        found = self._runner.which(self._opts.npu_smi)
-        if found is None and isinstance(self._runner, SubprocessRunner):
-            found = next((p for p in STANDARD_PATHS if os.access(p, os.X_OK)), None)
+        if self._opts.source in ("dcmi", "auto"):
+            path = find_dcmi_library(self._opts.dcmi_library)
+            if path is not None:
+                try:
+                    self._dcmi = Dcmi(path)
+                    return
+                except BackendError as exc:
+                    if self._opts.source == "dcmi":
+                        raise
+                    log.warning("ascend: %s; using %s instead", exc, self._opts.npu_smi)
+            elif self._opts.source == "dcmi":
+                raise BackendError("libdcmi.so not found", reason="not_found")
+        found = self._runner.which(self._opts.npu_smi) or _runner_fallback_path(self._runner)
         if found is None:
             raise BackendError(f"{self._opts.npu_smi}: not found", reason="not_found")
         self._tool = found
 
     def close(self) -> None:
-        return None
+        return None  # DCMI has no documented teardown; npu-smi calls hold nothing between polls
+
+    def sample(self) -> Sequence[DeviceSample]:
+        with self._lock:
+            out = self._sample_dcmi() if self._dcmi is not None else self._sample_cli()
+            seen = {s.device.index for s in out}
+            for s in out:
+                self._known[s.device.index] = s.device
+            for index, dev in sorted(self._known.items()):
+                if index not in seen:
+                    where = "the DCMI card list" if self._dcmi is not None else "npu-smi info"
+                    out.append(DeviceSample.lost(dev, f"missing from {where}"))
+            return out
+
+    def _count_faults(self, uuid: str, active: frozenset[str]) -> dict[str, int]:
+        counts = self._fault_counts.setdefault(uuid, {})
+        for code in sorted(active - self._active_codes.get(uuid, frozenset())):
+            key = code if code in counts or len(counts) < MAX_FAULT_CODES else OVERFLOW_CODE
+            counts[key] = counts.get(key, 0) + 1
+        self._active_codes[uuid] = active
+        return counts
+
+    # ---- npu-smi
 
     def _run(self, args: Sequence[str], deadline: float) -> str:
         left = deadline - self._monotonic()
@@ -965,32 +1098,25 @@ class AscendBackend:
             raise BackendError("npu-smi: poll budget exhausted", reason="timeout")
         return self._runner.run([self._tool, *args], min(self._opts.timeout_seconds, left)).stdout
 
-    def sample(self) -> Sequence[DeviceSample]:
-        with self._lock:
-            return self._sample()
-
-    def _sample(self) -> list[DeviceSample]:
+    def _sample_cli(self) -> list[DeviceSample]:
         deadline = self._monotonic() + self._opts.poll_budget_seconds
         table = parse_info_table(self._run(["info"], deadline))
         card_fail: dict[int, str] = {}
         usages: dict[int, CardReport] = {}
         common: dict[int, CardReport] = {}
+        per_card: dict[int, list[int]] = {}
+        for c in table.chips:
+            per_card.setdefault(c.npu_id, []).append(c.chip_id)
         if self._opts.card_queries:
-            for npu in sorted({c.npu_id for c in table.chips}):
+            for npu in sorted(per_card):
                 try:
                     usages[npu] = self._card_report(npu, "usages", deadline)
                     common[npu] = self._card_report(npu, "common", deadline)
                 except BackendError as exc:
                     card_fail[npu] = f"{exc.reason}: {exc}"
-        per_card: dict[int, list[int]] = {}
-        for c in table.chips:
-            per_card.setdefault(c.npu_id, []).append(c.chip_id)
         out: list[DeviceSample] = []
-        seen: set[str] = set()
         for row in table.chips:
             dev = device_of(row, table.version)
-            seen.add(dev.index)
-            self._known[dev.index] = dev
             if row.npu_id in card_fail:
                 out.append(DeviceSample.lost(dev, card_fail[row.npu_id]))
                 continue
@@ -998,9 +1124,6 @@ class AscendBackend:
                 out.append(self._sample_row(row, table, usages, common, per_card[row.npu_id], deadline))
             except BackendError as exc:
                 out.append(DeviceSample.lost(dev, f"{exc.reason}: {exc}"))
-        for index, dev in sorted(self._known.items()):
-            if index not in seen:
-                out.append(DeviceSample.lost(dev, "missing from npu-smi info"))
         return out
 
     def _card_report(self, npu: int, kind: str, deadline: float) -> CardReport:
@@ -1019,25 +1142,20 @@ class AscendBackend:
         card_chips: Sequence[int],
         deadline: float,
     ) -> DeviceSample:
-        dev_uuid = device_of(row).uuid
         health: HealthReport | None = None
         if health_level(row.health) != 0:
             text = self._run(
                 ["info", "-t", "health", "-i", str(row.npu_id), "-c", str(row.chip_id)], deadline
             )
             health = parse_health(text)
-            active = frozenset(health.codes)
-        else:
-            active = frozenset()
-        counts = self._fault_counts.setdefault(dev_uuid, {})
-        for code in sorted(active - self._active_codes.get(dev_uuid, frozenset())):
-            key = code if code in counts or len(counts) < MAX_FAULT_CODES else OVERFLOW_CODE
-            counts[key] = counts.get(key, 0) + 1
-        self._active_codes[dev_uuid] = active
+        counts = self._count_faults(device_of(row).uuid, frozenset(health.codes if health else ()))
         u = usages.get(row.npu_id)
         c = common.get(row.npu_id)
         power = card_power(c) if c is not None and row.chip_id == min(card_chips) else None
-        return sample_chip(
+        missing = [
+            k for k, rep in (("usages", u), ("common", c)) if rep is not None and row.chip_id not in rep.chips
+        ]
+        sample = sample_chip(
             row,
             table,
             usages=u.chips.get(row.chip_id) if u is not None else None,
@@ -1047,14 +1165,55 @@ class AscendBackend:
             fault_counts=counts,
             card_chips=len(card_chips),
         )
+        if missing:
+            sample = replace(sample, error=f"no chip {row.chip_id} block in -t {'/'.join(missing)}")
+        return sample
+
+    # ---- DCMI
+
+    def _sample_dcmi(self) -> list[DeviceSample]:
+        assert self._dcmi is not None
+        chips = self._dcmi.chips()
+        per_card: dict[int, int] = {}
+        for card, _ in chips:
+            per_card[card] = per_card.get(card, 0) + 1
+        out: list[DeviceSample] = []
+        for card, dev_id in chips:
+            r = self._dcmi.read(card, dev_id)
+            if r.bus_id:
+                self._bus_ids[(card, dev_id)] = r.bus_id
+            row = row_from_reading(r, self._bus_ids.get((card, dev_id)))
+            table = InfoTable(version=None, chips=(row,))
+            dev = device_of(row)
+            if r.health is None:
+                out.append(DeviceSample.lost(dev, "library: dcmi_get_device_health failed"))
+                continue
+            health = health_from_reading(r)
+            usages, common = blocks_from_reading(r)
+            sample = sample_chip(
+                row,
+                table,
+                usages=usages,
+                common=common,
+                health=health,
+                fault_counts=self._count_faults(dev.uuid, frozenset(health.codes)),
+                card_chips=per_card[card],
+            )
+            out.append(sample)
+        return out
 
 
 def detect(ctx: BackendContext) -> Detection:
-    """Found when npu-smi is on PATH (or at the driver's standard install paths, live only)."""
+    """Found when npu-smi is on PATH (or at the driver's standard install paths, live only), or, with
+    ``source: dcmi|auto``, when libdcmi.so is found."""
     opts = AscendOptions.from_mapping(ctx.options)
-    path = ctx.runner.which(opts.npu_smi)
-    if path is None and isinstance(ctx.runner, SubprocessRunner):
-        path = next((p for p in STANDARD_PATHS if os.access(p, os.X_OK)), None)
+    if opts.source in ("dcmi", "auto"):
+        lib = find_dcmi_library(opts.dcmi_library)
+        if lib is not None:
+            return Detection(True, f"libdcmi at {lib}")
+        if opts.source == "dcmi":
+            return Detection(False, "libdcmi.so not found (source: dcmi)")
+    path = ctx.runner.which(opts.npu_smi) or _runner_fallback_path(ctx.runner)
     if path is None:
         return Detection(False, f"{opts.npu_smi} not found on PATH or in {', '.join(STANDARD_PATHS)}")
     return Detection(True, f"{opts.npu_smi} at {path}")
