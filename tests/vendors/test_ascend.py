@@ -7,6 +7,7 @@ import os
 import stat
 import sys
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -810,3 +811,130 @@ def test_subprocess_fake_npu_smi_hang_exit_and_usage_text(fake_tool: Path) -> No
     with pytest.raises(BackendError) as exc:
         real_backend(fake_tool).sample()
     assert exc.value.reason == "exit_status"
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The DCMI source: a fake libdcmi.so built from tests/vendors/ascend_fake/libdcmi_fake.c
+
+FAKE_DCMI_C = Path(__file__).resolve().parent / "ascend_fake" / "libdcmi_fake.c"
+
+
+@pytest.fixture(scope="module")
+def fake_dcmi(tmp_path_factory: pytest.TempPathFactory) -> str:
+    import shutil
+    import subprocess
+
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if cc is None:
+        pytest.skip("no C compiler to build the fake libdcmi.so")
+    out = tmp_path_factory.mktemp("dcmi") / "libdcmi.so"
+    subprocess.run([cc, "-shared", "-fPIC", "-o", str(out), str(FAKE_DCMI_C)], check=True)
+    return str(out)
+
+
+def dcmi_backend(lib: str, source: str = "dcmi", runner: object | None = None) -> ascend.AscendBackend:
+    opts = {"source": source, "dcmi_library": lib}
+    return make_backend(runner or FakeRunner({}), **opts)
+
+
+def test_dcmi_source_values(fake_dcmi: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    for var in ("FAKE_DCMI_INIT_FAIL", "FAKE_DCMI_HEALTH_FAIL", "FAKE_DCMI_CARDS"):
+        monkeypatch.delenv(var, raising=False)
+    backend = dcmi_backend(fake_dcmi)
+    assert backend.source == "dcmi"
+    s = by_index(backend.sample())
+    assert sorted(s) == ["0-0", "3-0", "3-1"]
+    b = s["0-0"]
+    # Same identity as npu-smi gives for this chip (npu-smi_info_910B2C_23.0.3_no_procs.txt, NPU 0).
+    cli = by_index(ascend.samples_from_info(fixture("npu-smi_info_910B2C_23.0.3_no_procs.txt")))["0-0"]
+    assert (b.device.uuid, b.device.model, b.device.pci_bus_id) == (
+        cli.device.uuid,
+        cli.device.model,
+        cli.device.pci_bus_id,
+    )
+    assert (b.memory_used_bytes, b.memory_total_bytes) == (3317 * MIB, 65536 * MIB)
+    assert (b.utilization_ratio, b.temperatures_celsius, b.power_watts) == (0, {"core": 53}, 89.9)
+    assert b.memory_bandwidth_utilization_ratio == 0.07
+    assert b.health == {"chip": True} and b.fault_events == {}
+    assert b.vendor_metrics == {
+        ascend.AICPU.name: 0,
+        ascend.CTRLCPU.name: 0.09,
+        ascend.AICORE_FREQ.name: 1000e6,
+        ascend.AICORE_RATED_FREQ.name: 1000e6,
+        ascend.HEALTH_STATE.name: 0,
+        ascend.ERROR_CODES_ACTIVE.name: 0,
+    }
+    p0, p1 = s["3-0"], s["3-1"]
+    assert p0.device.uuid == "ascend-0000:83:00.0-0" and p1.device.uuid == "ascend-0000:83:00.0-1"
+    assert p0.device.model == "Ascend310P3"
+    assert (p0.memory_used_bytes, p0.memory_total_bytes) == (1175 * MIB, 44280 * MIB)
+    assert (p1.memory_used_bytes, p1.memory_total_bytes) == (8322 * MIB, 43693 * MIB)
+    assert p0.utilization_ratio == 0.12 and p0.power_watts is None
+    assert p0.memory_bandwidth_utilization_ratio == 0.51
+    assert p1.vendor_metrics[ascend.CTRLCPU.name] == 0.03
+    assert p1.health == {"chip": False}
+    assert p1.fault_events == {"A4025021": 1, "8C03A000": 1}
+    assert p1.vendor_metrics[ascend.HEALTH_STATE.name] == 2
+    assert p1.vendor_metrics[ascend.ERROR_CODES_ACTIVE.name] == 2
+    assert by_index(backend.sample())["3-1"].fault_events == {"A4025021": 1, "8C03A000": 1}
+
+
+def test_dcmi_source_faults(fake_dcmi: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    for var in ("FAKE_DCMI_INIT_FAIL", "FAKE_DCMI_HEALTH_FAIL", "FAKE_DCMI_CARDS"):
+        monkeypatch.delenv(var, raising=False)
+    backend = dcmi_backend(fake_dcmi)
+    assert len(backend.sample()) == 3
+    monkeypatch.setenv("FAKE_DCMI_HEALTH_FAIL", "3-1")
+    s = by_index(backend.sample())
+    assert s["3-0"].up and not s["3-1"].up
+    assert s["3-1"].error == "library: dcmi_get_device_health failed"
+    monkeypatch.delenv("FAKE_DCMI_HEALTH_FAIL")
+    monkeypatch.setenv("FAKE_DCMI_CARDS", "1")
+    s = by_index(backend.sample())
+    assert s["0-0"].up
+    assert [s[k].error for k in ("3-0", "3-1")] == ["missing from the DCMI card list"] * 2
+    monkeypatch.delenv("FAKE_DCMI_CARDS")
+    monkeypatch.setenv("FAKE_DCMI_INIT_FAIL", "1")
+    with pytest.raises(BackendError) as exc:
+        dcmi_backend(fake_dcmi)
+    assert exc.value.reason == "init"
+    fallback = dcmi_backend(fake_dcmi, source="auto", runner=FakeRunner(host_310p()))
+    assert fallback.source == "cli"
+    assert sorted(by_index(fallback.sample())) == ["6-0", "6-1"]
+
+
+def test_dcmi_library_missing(tmp_path: Path) -> None:
+    spec = all_specs()["ascend"]
+    ctx = BackendContext(
+        runner=SubprocessRunner(env={"PATH": "/nonexistent"}),
+        options={"source": "dcmi", "dcmi_library": str(tmp_path / "nope.so")},
+    )
+    assert not spec.detect(ctx).found
+    with pytest.raises(BackendError) as exc:
+        spec.create(ctx).open()
+    assert exc.value.reason == "not_found"
+    with pytest.raises(BackendError) as exc:
+        ascend.AscendOptions.from_mapping({"source": "ioctl"})
+    assert exc.value.reason == "config"
+
+
+def test_dcmi_reading_maps_like_npu_smi() -> None:
+    r = ascend.ChipReading(
+        card=1,
+        device=0,
+        bus_id="0000:3b:00.0",
+        chip_name="910B3",
+        health=3,
+        error_codes=(0x80E18402, 0x80E18402),
+        aicore_percent=75,
+        temperature_celsius=61,
+        power_deciwatts=3105,
+        hbm_total_mib=65536,
+        hbm_used_mib=60000,
+        hbm_bandwidth_percent=40,
+    )
+    row = ascend.row_from_reading(r)
+    assert (row.index, row.name, row.health, row.power_watts) == ("1-0", "910B3", "Critical", 310.5)
+    assert ascend.health_from_reading(r).codes == ("80E18402",)
+    assert ascend.row_from_reading(replace(r, health=7, bus_id=None), "0000:3b:00.0").health == "Unknown"
+    assert ascend.row_from_reading(replace(r, bus_id=None), "0000:3b:00.0").bus_id == "0000:3b:00.0"
