@@ -401,7 +401,7 @@ def parse_info_table(text: str) -> InfoTable:
             if mp:
                 idle.add(int(mp.group(1)))
                 continue
-            if len(cells) != 4:
+            if len(cells) < 4:
                 raise ParseError(f"npu-smi info: line {n}: process row with {len(cells)} cells")
             ids = cells[0].split()
             if len(ids) != 2:
@@ -411,8 +411,8 @@ def parse_info_table(text: str) -> InfoTable:
                     npu_id=_int(ids[0], "process NPU"),
                     chip_id=_int(ids[1], "process chip"),
                     pid=_int(cells[1], "process id"),
-                    name=cells[2],
-                    memory_mib=_number(cells[3], "process memory"),
+                    name="|".join(cells[2:-1]).strip(),  # a process may put "|" in its own name
+                    memory_mib=_number(cells[-1], "process memory"),
                 )
             )
             continue

@@ -171,6 +171,14 @@ def test_process_table() -> None:
     assert p["6-1"].vendor_metrics[ascend.DDR_USED.name] == 8322 * MIB
 
 
+def test_process_name_with_a_bar_does_not_break_the_table() -> None:
+    text = fixture("npu-smi_info_310P3_25.0.rc1.1_2chips_procs.txt").replace(
+        "| python3.11               |", "| a|b                      |"
+    )
+    (p,) = ascend.parse_info_table(text).processes or ()
+    assert (p.pid, p.name, p.memory_mib) == (293029, "a|b", 6612)
+
+
 def test_no_running_processes() -> None:
     t = ascend.parse_info_table(fixture("npu-smi_info_910B2C_23.0.3_no_procs.txt"))
     assert t.processes == ()
