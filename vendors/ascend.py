@@ -763,13 +763,15 @@ def samples_from_info(text: str) -> list[DeviceSample]:
 
 
 def _bare_device(npu: int | None, chip: int | None, model: str = "Ascend") -> Device:
-    # Identity-only outputs carry no bus id: uuid stays empty rather than invented.
-    index = f"{npu}-{chip}" if npu is not None and chip is not None else ""
-    return Device(vendor=VENDOR, model=model, index=index, uuid="")
+    # Outputs without a bus id get the card/chip fallback uuid (unique per chip, so inspect keeps them apart;
+    # not the uuid the live backend derives from the bus id). A health report names no chip at all.
+    if npu is None or chip is None:
+        return Device(vendor=VENDOR, model=model, index="", uuid="")
+    return Device(vendor=VENDOR, model=model, index=f"{npu}-{chip}", uuid=f"ascend-npu{npu}-chip{chip}")
 
 
 def samples_from_chip_map(text: str) -> list[DeviceSample]:
-    """``npu-smi info -m`` -> identity-only samples (index, model from Chip Name; no uuid, no readings)."""
+    """``npu-smi info -m`` -> identity-only samples (index, model from Chip Name, fallback uuid; no readings)."""
     return [
         DeviceSample(device=_bare_device(e.npu_id, e.chip_id, model_name(e.name)))
         for e in parse_chip_map(text)

@@ -231,7 +231,10 @@ def test_chip_map(name: str) -> None:
     assert [(f"{e.npu_id}-{e.chip_id}", e.logic_id) for e in entries] == [(i, lg) for i, lg, _ in expected]
     samples = fmt.parse(text)
     assert [(s.device.index, s.device.model) for s in samples] == [(i, m) for i, _, m in expected]
-    assert all(s.device.uuid == "" and s.utilization_ratio is None for s in samples)
+    assert [s.device.uuid for s in samples] == [
+        f"ascend-npu{i.replace('-', '-chip')}" for i, _, _ in expected
+    ]
+    assert all(s.utilization_ratio is None for s in samples)
 
 
 def test_chip_map_from_tab_indented_dump() -> None:
