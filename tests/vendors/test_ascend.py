@@ -949,3 +949,25 @@ def test_dcmi_reading_maps_like_npu_smi() -> None:
     assert ascend.health_from_reading(r).codes == ("80E18402",)
     assert ascend.row_from_reading(replace(r, health=7, bus_id=None), "0000:3b:00.0").health == "Unknown"
     assert ascend.row_from_reading(replace(r, bus_id=None), "0000:3b:00.0").bus_id == "0000:3b:00.0"
+
+
+@pytest.mark.slow
+def test_capture_and_replay_give_the_same_samples(fake_tool: Path, tmp_path: Path) -> None:
+    from vendors.command import RecordingRunner, ReplayRunner, read_bundle, write_bundle
+
+    live = SubprocessRunner(
+        env={**os.environ, "PATH": f"{fake_tool}{os.pathsep}{os.environ.get('PATH', '')}"}
+    )
+    recorder = RecordingRunner(live)
+    recorded = make_backend(recorder).sample()
+    bundle = tmp_path / "bundle.json"
+    write_bundle(bundle, recorder.results, {"node": "n1"})
+    _, results = read_bundle(bundle)
+    assert [r.argv[1:] for r in results] == [
+        ("info",),
+        ("info", "-t", "usages", "-i", "6"),
+        ("info", "-t", "common", "-i", "6"),
+    ]
+    replayed = make_backend(ReplayRunner(results)).sample()
+    assert replayed == recorded
+    assert by_index(replayed)["6-1"].vendor_metrics[ascend.PROCESS_MEMORY.name] == 6612 * MIB
