@@ -426,6 +426,15 @@ def test_sniffers_pick_exactly_one_format() -> None:
             assert [f.name for f in ours if f.sniff(text)] == [name]
 
 
+def test_sniffers_leave_other_vendors_outputs_alone() -> None:
+    """Every other vendor's fixture in this repository (present once the vendor branches are merged)."""
+    for path in sorted(FIX.parent.rglob("*")):
+        if not path.is_file() or path.suffix == ".source" or FIX in path.parents:
+            continue
+        text = path.read_text(encoding="utf-8", errors="replace")
+        assert [f.name for f in ascend.FORMATS if f.sniff(text)] == [], path
+
+
 def test_registration() -> None:
     spec = all_specs()["ascend"]
     assert (spec.vendor, spec.priority) == ("huawei", 60)
