@@ -974,7 +974,8 @@ class AscendOptions:
     or ``auto`` (DCMI when the library loads, else npu-smi). ``dcmi_library``: path of libdcmi.so (default:
     the driver's install paths, then the loader's search). ``npu_smi``: path or name of the tool.
     ``timeout_seconds``: per npu-smi call. ``poll_budget_seconds``: all calls of one poll together; cards not
-    reached in time are reported lost. ``card_queries``: also run ``-t usages`` and ``-t common`` per card
+    reached in time are reported lost; keep it below the poller's timeout for this backend (default 2 x the
+    10 s interval) so that a slow card costs that card, not the poll. ``card_queries``: also run ``-t usages`` and ``-t common`` per card
     (bandwidth, AI CPU/ctrl CPU, clocks, 310P card power); False reads only ``npu-smi info`` (plus
     ``-t health`` for chips that are not OK).
     """
@@ -982,8 +983,8 @@ class AscendOptions:
     source: str = "cli"
     dcmi_library: str | None = None
     npu_smi: str = TOOL
-    timeout_seconds: float = 10.0
-    poll_budget_seconds: float = 30.0
+    timeout_seconds: float = 8.0
+    poll_budget_seconds: float = 15.0
     card_queries: bool = True
 
     @classmethod

@@ -725,7 +725,7 @@ def test_backend_poll_budget() -> None:
     backend.open()
     s = backend.sample()
     # 20 s budget at 4 s per call: the table, then cards 0 and 1 (2 calls each); the rest are lost.
-    assert timeouts == [10.0, 10.0, 10.0, 8.0, 4.0]  # per-call timeout, capped by what is left
+    assert timeouts == [8.0, 8.0, 8.0, 8.0, 4.0]  # per-call timeout, capped by what is left
     assert [x.device.index for x in s if x.up] == ["0-0", "1-0"]
     assert all(x.error == "timeout: npu-smi: poll budget exhausted" for x in s if not x.up)
 
@@ -813,11 +813,13 @@ def test_subprocess_fake_npu_smi_hang_exit_and_usage_text(fake_tool: Path) -> No
     (answers / "info_t_common_i_6.hang").touch()
     s = by_index(real_backend(fake_tool).sample())
     assert not s["6-0"].up and not s["6-1"].up
-    assert s["6-0"].error == f"timeout: {fake_tool / 'npu-smi'}: no answer within 1s, killed"
+    assert (s["6-0"].error or "").startswith(f"timeout: {fake_tool / 'npu-smi'}")
     (answers / "info_t_common_i_6.hang").unlink()
     (answers / "info_t_usages_i_6.exit1").touch()
     s = by_index(real_backend(fake_tool).sample())
-    assert not s["6-0"].up and "exited 1: dcmi_get_device_info failed" in (s["6-0"].error or "")
+    assert not s["6-0"].up
+    assert (s["6-0"].error or "").startswith("exit_status:")
+    assert "dcmi_get_device_info failed" in (s["6-0"].error or "")
     (answers / "info_t_usages_i_6.exit1").unlink()
     (answers / "info_t_common_i_6.txt").unlink()  # the card vanished: "Invalid card id." with status 0
     s = by_index(real_backend(fake_tool).sample())
