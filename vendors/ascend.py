@@ -344,6 +344,39 @@ def _columns(cell: str, header: list[str], where: str) -> dict[str, str]:
     return dict(zip(header, vals, strict=True))
 
 
+def _process_columns(header: list[str], n: int) -> tuple[int, int, int, int]:
+    """(cell count, pid, name, memory) positions from the process table header; newer drivers add columns
+    such as "Process id in container"."""
+    low = [h.lower() for h in header]
+    try:
+        name = low.index("process name")
+        mem = next(i for i, h in enumerate(low) if h.startswith("process memory"))
+    except (ValueError, StopIteration):
+        raise ParseError(f"npu-smi info: line {n}: process table header without name/memory") from None
+    return len(header), low.index("process id"), name, mem
+
+
+def _process(cells: list[str], cols: tuple[int, int, int, int], n: int) -> Process:
+    width, pid_at, name_at, mem_at = cols
+    extra = len(cells) - width  # a process may put "|" in its own name: those cells belong to the name
+    if extra < 0:
+        raise ParseError(f"npu-smi info: line {n}: process row with {len(cells)} cells")
+    ids = cells[0].split()
+    if len(ids) != 2:
+        raise ParseError(f"npu-smi info: line {n}: process row without NPU and chip id")
+
+    def at(i: int) -> str:
+        return cells[i + extra] if i > name_at else cells[i]
+
+    return Process(
+        npu_id=_int(ids[0], "process NPU"),
+        chip_id=_int(ids[1], "process chip"),
+        pid=_int(at(pid_at), "process id"),
+        name="|".join(cells[name_at : name_at + extra + 1]).strip(),
+        memory_mib=_number(at(mem_at), "process memory"),
+    )
+
+
 def parse_info_table(text: str) -> InfoTable:
     """Parse ``npu-smi info``: every chip's NPU/chip row pair and the process table.
 
@@ -362,6 +395,7 @@ def parse_info_table(text: str) -> InfoTable:
     started = False
     in_procs = False
     npu_row: tuple[int, str, str, dict[str, str]] | None = None  # (npu id, name, health, values)
+    proc_cols: tuple[int, int, int, int] = (0, 0, 0, 0)
     open_pair = False  # an NPU row waits for its chip row
     last_border = True
     for n, line in enumerate(lines, 1):
@@ -392,6 +426,7 @@ def parse_info_table(text: str) -> InfoTable:
             head2 = _header(cells[2])
             continue
         if len(cells) >= 3 and cells[1].lower() == "process id":
+            proc_cols = _process_columns(cells, n)
             in_procs = True
             processes = []
             continue
@@ -401,20 +436,7 @@ def parse_info_table(text: str) -> InfoTable:
             if mp:
                 idle.add(int(mp.group(1)))
                 continue
-            if len(cells) < 4:
-                raise ParseError(f"npu-smi info: line {n}: process row with {len(cells)} cells")
-            ids = cells[0].split()
-            if len(ids) != 2:
-                raise ParseError(f"npu-smi info: line {n}: process row without NPU and chip id")
-            processes.append(
-                Process(
-                    npu_id=_int(ids[0], "process NPU"),
-                    chip_id=_int(ids[1], "process chip"),
-                    pid=_int(cells[1], "process id"),
-                    name="|".join(cells[2:-1]).strip(),  # a process may put "|" in its own name
-                    memory_mib=_number(cells[-1], "process memory"),
-                )
-            )
+            processes.append(_process(cells, proc_cols, n))
             continue
         if head1 is None or head2 is None:
             raise ParseError(f"npu-smi info: line {n}: device row before the column headers")

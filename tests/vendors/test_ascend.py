@@ -107,6 +107,14 @@ INFO_EXPECTED: dict[
             ("1-0", "ascend-0000:29:00.0-0", 0.0, 3316, 65536, 53, 93.8, True),
         ],
     ),
+    "npu-smi_info_A3_Ascend910_24.1.rc3.7_2dies_no_procs.txt": (
+        "Ascend910",
+        "24.1.rc3.7",
+        [
+            ("2-0", "ascend-0000:95:00.0-0", 0.0, 3411, 65536, 36, 176.3, True),
+            ("2-1", "ascend-0000:97:00.0-1", 0.0, 3208, 65536, 36, None, True),
+        ],
+    ),
     "npu-smi_info_310P3_25.0.rc1.1_2chips_procs.txt": (
         "Ascend310P3",
         "25.0.rc1.1",
@@ -179,6 +187,22 @@ def test_process_name_with_a_bar_does_not_break_the_table() -> None:
     assert (p.pid, p.name, p.memory_mib) == (293029, "a|b", 6612)
 
 
+def test_process_table_with_container_pid_column() -> None:
+    """Newer drivers add "Process id in container" (layout as in Huawei's vNPU soft-partitioning docs)."""
+    head = fixture("npu-smi_info_310P3_25.0.rc1.1_2chips_procs.txt").split(
+        "+-------------------------------+-----------------+------------------------------------------------------+\n| NPU     Chip"
+    )[0]
+    text = head + (
+        "+---------------------------+---------------+---------------------------------------------------+\n"
+        "| NPU     Chip       | Process id    | Process name| Process memory(MB) |Process id in container|\n"
+        "+===========================+===============+===================================================+\n"
+        "| 6       1          | 293029        | python3.11  | 6612               | 17                    |\n"
+        "+===========================+===============+===================================================+\n"
+    )
+    (p,) = ascend.parse_info_table(text).processes or ()
+    assert (p.npu_id, p.chip_id, p.pid, p.name, p.memory_mib) == (6, 1, 293029, "python3.11", 6612)
+
+
 def test_no_running_processes() -> None:
     t = ascend.parse_info_table(fixture("npu-smi_info_910B2C_23.0.3_no_procs.txt"))
     assert t.processes == ()
@@ -188,6 +212,12 @@ def test_no_running_processes() -> None:
     assert s["1-0"].vendor_metrics[ascend.PROCESS_MEMORY.name] == 0
     # 910B2C: the DDR column reads 0 / 0, so no DDR series at all
     assert ascend.DDR_TOTAL.name not in s["1-0"].vendor_metrics
+
+
+def test_a3_phy_id_column() -> None:
+    t = ascend.parse_info_table(fixture("npu-smi_info_A3_Ascend910_24.1.rc3.7_2dies_no_procs.txt"))
+    assert [(c.npu_id, c.chip_id, c.device_id) for c in t.chips] == [(2, 0, 4), (2, 1, 5)]
+    assert t.idle_npus == frozenset({2})
 
 
 def test_legacy_device_column() -> None:
