@@ -401,17 +401,21 @@ def parse_info_table(text: str) -> InfoTable:
     for n, line in enumerate(lines, 1):
         if not line:
             continue
-        if line.startswith("+") and line.endswith("+") and set(line) <= set("+-="):
+        if line.startswith("+"):
+            if not (line.endswith("+") and len(line) >= 2 and set(line) <= set("+-=")):
+                raise ParseError(f"npu-smi info: line {n}: broken border: {line[:60]!r}")
             started = True
             if open_pair:
                 raise ParseError(f"npu-smi info: line {n}: NPU row without its chip row")
             npu_row = None
             last_border = True
             continue
-        if not (line.startswith("|") and line.endswith("|") and len(line) >= 2):
-            if not started:
-                continue  # preamble (a warning line, an echoed command)
-            raise ParseError(f"npu-smi info: line {n}: not a table line: {line[:60]!r}")
+        if not line.startswith("|"):
+            if started and not last_border:
+                raise ParseError(f"npu-smi info: line {n}: not a table line: {line[:60]!r}")
+            continue  # text outside the table (a warning before it, a note after a border)
+        if not (line.endswith("|") and len(line) >= 2):
+            raise ParseError(f"npu-smi info: line {n}: row cut short: {line[:60]!r}")
         started = True
         last_border = False
         cells = _cells(line)
@@ -443,12 +447,12 @@ def parse_info_table(text: str) -> InfoTable:
         if len(cells) != 3:
             raise ParseError(f"npu-smi info: line {n}: device row with {len(cells)} cells")
         if not open_pair and npu_row is None:
-            m1 = re.match(r"^(\d{1,9})\s+(\S.*)$", cells[0])
+            m1 = re.match(r"^(\d{1,9})(?:\s+(\S.*))?$", cells[0])
             if not m1 or not cells[1]:
                 raise ParseError(f"npu-smi info: line {n}: expected an NPU row, got {line[:60]!r}")
             npu_row = (
                 int(m1.group(1)),
-                m1.group(2).strip(),
+                (m1.group(2) or "").strip(),  # a chip in trouble may print no name
                 cells[1],
                 _columns(cells[2], head1, f"line {n}"),
             )

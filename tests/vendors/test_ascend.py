@@ -413,6 +413,32 @@ def test_info_rejects_truncated_and_garbage() -> None:
         ascend.parse_info_table("")
 
 
+def test_text_around_the_table() -> None:
+    full = fixture("npu-smi_info_910B2C_23.0.3_no_procs.txt")
+    expected = ascend.samples_from_info(full)
+    assert (
+        ascend.samples_from_info("[WARNING] dcmi log dir not writable\n" + full + "\nnote: 2 NPUs\n")
+        == expected
+    )
+    lines = full.splitlines(keepends=True)
+    with pytest.raises(ParseError, match="not a table line"):
+        ascend.parse_info_table("".join([*lines[:7], "oops\n", *lines[7:]]))  # inside a row pair
+    with pytest.raises(ParseError, match="row cut short"):
+        ascend.parse_info_table("".join([*lines[:9], lines[9][:40] + "\n"]))  # after a border
+    with pytest.raises(ParseError, match="broken border"):
+        ascend.parse_info_table("".join([*lines[:8], lines[8][:30] + "\n"]))
+
+
+def test_npu_row_without_a_name() -> None:
+    text = fixture("npu-smi_info_910B2C_23.0.3_no_procs.txt").replace(
+        "| 1     910B2C              | OK     ", "| 1                         | Alarm  "
+    )
+    s = by_index(ascend.samples_from_info(text))
+    assert s["1-0"].device.model == "Ascend"
+    assert s["1-0"].health == {"chip": False}
+    assert s["1-0"].vendor_metrics[ascend.HEALTH_STATE.name] == 2
+
+
 def test_truncated_at_every_line_is_rejected_or_a_clean_prefix() -> None:
     """Each cut at a line boundary either fails with ParseError or yields a prefix of the full chips with
     the same values (a cut exactly on a border loses the later chips, which the backend reports lost)."""
