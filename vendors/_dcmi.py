@@ -98,6 +98,7 @@ class ChipReading:
     hbm_total_mib: int | None = None
     hbm_used_mib: int | None = None
     hbm_bandwidth_percent: int | None = None
+    hbm_temperature_celsius: int | None = None
     ddr_total_mib: int | None = None
     ddr_available_mib: int | None = None
     ddr_bandwidth_percent: int | None = None
@@ -211,6 +212,7 @@ class Dcmi:
             hbm_total_mib=int(hbm.memory_size) if has_hbm else None,
             hbm_used_mib=int(hbm.memory_usage) if has_hbm else None,
             hbm_bandwidth_percent=int(hbm.bandwith_util_rate) if has_hbm else None,
+            hbm_temperature_celsius=int(hbm.temp) if has_hbm else None,
             ddr_total_mib=int(mem.memory_size) if has_ddr else None,
             ddr_available_mib=int(mem.memory_available) if has_ddr else None,
             ddr_bandwidth_percent=util(UTIL_DDR_BANDWIDTH),

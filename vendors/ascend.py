@@ -717,6 +717,7 @@ def sample_chip(
     health: HealthReport | None = None,
     fault_counts: Mapping[str, int] | None = None,
     card_chips: int = 1,
+    memory_temperature_celsius: float | None = None,
 ) -> DeviceSample:
     """One chip's DeviceSample from its main-table rows and, where read, its usages/common blocks, the
     card's MCU power (pass it only for the card's lowest chip; ``card_chips`` chips share it) and its
@@ -725,7 +726,8 @@ def sample_chip(
     utilization = AICore(%); memory = HBM-Usage when the chip has HBM (total > 0) else Memory-Usage (DDR),
     MiB -> bytes; temperature core = Temp(C); power = Power(W), else the common block's NPU Real-time Power;
     health{chip} = Health is OK; fault_events = ``fault_counts`` (backend's running counts) or, when not
-    given, 1 per error code in ``health``. Raises ParseError on a malformed number in a block.
+    given, 1 per error code in ``health``; temperature memory = ``memory_temperature_celsius`` (HBM, DCMI
+    only). Raises ParseError on a malformed number in a block.
     """
     hbm_main = bool(row.hbm_total_mib)
     used, total = (row.hbm_used_mib, row.hbm_total_mib) if hbm_main else (row.ddr_used_mib, row.ddr_total_mib)
@@ -768,7 +770,9 @@ def sample_chip(
         memory_bandwidth_utilization_ratio=bandwidth,
         memory_used_bytes=_mib(used),
         memory_total_bytes=_mib(total),
-        temperatures_celsius={} if temp is None else {"core": temp},
+        temperatures_celsius={
+            k: v for k, v in (("core", temp), ("memory", memory_temperature_celsius)) if v is not None
+        },
         power_watts=power,
         fault_events=faults,
         health={"chip": level == 0},
@@ -1228,6 +1232,9 @@ class AscendBackend:
                 health=health,
                 fault_counts=self._count_faults(dev.uuid, frozenset(health.codes)),
                 card_chips=per_card[card],
+                memory_temperature_celsius=(
+                    None if r.hbm_temperature_celsius is None else float(r.hbm_temperature_celsius)
+                ),
             )
             out.append(sample)
         return out

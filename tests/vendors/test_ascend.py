@@ -931,7 +931,8 @@ def test_dcmi_source_values(fake_dcmi: str, monkeypatch: pytest.MonkeyPatch) -> 
         cli.device.pci_bus_id,
     )
     assert (b.memory_used_bytes, b.memory_total_bytes) == (3317 * MIB, 65536 * MIB)
-    assert (b.utilization_ratio, b.temperatures_celsius, b.power_watts) == (0, {"core": 53}, 89.9)
+    assert (b.utilization_ratio, b.power_watts) == (0, 89.9)
+    assert b.temperatures_celsius == {"core": 53, "memory": 40}  # HBM temperature: DCMI only
     assert b.memory_bandwidth_utilization_ratio == 0.07
     assert b.health == {"chip": True} and b.fault_events == {}
     assert b.vendor_metrics == {
@@ -948,6 +949,7 @@ def test_dcmi_source_values(fake_dcmi: str, monkeypatch: pytest.MonkeyPatch) -> 
     assert (p0.memory_used_bytes, p0.memory_total_bytes) == (1175 * MIB, 44280 * MIB)
     assert (p1.memory_used_bytes, p1.memory_total_bytes) == (8322 * MIB, 43693 * MIB)
     assert p0.utilization_ratio == 0.12 and p0.power_watts is None
+    assert p0.temperatures_celsius == {"core": 55}  # no HBM on 310P
     assert p0.memory_bandwidth_utilization_ratio == 0.51
     assert p1.vendor_metrics[ascend.CTRLCPU.name] == 0.03
     assert p1.health == {"chip": False}
