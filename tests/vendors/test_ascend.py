@@ -847,7 +847,7 @@ def fake_tool(tmp_path: Path) -> Path:
 
 def real_backend(bindir: Path) -> ascend.AscendBackend:
     runner = SubprocessRunner(env={**os.environ, "PATH": f"{bindir}{os.pathsep}{os.environ.get('PATH', '')}"})
-    ctx = BackendContext(runner=runner, options={"timeout_seconds": 1.0})
+    ctx = BackendContext(runner=runner, options={"timeout_seconds": 2.0})
     assert all_specs()["ascend"].detect(ctx).found
     backend = ascend.create(ctx)
     backend.open()
