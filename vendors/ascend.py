@@ -902,7 +902,9 @@ sniff_info = _sniff(
 )
 sniff_chip_map = _sniff(lambda t: bool(re.search(r"^\s*NPU ID\s+Chip ID\s+Chip Logic ID", t, re.M)))
 sniff_usages = _sniff(
-    lambda t: "Usage Rate(%)" in t and "Capacity(MB)" in t and not sniff_info(t) and "Health Status" not in t
+    lambda t: (
+        "Aicore Usage Rate(%)" in t and "Capacity(MB)" in t and not sniff_info(t) and "Health Status" not in t
+    )
 )
 sniff_common = _sniff(
     lambda t: (
@@ -913,7 +915,11 @@ sniff_common = _sniff(
     )
 )
 sniff_health = _sniff(
-    lambda t: bool(re.search(r"^\s*Health Status\s*:", t, re.M)) and "Capacity(MB)" not in t
+    lambda t: (
+        bool(re.search(r"^\s*Health Status\s*:", t, re.M))
+        and bool(re.search(r"^\s*Error Code\s*:", t, re.M))
+        and "Capacity(MB)" not in t
+    )
 )
 
 FORMATS: tuple[OutputFormat, ...] = (
