@@ -631,7 +631,7 @@ def parse_health(text: str) -> HealthReport:
     raw = kv.get("Error Code", "NA").strip()
     codes: tuple[str, ...] = ()
     if raw.lower() not in _NA:
-        toks = raw.replace(",", " ").split()
+        toks = [t for t in raw.replace(",", " ").split() if t.strip(".")]  # "..." when the list goes on
         for t in toks:
             if not _HEX_CODE.match(t):
                 raise ParseError(f"{what}: bad Error Code {t[:20]!r}")

@@ -381,6 +381,13 @@ def test_health_levels(level: str) -> None:
     assert s.vendor_metrics[ascend.HEALTH_STATE.name] == ["OK", "Warning", "Alarm", "Critical"].index(level)
 
 
+def test_health_error_code_list_forms() -> None:
+    rep = ascend.parse_health("Health Status : Critical\nError Code : 80E18402, 0x80CF8008 ...\n")
+    assert rep.codes == ("80E18402", "0x80CF8008")
+    with pytest.raises(ParseError, match="bad Error Code"):
+        ascend.parse_health("Health Status : Alarm\nError Code : 80E1840Z\n")
+
+
 def test_unknown_health_word_is_unhealthy_without_level() -> None:
     (s,) = ascend.samples_from_health("Health Status : Unknown\nError Code : NA\n")
     assert s.health == {"chip": False}
