@@ -1,16 +1,420 @@
-"""Exporter subcommands: `serve`, `capture`, `inspect`."""
+"""Exporter subcommands: `serve`, `capture`, `inspect`, `metrics-doc` (argument parsing and wiring only)."""
 
 from __future__ import annotations
 
 import argparse
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+import socket
+import sys
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
+
+from prometheus_client.exposition import generate_latest
+from prometheus_client.metrics_core import Metric
+from prometheus_client.registry import Collector as _ClientCollector
+from prometheus_client.registry import CollectorRegistry
+
+from exporter.attribution import (
+    EMPTY,
+    AttributionSource,
+    Holder,
+    StaticAttributionSource,
+    TimelineAttributionSource,
+)
+from exporter.capture import capture, redact
+from exporter.collector import Collector, families
+from exporter.exposition import ExpositionCache
+from exporter.podmap import DeviceRef, SliceRef
+from exporter.podsource import KubeletAttributionSource
+from exporter.poller import BackendView, Poller, PollSettings
+from exporter.reference import render_markdown
+from exporter.server import Server, ssl_context
+from exporter.settings import ConfigError, Settings, WebConfig, load, load_web_config
+from vendors.base import Backend, DeviceSample, ParseError
+from vendors.command import CommandRunner, ReplayRunner, SubprocessRunner, read_bundle, write_bundle
+from vendors.registry import BackendContext, all_formats, all_specs, detect
+from vendors.sim import SimBackend
+
+log = logging.getLogger("xpuwatch")
+
+DOC_PATH = Path("docs/metrics.md")
 
 
 def add_commands(sub: Any) -> None:
-    serve = sub.add_parser("serve", help="run the exporter")
+    serve = sub.add_parser("serve", help="run the exporter", description="Run the exporter.")
+    serve.add_argument("--config", help="YAML config file (also $XPUWATCH_CONFIG)")
     serve.add_argument("--simulate", action="store_true", help="serve the built-in simulated fleet")
-    serve.set_defaults(func=_not_yet)
+    serve.add_argument(
+        "--sim-config", help="simulator scenario YAML (fleet, timeline of profiles and faults)"
+    )
+    serve.add_argument("--seed", type=int, help="simulator seed (overrides the scenario's)")
+    serve.add_argument(
+        "--node-name", help="node label (default: $XPUWATCH_NODE, config, $NODE_NAME, host name)"
+    )
+    serve.add_argument(
+        "--backend",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="enable this backend (repeatable); default: detect what this machine has",
+    )
+    serve.add_argument("--replay", metavar="BUNDLE", help="serve a capture bundle as if live")
+    serve.add_argument("--web.listen-address", dest="listen_address", help="[host]:port (default :9851)")
+    serve.add_argument("--web.telemetry-path", dest="telemetry_path", help="metrics path (default /metrics)")
+    serve.add_argument(
+        "--web.config.file", dest="web_config_file", help="exporter-toolkit web config (TLS, basic auth)"
+    )
+    # Freezes every clock at this Unix time (golden-file tests): not for production use.
+    serve.add_argument("--sim-clock", type=float, help=argparse.SUPPRESS)
+    serve.set_defaults(func=run_serve)
+
+    cap = sub.add_parser("capture", help="record every detected vendor tool's output into a bundle")
+    cap.add_argument("-o", "--output", required=True, metavar="BUNDLE", help="bundle file to write (JSON)")
+    cap.add_argument("--redact", action="store_true", help="mask UUIDs, serials, host names and IP addresses")
+    cap.add_argument(
+        "--backend", action="append", default=[], metavar="NAME", help="capture only these backends"
+    )
+    cap.add_argument("--node-name", help="node name recorded in the bundle")
+    cap.set_defaults(func=run_capture)
+
+    ins = sub.add_parser(
+        "inspect", help="print the exposition the exporter would serve for captured tool outputs"
+    )
+    ins.add_argument("files", nargs="+", metavar="FILE")
+    ins.add_argument("--format", help="output format name (default: detect); see --list-formats")
+    ins.add_argument("--node-name", default=None, help="node label (default: $NODE_NAME, else 'inspect')")
+    ins.set_defaults(func=run_inspect)
+
+    doc = sub.add_parser("metrics-doc", help="write docs/metrics.md from the metric catalog")
+    doc.add_argument("-o", "--output", default=str(DOC_PATH), help="file to write ('-' for stdout)")
+    doc.add_argument("--check", action="store_true", help="exit 1 if the file is not up to date")
+    doc.set_defaults(func=run_metrics_doc)
 
 
-def _not_yet(args: argparse.Namespace) -> int:
-    raise SystemExit("not implemented yet")
+def _fail(msg: str, code: int = 2) -> int:
+    print(f"xpuwatch: {msg}", file=sys.stderr)
+    return code
+
+
+# ------------------------------------------------------------------------------------------------------
+# serve
+
+
+@dataclass(frozen=True)
+class Clocks:
+    """Unix time and monotonic time; both frozen under --sim-clock."""
+
+    wall: Callable[[], float]
+    monotonic: Callable[[], float]
+
+
+def _clocks(frozen: float | None) -> Clocks:
+    if frozen is None:
+        return Clocks(time.time, time.monotonic)
+    return Clocks(lambda: frozen, lambda: 0.0)
+
+
+@dataclass
+class Assembly:
+    """A wired exporter: poller, collector, cache, attribution, backends (built by ``assemble``)."""
+
+    node: str
+    poller: Poller
+    collector: Collector
+    cache: ExpositionCache
+    attribution: AttributionSource
+    backends: list[Backend]
+    pod_source: KubeletAttributionSource | None = None
+
+
+def _sim_holder(pod: Any) -> Holder:
+    return Holder(pod.namespace, pod.pod, pod.container, pod.workload_kind, pod.owner)
+
+
+def _sim_attribution(sim: SimBackend, clocks: Clocks) -> AttributionSource:
+    return TimelineAttributionSource(lambda _now: sim.pods(), _sim_holder, clocks.wall)
+
+
+def assemble(
+    settings: Settings,
+    names: Sequence[str],
+    clocks: Clocks,
+    runner: CommandRunner,
+    explicit_node: str | None,
+    sim_options: Mapping[str, Any] | None = None,
+) -> Assembly:
+    """Create the named backends and wire them to a poller, collector and exposition cache.
+
+    Raises ConfigError for an unknown backend or a backend whose options are invalid.
+    """
+    specs = all_specs()
+    backends: list[tuple[Backend, PollSettings]] = []
+    attribution: AttributionSource = StaticAttributionSource()
+    node = explicit_node or socket.gethostname()
+    for name in names:
+        spec = specs.get(name)
+        if spec is None:
+            known = ", ".join(sorted(specs))
+            raise ConfigError(f"--backend: unknown backend {name!r} (known: {known})")
+        bs = settings.backend(name)
+        options = dict(bs.options)
+        if name == "sim":
+            options.update({k: v for k, v in (sim_options or {}).items() if v is not None})
+            if explicit_node:
+                options["node"] = explicit_node
+        ctx = BackendContext(node=node, runner=runner, options=options, clock=clocks.wall)
+        try:
+            backend = spec.create(ctx)
+        except ValueError as exc:
+            raise ConfigError(f"backends.{name}: {exc}") from exc
+        interval = bs.interval or spec.default_interval_seconds
+        if isinstance(backend, SimBackend):
+            if bs.interval is None:
+                interval = backend.scenario.poll_interval
+            node = backend.scenario.node
+            attribution = _sim_attribution(backend, clocks)
+        timeout = bs.timeout or 2 * interval
+        backends.append((backend, PollSettings(interval, timeout, bs.stale_after, spec.supplement)))
+    poller = Poller()
+    for backend, ps in backends:
+        poller.add(backend, ps, clocks.wall, clocks.monotonic)
+    pod_source = None
+    if settings.pod_mapping.enabled:  # the kubelet is authoritative, also over the simulator's own pods
+        pod_source = KubeletAttributionSource(
+            settings.pod_mapping, node, lambda: _device_refs(poller, clocks)
+        )
+        attribution = pod_source
+    collector = Collector(node, poller.view, attribution, clocks.wall)
+    cache = ExpositionCache(collector)
+    poller.listeners.append(cache.warm)
+    return Assembly(node, poller, collector, cache, attribution, [b for b, _ in backends], pod_source)
+
+
+def _device_refs(poller: Poller, clocks: Clocks) -> tuple[list[DeviceRef], list[SliceRef]]:
+    """What the pod matcher needs of the devices and slices currently served."""
+    devices: list[DeviceRef] = []
+    slices: list[SliceRef] = []
+    for view in poller.view(clocks.wall()):
+        for s in view.samples:
+            d = s.device
+            devices.append(DeviceRef(d.vendor, d.uuid, d.index, d.pci_bus_id, d.serial))
+            slices.extend(SliceRef(sl.parent_uuid, sl.slice_id, sl.uuid) for sl in s.slices)
+    return devices, slices
+
+
+def _backend_names(args: argparse.Namespace, settings: Settings, runner: CommandRunner) -> list[str]:
+    if settings.enable:
+        return list(settings.enable)
+    enabled, skipped = detect(BackendContext(node=settings.node or "localhost", runner=runner))
+    for name, why in skipped:
+        log.info("backend %s: skipped (%s)", name, why)
+    for name in enabled:
+        log.info("backend %s: found", name)
+    return enabled
+
+
+def run_serve(args: argparse.Namespace) -> int:
+    flags = {
+        "node": args.node_name,
+        "enable": args.backend,
+        "listen_address": args.listen_address,
+        "telemetry_path": args.telemetry_path,
+        "web_config_file": args.web_config_file,
+    }
+    try:
+        settings = load(args.config, os.environ, flags)
+        web_config = load_web_config(settings.web.config_file) if settings.web.config_file else WebConfig()
+        if web_config.tls:
+            try:
+                ssl_context(web_config.tls)
+            except (OSError, ValueError) as exc:
+                raise ConfigError(f"tls_server_config: cannot load certificate/key: {exc}") from exc
+    except ConfigError as exc:
+        return _fail(f"config error: {exc}")
+    clocks = _clocks(args.sim_clock)
+    runner: CommandRunner = SubprocessRunner()
+    explicit_node = settings.node or os.environ.get("NODE_NAME") or None
+    try:
+        if args.simulate:
+            names = ["sim"]
+        elif args.replay:
+            meta, results = read_bundle(Path(args.replay))
+            runner = ReplayRunner(results)
+            listed = meta.get("backends")
+            names = [str(n) for n in listed] if isinstance(listed, list) else []
+            if not names:
+                return _fail(f"{args.replay}: the bundle names no backend to replay")
+            explicit_node = explicit_node or (str(meta["node"]) if meta.get("node") else None)
+        else:
+            names = _backend_names(args, settings, runner)
+        sim_options = {"config": args.sim_config, "seed": args.seed}
+        asm = assemble(settings, names, clocks, runner, explicit_node, sim_options)
+    except (ConfigError, ValueError) as exc:
+        return _fail(f"config error: {exc}")
+    if not names:
+        log.warning("no backend enabled: no accelerator found (try --simulate, or --backend NAME)")
+    server = Server(asm.cache, asm.poller, settings.web, web_config, clocks.wall)
+    try:
+        asyncio.run(_serve(server, asm))
+    except OSError as exc:
+        return _fail(f"cannot listen on {settings.web.listen_address}: {exc}", 1)
+    return 0
+
+
+async def _serve(server: Server, asm: Assembly) -> None:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        with contextlib.suppress(NotImplementedError):
+            loop.add_signal_handler(sig, stop.set)
+    host, port = await server.start()
+    scheme = "https" if server.web_config.tls else "http"
+    shown = f"[{host}]" if ":" in host else host
+    log.info(
+        "listening on %s://%s:%d%s (node %s)", scheme, shown, port, server.settings.telemetry_path, asm.node
+    )
+    asm.poller.start()
+    if asm.pod_source is not None:
+        asm.pod_source.start()
+    try:
+        await stop.wait()
+    finally:
+        log.info("shutting down")
+        asm.poller.stop()
+        if asm.pod_source is not None:
+            asm.pod_source.stop()
+        await server.stop()
+
+
+# ------------------------------------------------------------------------------------------------------
+# capture
+
+
+def run_capture(args: argparse.Namespace) -> int:
+    runner = SubprocessRunner()
+    node = args.node_name or os.environ.get("NODE_NAME") or socket.gethostname()
+    specs = all_specs()
+    if args.backend:
+        unknown = [n for n in args.backend if n not in specs]
+        if unknown:
+            return _fail(f"--backend: unknown backend(s) {', '.join(unknown)} (known: {', '.join(specs)})")
+        names, skipped = list(args.backend), list[tuple[str, str]]()
+    else:
+        names, skipped = detect(BackendContext(node=node, runner=runner))
+    cap = capture([specs[n] for n in names], skipped, runner, node)
+    cap.meta["xpuwatch_version"] = _version()
+    if args.redact:
+        cap = redact(cap, node)
+    write_bundle(Path(args.output), cap.results, cap.meta)
+    print(
+        f"wrote {args.output}: {len(cap.results)} tool call(s) from {', '.join(cap.meta['backends']) or 'no backend'}"
+        + (f"; errors: {cap.meta['errors']}" if cap.meta["errors"] else "")
+        + ("; redacted" if args.redact else "")
+    )
+    if not names:
+        print("no vendor tool detected here: " + "; ".join(f"{n}: {w}" for n, w in skipped), file=sys.stderr)
+    return 0
+
+
+def _version() -> str:
+    try:
+        from importlib.metadata import version
+
+        return version("xpuwatch")
+    except Exception:
+        return "unknown"
+
+
+# ------------------------------------------------------------------------------------------------------
+# inspect
+
+
+class _Static(_ClientCollector):
+    def __init__(self, fams: list[Metric]) -> None:
+        self._fams = fams
+
+    def collect(self) -> Any:
+        return iter(self._fams)
+
+
+def inspect_files(paths: Sequence[str], fmt_name: str | None, node: str) -> tuple[bytes, list[str]]:
+    """(exposition, errors): parse each file with its format and render the device series."""
+    formats = all_formats()
+    errors: list[str] = []
+    views: list[BackendView] = []
+    for path in paths:
+        try:
+            text = Path(path).read_text(encoding="utf-8", errors="replace")
+        except OSError as exc:
+            errors.append(f"{path}: cannot read: {exc.strerror or exc}")
+            continue
+        if fmt_name is not None:
+            fmt = formats.get(fmt_name)
+            if fmt is None:
+                errors.append(
+                    f"--format: unknown format {fmt_name!r} (known: {', '.join(sorted(formats)) or 'none'})"
+                )
+                break
+        else:
+            matches = [f for n, f in sorted(formats.items()) if _sniff(f.sniff, text)]
+            if not matches:
+                errors.append(
+                    f"{path}: no known format matches (known: {', '.join(sorted(formats)) or 'none'}); "
+                    "pass --format NAME"
+                )
+                continue
+            fmt = matches[0]
+        try:
+            samples: tuple[DeviceSample, ...] = tuple(fmt.parse(text))
+        except ParseError as exc:
+            errors.append(f"{path}: not valid {fmt.name}: {exc}")
+            continue
+        views.append(BackendView(fmt.name, True, samples, len(samples), None, None, {}, 0, True))
+    fams = [f for f in families(node, views, EMPTY, None) if not f.name.startswith("xpuwatch_")]
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(_Static(fams))
+    return generate_latest(registry), errors
+
+
+def _sniff(fn: Callable[[str], bool], text: str) -> bool:
+    try:
+        return bool(fn(text))
+    except Exception:
+        return False
+
+
+def run_inspect(args: argparse.Namespace) -> int:
+    node = args.node_name or os.environ.get("NODE_NAME") or "inspect"
+    body, errors = inspect_files(args.files, args.format, node)
+    for e in errors:
+        print(f"xpuwatch inspect: {e}", file=sys.stderr)
+    sys.stdout.write(body.decode("utf-8"))
+    return 1 if errors else 0
+
+
+# ------------------------------------------------------------------------------------------------------
+# metrics-doc
+
+
+def run_metrics_doc(args: argparse.Namespace) -> int:
+    text = render_markdown()
+    if args.output == "-":
+        sys.stdout.write(text)
+        return 0
+    path = Path(args.output)
+    if args.check:
+        current = path.read_text(encoding="utf-8") if path.exists() else ""
+        if current != text:
+            return _fail(f"{path} is stale: run `xpuwatch metrics-doc -o {path}`", 1)
+        return 0
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text, encoding="utf-8")
+    print(f"wrote {path}")
+    return 0

@@ -9,7 +9,7 @@ import ``exporter``; the exporter imports this module.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Literal, Protocol, runtime_checkable
 
 # Label values used across the schema. Kept here so vendors and the exporter agree without retyping.
@@ -149,3 +149,85 @@ class Backend(Protocol):
     def sample(self) -> Sequence[DeviceSample]: ...
 
     def close(self) -> None: ...
+
+
+_OVERLAY_SCALARS = (
+    "utilization_ratio",
+    "sm_active_ratio",
+    "sm_occupancy_ratio",
+    "tensor_active_ratio",
+    "memory_bandwidth_utilization_ratio",
+    "memory_used_bytes",
+    "memory_total_bytes",
+    "power_watts",
+    "power_limit_watts",
+    "energy_joules",
+    "remap_pending",
+    "remap_failed",
+    "pcie_replay_errors",
+)
+_OVERLAY_MAPPINGS = (
+    "temperatures_celsius",
+    "clocks_hertz",
+    "clock_throttled",
+    "ecc_errors",
+    "remapped_rows",
+    "fault_events",
+    "link_errors",
+    "health",
+    "vendor_metrics",
+)
+_SLICE_OVERLAY = (
+    "memory_used_bytes",
+    "memory_total_bytes",
+    "compute_limit_ratio",
+    "utilization_ratio",
+    "sm_active_ratio",
+    "sm_occupancy_ratio",
+)
+
+
+def overlay(primary: DeviceSample, supplement: DeviceSample) -> DeviceSample:
+    """Overlay a supplementing backend's readings of the same device onto the primary's (e.g. DCGM's
+    profiling ratios and health onto NVML's sample).
+
+    The supplement exists to give better readings, so its non-None values win, mapping keys included.
+    Identity and ``up`` stay the primary's; a lost primary stays lost with nothing overlaid. A supplement
+    slice applies to the primary slice of the same ``slice_id``, or to every compute instance
+    ``"<gi>/<ci>"`` of a GPU instance it names as ``"<gi>"``.
+    """
+    if not primary.up:
+        return primary
+    changes: dict[str, object] = {}
+    for name in _OVERLAY_SCALARS:
+        v = getattr(supplement, name)
+        if v is not None:
+            changes[name] = v
+    for name in _OVERLAY_MAPPINGS:
+        extra = getattr(supplement, name)
+        if extra:
+            changes[name] = {**getattr(primary, name), **extra}
+    if supplement.slices and primary.slices:
+        by_id = {s.slice_id: s for s in supplement.slices}
+        merged = []
+        for p in primary.slices:
+            s = by_id.get(p.slice_id) or by_id.get(p.slice_id.split("/", 1)[0])
+            if s is None:
+                merged.append(p)
+                continue
+            merged.append(
+                replace(p, **{f: getattr(s, f) for f in _SLICE_OVERLAY if getattr(s, f) is not None})
+            )
+        changes["slices"] = tuple(merged)
+    return replace(primary, **changes)  # type: ignore[arg-type]
+
+
+def merge_samples(primary: Sequence[DeviceSample], supplement: Sequence[DeviceSample]) -> list[DeviceSample]:
+    """``overlay`` by (vendor, uuid). Supplement samples of devices the primary does not know are appended."""
+    by_key = {(s.device.vendor, s.device.uuid): s for s in supplement}
+    out = []
+    for p in primary:
+        s = by_key.pop((p.device.vendor, p.device.uuid), None)
+        out.append(p if s is None else overlay(p, s))
+    out.extend(by_key.values())
+    return out

@@ -20,7 +20,7 @@ from vendors.command import CommandRunner, SubprocessRunner
 log = logging.getLogger(__name__)
 
 # Modules of this package that are infrastructure, not backends.
-_NOT_BACKENDS = {"base", "registry", "command"}
+_NOT_BACKENDS = {"base", "registry", "command", "smi_table", "smi_tool"}
 
 
 @dataclass(frozen=True)
@@ -74,6 +74,9 @@ class BackendSpec:
     supersedes: tuple[str, ...] = ()
     auto: bool = True
     default_interval_seconds: float = 5.0
+    supplement: bool = False
+    """Its samples overlay another backend's samples of the same device (``vendors.base.overlay``): it
+    adds or improves readings (DCGM profiling over NVML) and never decides ``up`` or identity."""
 
 
 _SPECS: dict[str, BackendSpec] = {}

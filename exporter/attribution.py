@@ -1,0 +1,135 @@
+"""Pod attribution stage: which containers hold which device or slice, fed to the collector as labels.
+
+The collector asks an ``AttributionSource`` for the current ``Attribution`` once per render. A source that
+fails only drops pod labels (``xpuwatch_pod_mapping_up 0``); device series are never lost because of it.
+Sources here: a static one (tests, fixed mappings) and the simulator's (sim pods from the sim timeline). The
+kubelet PodResources source implements the same protocol elsewhere.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol
+
+from vendors.base import Slice
+
+WorkloadKind = Literal["notebook", "job", "service", "unknown"]
+WORKLOAD_KINDS: tuple[str, ...] = ("notebook", "job", "service", "unknown")
+
+
+@dataclass(frozen=True, order=True)
+class Holder:
+    """One container holding a device or slice.
+
+    ``workload_kind`` is notebook|job|service|unknown; ``owner`` is the user name for notebooks, else "".
+    """
+
+    namespace: str
+    pod: str
+    container: str
+    workload_kind: str = "unknown"
+    owner: str = ""
+
+    def __post_init__(self) -> None:
+        if self.workload_kind not in WORKLOAD_KINDS:
+            raise ValueError(
+                f"workload_kind {self.workload_kind!r} is not one of {', '.join(WORKLOAD_KINDS)}"
+            )
+
+
+def slice_key(parent_uuid: str, slice_id: str) -> str:
+    """Attribution key of a slice that has no uuid of its own (a vGPU share): ``<parent uuid>/<slice id>``."""
+    return f"{parent_uuid}/{slice_id}"
+
+
+@dataclass(frozen=True)
+class Attribution:
+    """Holders by key: a device uuid, a MIG device uuid (``MIG-...``), or ``slice_key(parent, slice_id)``.
+
+    Stored as a sorted tuple so that two equal mappings compare equal (the exposition cache relies on it).
+    """
+
+    entries: tuple[tuple[str, tuple[Holder, ...]], ...] = ()
+    _index: dict[str, tuple[Holder, ...]] = field(default_factory=dict, compare=False, repr=False, hash=False)
+
+    def __post_init__(self) -> None:
+        self._index.update(self.entries)
+
+    @classmethod
+    def of(cls, holders: Mapping[str, Iterable[Holder]]) -> Attribution:
+        """Build from ``{key: holders}``; holders are de-duplicated and sorted, empty keys dropped."""
+        items = tuple(sorted((k, tuple(sorted(set(hs)))) for k, hs in holders.items() if k and tuple(hs)))
+        return cls(items)
+
+    def for_device(self, uuid: str) -> tuple[Holder, ...]:
+        """Holders of the whole device."""
+        return self._index.get(uuid, ())
+
+    def for_slice(self, s: Slice) -> tuple[Holder, ...]:
+        """Holders of one slice: by its own uuid when it has one, else by ``slice_key``."""
+        if s.uuid:
+            hit = self._index.get(s.uuid)
+            if hit:
+                return hit
+        return self._index.get(slice_key(s.parent_uuid, s.slice_id), ())
+
+
+EMPTY = Attribution()
+
+
+class AttributionSource(Protocol):
+    """Where holders come from. ``current`` never raises and never blocks on I/O (it returns the last
+    refresh); ``up`` is True/False for the last refresh, None when no pod mapping is configured."""
+
+    def current(self) -> Attribution: ...
+
+    def up(self) -> bool | None: ...
+
+
+class StaticAttributionSource:
+    """A fixed attribution (tests, or a node without Kubernetes: ``up()`` is None, no self-metric)."""
+
+    def __init__(self, attribution: Attribution = EMPTY, up: bool | None = None) -> None:
+        self._attribution = attribution
+        self._up = up
+
+    def current(self) -> Attribution:
+        return self._attribution
+
+    def up(self) -> bool | None:
+        return self._up
+
+
+class TimelineAttributionSource:
+    """Attribution that changes with time (the simulator's pods).
+
+    ``raw_at(now)`` returns ``{key: items}`` and must return the *same object* while nothing changed (the
+    simulator memoises per timeline step); ``convert`` turns one item into a Holder. The conversion runs
+    only when the raw mapping object changes, so scrape-time checks stay cheap at 512 devices.
+    """
+
+    def __init__(
+        self,
+        raw_at: Callable[[float], Mapping[str, Iterable[Any]]],
+        convert: Callable[[Any], Holder],
+        clock: Callable[[], float],
+    ) -> None:
+        self._raw_at = raw_at
+        self._convert = convert
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._raw: object = None
+        self._last = EMPTY
+
+    def current(self) -> Attribution:
+        raw = self._raw_at(self._clock())
+        with self._lock:
+            if raw is not self._raw:
+                self._raw = raw
+                self._last = Attribution.of({k: [self._convert(x) for x in v] for k, v in raw.items()})
+            return self._last
+
+    def up(self) -> bool | None:
+        return True

@@ -1,0 +1,62 @@
+"""Metric reference: renders docs/metrics.md from the catalog (a test fails when the committed file is stale)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from exporter.catalog import DEVICE_LABELS, POD_LABELS, SLICE_LABELS, MetricDef, catalog
+
+_SCOPES = (
+    (
+        "device",
+        "Device metrics",
+        f"Labels on every series: `{', '.join(DEVICE_LABELS)}`, plus "
+        f"`{', '.join(POD_LABELS)}` when exactly one container holds the device.",
+    ),
+    (
+        "slice",
+        "Slice metrics (MIG instances, vGPU shares)",
+        f"Labels on every series: `{', '.join(SLICE_LABELS)}` "
+        f"(`uuid` is the parent device's), plus `{', '.join(POD_LABELS)}` of the slice's holder when one "
+        "container holds it.",
+    ),
+    ("exporter", "Exporter self-metrics", "No identity labels."),
+)
+
+
+def _cell(s: str) -> str:
+    return s.replace("|", "\\|").replace("\n", " ")
+
+
+def render_markdown(defs: Iterable[MetricDef] | None = None) -> str:
+    """The whole docs/metrics.md text."""
+    defs = tuple(catalog() if defs is None else defs)
+    out = [
+        "# xpuwatch metric reference",
+        "",
+        "Generated from `exporter/catalog.py` by `xpuwatch metrics-doc -o docs/metrics.md`; do not edit by hand.",
+        "Units are SI base units; a reading a vendor cannot give produces no series (never a fake 0).",
+        "A device that does not answer exports only `accelerator_up 0`, `accelerator_info` and",
+        "`accelerator_allocated`. A backend whose data is older than its staleness bound",
+        "(default 2 x interval + timeout) exports no device series and `xpuwatch_backend_up 0`.",
+        "",
+    ]
+    for scope, title, labels in _SCOPES:
+        rows = [d for d in defs if d.scope == scope]
+        if not rows:
+            continue
+        out += [
+            f"## {title}",
+            "",
+            labels,
+            "",
+            "| name | type | unit | extra labels | help | source |",
+            "|---|---|---|---|---|---|",
+        ]
+        for d in rows:
+            extra = ", ".join(f"`{x}`" for x in d.labels)
+            out.append(
+                f"| `{d.name}` | {d.type} | {d.unit or '-'} | {extra or '-'} | {_cell(d.help)} | {_cell(d.source)} |"
+            )
+        out.append("")
+    return "\n".join(out)

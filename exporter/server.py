@@ -1,0 +1,193 @@
+"""HTTP edge of the exporter (aiohttp): /metrics, /healthz, /readyz and a landing page.
+
+A scrape never waits on a vendor call: /metrics serves the exposition cache (rendered once per poller
+state, in prometheus-client's text or OpenMetrics format as negotiated by ``choose_encoder``, gzipped when
+the client accepts it). TLS and basic auth follow the exporter-toolkit web config (bcrypt hashes; a
+verified password is remembered so bcrypt's cost is paid once per credential, as exporter-toolkit does).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+import hashlib
+import html
+import logging
+import ssl
+import threading
+from collections.abc import Awaitable, Callable
+from concurrent.futures import ThreadPoolExecutor
+
+import bcrypt
+from aiohttp import web
+
+from exporter.exposition import ExpositionCache
+from exporter.poller import Poller
+from exporter.settings import TLSSettings, WebConfig, WebSettings
+
+log = logging.getLogger(__name__)
+
+_TLS_MIN = {
+    "TLS10": ssl.TLSVersion.TLSv1,
+    "TLS11": ssl.TLSVersion.TLSv1_1,
+    "TLS12": ssl.TLSVersion.TLSv1_2,
+    "TLS13": ssl.TLSVersion.TLSv1_3,
+}
+_CLIENT_AUTH = {
+    "NoClientCert": ssl.CERT_NONE,
+    "RequestClientCert": ssl.CERT_OPTIONAL,
+    "RequireAnyClientCert": ssl.CERT_REQUIRED,
+    "VerifyClientCertIfGiven": ssl.CERT_OPTIONAL,
+    "RequireAndVerifyClientCert": ssl.CERT_REQUIRED,
+}
+
+
+def ssl_context(tls: TLSSettings) -> ssl.SSLContext:
+    """A server SSL context from ``tls_server_config``. Raises ssl.SSLError/OSError on bad files."""
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.minimum_version = _TLS_MIN[tls.min_version]
+    ctx.load_cert_chain(tls.cert_file, tls.key_file)
+    ctx.verify_mode = _CLIENT_AUTH[tls.client_auth_type]
+    if tls.client_ca_file:
+        ctx.load_verify_locations(tls.client_ca_file)
+    return ctx
+
+
+class BasicAuth:
+    """Checks ``Authorization: Basic`` against bcrypt hashes; remembers verified credentials."""
+
+    def __init__(self, users: dict[str, str]) -> None:
+        self._users = users
+        self._ok: set[str] = set()
+        self._dummy = bcrypt.hashpw(b"not-a-user", bcrypt.gensalt(10))
+        self._lock = threading.Lock()
+
+    def _check(self, user: str, password: str) -> bool:
+        h = self._users.get(user)
+        if h is None:
+            # Spend the same time as for a known user so user names cannot be probed by timing.
+            bcrypt.checkpw(password.encode(), self._dummy)
+            return False
+        key = hashlib.sha256(f"{user}\0{password}\0{h}".encode()).hexdigest()
+        with self._lock:
+            if key in self._ok:
+                return True
+        # Go's bcrypt writes $2y$; the C implementation behind `bcrypt` treats 2y like 2b.
+        ok = bcrypt.checkpw(password.encode(), h.replace("$2y$", "$2b$", 1).encode())
+        if ok:
+            with self._lock:
+                self._ok.add(key)
+        return ok
+
+    async def allowed(self, header: str | None, loop: asyncio.AbstractEventLoop) -> bool:
+        if not header or not header.startswith("Basic "):
+            return False
+        try:
+            user, _, password = base64.b64decode(header[6:], validate=True).decode("utf-8").partition(":")
+        except (binascii.Error, UnicodeDecodeError):
+            return False
+        return await loop.run_in_executor(None, self._check, user, password)
+
+
+class Server:
+    """The exporter's HTTP server over one exposition cache and one poller.
+
+    ``clock`` (Unix seconds) is the same one the poller uses, for /readyz freshness.
+    """
+
+    def __init__(
+        self,
+        cache: ExpositionCache,
+        poller: Poller,
+        web_settings: WebSettings,
+        web_config: WebConfig,
+        clock: Callable[[], float],
+    ) -> None:
+        self.cache = cache
+        self.poller = poller
+        self.settings = web_settings
+        self.web_config = web_config
+        self.clock = clock
+        self.auth = BasicAuth(dict(web_config.basic_auth_users)) if web_config.basic_auth_users else None
+        self._executor = ThreadPoolExecutor(max_workers=4, thread_name_prefix="xpuwatch-render")
+        self._runner: web.AppRunner | None = None
+        self.address: tuple[str, int] | None = None
+
+    def app(self) -> web.Application:
+        app = web.Application(middlewares=[self._auth_middleware] if self.auth else [])
+        app.router.add_get(self.settings.telemetry_path, self.metrics)
+        app.router.add_get("/healthz", self.healthz)
+        app.router.add_get("/readyz", self.readyz)
+        app.router.add_get("/", self.landing)
+        return app
+
+    @web.middleware
+    async def _auth_middleware(
+        self, request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+    ) -> web.StreamResponse:
+        assert self.auth is not None
+        if not await self.auth.allowed(request.headers.get("Authorization"), asyncio.get_running_loop()):
+            return web.Response(
+                status=401,
+                text="Unauthorized\n",
+                headers={"WWW-Authenticate": 'Basic realm="xpuwatch"'},
+            )
+        return await handler(request)
+
+    async def metrics(self, request: web.Request) -> web.Response:
+        loop = asyncio.get_running_loop()
+        rendered = await loop.run_in_executor(
+            self._executor,
+            self.cache.get,
+            request.headers.get("Accept", ""),
+            request.headers.get("Accept-Encoding", ""),
+        )
+        headers = {"Content-Type": rendered.content_type}
+        if rendered.gzipped:
+            headers["Content-Encoding"] = "gzip"
+        return web.Response(body=rendered.body, headers=headers)
+
+    async def healthz(self, request: web.Request) -> web.Response:
+        return web.Response(text="ok\n")
+
+    async def readyz(self, request: web.Request) -> web.Response:
+        ready, missing = self.poller.ready(self.clock())
+        if ready:
+            return web.Response(text="ready\n")
+        why = ", ".join(missing) if missing else "no backend enabled"
+        return web.Response(status=503, text=f"not ready: no fresh data from {why}\n")
+
+    async def landing(self, request: web.Request) -> web.Response:
+        path = html.escape(self.settings.telemetry_path)
+        rows = "".join(
+            f"<tr><td>{html.escape(v.backend)}</td><td>{'up' if v.up else 'down'}</td><td>{v.devices}</td></tr>"
+            for v in self.poller.view(self.clock())
+        )
+        body = (
+            "<!doctype html><html><head><title>xpuwatch exporter</title></head><body>"
+            "<h1>xpuwatch exporter</h1>"
+            f'<p><a href="{path}">Metrics</a> · <a href="/healthz">Health</a> · <a href="/readyz">Readiness</a></p>'
+            f"<table><tr><th>backend</th><th>state</th><th>devices</th></tr>{rows}</table>"
+            "</body></html>"
+        )
+        return web.Response(text=body, content_type="text/html")
+
+    async def start(self) -> tuple[str, int]:
+        """Listen; returns the bound (host, port) (port 0 picks a free one)."""
+        host, port = self.settings.host_port
+        ctx = ssl_context(self.web_config.tls) if self.web_config.tls else None
+        self._runner = web.AppRunner(self.app(), access_log=None, handle_signals=False)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, host or None, port, ssl_context=ctx, reuse_address=True)
+        await site.start()
+        server = site._server
+        sockets = getattr(server, "sockets", None) or []
+        bound = sockets[0].getsockname() if sockets else (host, port)
+        self.address = (str(bound[0]), int(bound[1]))
+        return self.address
+
+    async def stop(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+        self._executor.shutdown(wait=False, cancel_futures=True)

@@ -1,0 +1,386 @@
+"""Exporter settings: one YAML file, overridden by XPUWATCH_* environment variables, overridden by flags.
+
+Every setting lands in a frozen dataclass below; a bad value fails at start with a ``ConfigError`` naming
+the key (``backends.nvml.interval: must be a number > 0``). Config file shape::
+
+    node: gpu-node-7                  # node label; else $NODE_NAME, else the host name
+    enable: [nvml, amd]               # backends to run; absent: detect what this machine has
+    web:
+      listen_address: ":9851"
+      telemetry_path: /metrics
+      config_file: /etc/xpuwatch/web.yml   # exporter-toolkit web config (TLS, basic auth)
+    backends:                         # per-backend sections, passed to the backend as its options
+      nvml: {interval: 5, timeout: 10, stale_after: 30}
+      sim: {config: scenario.yaml, seed: 7}
+    pod_mapping:                      # pod attribution from the kubelet (exporter.podsource)
+      enabled: true
+      socket: /var/lib/kubelet/pod-resources/kubelet.sock
+      interval: 15                    # seconds between kubelet List calls
+      timeout: 5
+      resource_prefixes: [nvidia.com/, amd.com/, huawei.com/]   # default: every known vendor
+      kube_api: true                  # workload kind/owner from the API server (RBAC: list pods)
+      owner_labels: [owner, user]
+
+Environment: XPUWATCH_CONFIG, XPUWATCH_NODE, XPUWATCH_ENABLE (comma-separated), XPUWATCH_WEB_LISTEN_ADDRESS,
+XPUWATCH_WEB_TELEMETRY_PATH, XPUWATCH_WEB_CONFIG_FILE.
+
+Default port 9851: not taken by any exporter in the Prometheus "default port allocations" wiki list (which
+runs contiguously from 9100 upwards); 9852/9853 are our relay and remediation controller.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any
+
+import yaml
+
+from exporter.podsource import PodMappingSettings
+
+DEFAULT_PORT = 9851
+DEFAULT_LISTEN_ADDRESS = f":{DEFAULT_PORT}"
+RESERVED_PATHS = ("/healthz", "/readyz", "/")
+POLL_KEYS = ("interval", "timeout", "stale_after")
+
+
+class ConfigError(ValueError):
+    """A setting is invalid; the message starts with the key (``web.listen_address: ...``)."""
+
+
+@dataclass(frozen=True)
+class WebSettings:
+    """The HTTP endpoint."""
+
+    listen_address: str = DEFAULT_LISTEN_ADDRESS
+    """``[host]:port`` to listen on; an empty host means every interface (``:9851``)."""
+    telemetry_path: str = "/metrics"
+    """Path that serves the metrics."""
+    config_file: str | None = None
+    """exporter-toolkit web config file (TLS certificate/key, basic-auth users with bcrypt hashes)."""
+
+    @property
+    def host_port(self) -> tuple[str, int]:
+        return parse_listen_address(self.listen_address, "web.listen_address")
+
+
+@dataclass(frozen=True)
+class BackendSettings:
+    """How one backend is polled, plus its own options."""
+
+    interval: float | None = None
+    """Seconds between polls; None = the backend's registered default."""
+    timeout: float | None = None
+    """Seconds a poll may take before it counts as failed; None = 2 * interval."""
+    stale_after: float | None = None
+    """Seconds the last good data is served; None = 2 * interval + timeout."""
+    options: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
+    """The rest of the backend's section, passed to it as ``BackendContext.options``."""
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Everything ``xpuwatch serve`` needs."""
+
+    node: str | None = None
+    """Node label on every series; None = $NODE_NAME, else the host name (sim: the scenario's node)."""
+    enable: tuple[str, ...] = ()
+    """Backends to run by name; empty = detect the ones present."""
+    web: WebSettings = field(default_factory=WebSettings)
+    """The HTTP endpoint."""
+    backends: Mapping[str, BackendSettings] = field(default_factory=lambda: MappingProxyType({}))
+    """Per-backend sections by backend name."""
+    pod_mapping: PodMappingSettings = field(default_factory=PodMappingSettings)
+    """Pod attribution through the kubelet PodResources API (off unless enabled)."""
+
+    def backend(self, name: str) -> BackendSettings:
+        return self.backends.get(name, BackendSettings())
+
+
+def parse_listen_address(value: str, key: str) -> tuple[str, int]:
+    """``host:port`` / ``:port`` / ``[v6]:port`` -> (host, port); host "" = all interfaces."""
+    m = re.fullmatch(r"(\[[0-9a-fA-F:.]+\]|[^:\[\]]*):(\d{1,5})", value or "")
+    if not m or not 0 <= int(m.group(2)) <= 65535:
+        raise ConfigError(f"{key}: {value!r} is not [host]:port (e.g. ':{DEFAULT_PORT}' or '127.0.0.1:0')")
+    return m.group(1).strip("[]"), int(m.group(2))
+
+
+def _positive(v: Any, key: str) -> float:
+    if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v) or v <= 0:
+        raise ConfigError(f"{key}: must be a number > 0 (seconds), got {v!r}")
+    return float(v)
+
+
+def _str(v: Any, key: str) -> str:
+    if not isinstance(v, str) or not v:
+        raise ConfigError(f"{key}: must be a non-empty string, got {v!r}")
+    return v
+
+
+def _mapping(v: Any, key: str) -> dict[str, Any]:
+    if v is None:
+        return {}
+    if not isinstance(v, dict):
+        raise ConfigError(f"{key}: must be a mapping, got {type(v).__name__}")
+    return v
+
+
+def _names(v: Any, key: str) -> tuple[str, ...]:
+    if isinstance(v, str):
+        v = [s.strip() for s in v.split(",") if s.strip()]
+    if not isinstance(v, list) or not all(isinstance(s, str) and s for s in v):
+        raise ConfigError(f"{key}: must be a list of names")
+    return tuple(dict.fromkeys(v))
+
+
+def _web(raw: Mapping[str, Any]) -> WebSettings:
+    unknown = set(raw) - {"listen_address", "telemetry_path", "config_file"}
+    if unknown:
+        raise ConfigError(
+            f"web.{sorted(unknown)[0]}: unknown key (known: listen_address, telemetry_path, config_file)"
+        )
+    web = WebSettings(
+        listen_address=_str(raw.get("listen_address", DEFAULT_LISTEN_ADDRESS), "web.listen_address"),
+        telemetry_path=_str(raw.get("telemetry_path", "/metrics"), "web.telemetry_path"),
+        config_file=None if raw.get("config_file") is None else _str(raw["config_file"], "web.config_file"),
+    )
+    check_web(web)
+    return web
+
+
+def check_web(web: WebSettings) -> None:
+    """Validate web settings (also after flags/env overrides)."""
+    web.host_port  # noqa: B018 - validates
+    p = web.telemetry_path
+    if not p.startswith("/") or p in RESERVED_PATHS or any(c.isspace() for c in p):
+        raise ConfigError(
+            f"web.telemetry_path: {p!r} must start with / and not be one of {', '.join(RESERVED_PATHS)}"
+        )
+
+
+def _backend(name: str, raw: Any) -> BackendSettings:
+    key = f"backends.{name}"
+    section = _mapping(raw, key)
+    interval = None if section.get("interval") is None else _positive(section["interval"], f"{key}.interval")
+    timeout = None if section.get("timeout") is None else _positive(section["timeout"], f"{key}.timeout")
+    stale = (
+        None
+        if section.get("stale_after") is None
+        else _positive(section["stale_after"], f"{key}.stale_after")
+    )
+    options = {k: v for k, v in section.items() if k not in POLL_KEYS}
+    return BackendSettings(interval, timeout, stale, MappingProxyType(options))
+
+
+_POD_KEYS = {
+    "enabled",
+    "socket",
+    "interval",
+    "timeout",
+    "max_backoff",
+    "resource_prefixes",
+    "kube_api",
+    "kube_api_host",
+    "owner_labels",
+}
+
+
+def _pod_mapping(raw: Any) -> PodMappingSettings:
+    section = _mapping(raw, "pod_mapping")
+    unknown = set(section) - _POD_KEYS
+    if unknown:
+        raise ConfigError(
+            f"pod_mapping.{sorted(map(str, unknown))[0]}: unknown key (known: {', '.join(sorted(_POD_KEYS))})"
+        )
+    d = PodMappingSettings()
+    for key in ("enabled", "kube_api"):
+        if key in section and not isinstance(section[key], bool):
+            raise ConfigError(f"pod_mapping.{key}: must be true or false")
+
+    def num(key: str, default: float) -> float:
+        return default if section.get(key) is None else _positive(section[key], f"pod_mapping.{key}")
+
+    return PodMappingSettings(
+        enabled=section.get("enabled", d.enabled),
+        socket=_str(section.get("socket", d.socket), "pod_mapping.socket"),
+        interval_seconds=num("interval", d.interval_seconds),
+        timeout_seconds=num("timeout", d.timeout_seconds),
+        max_backoff_seconds=num("max_backoff", d.max_backoff_seconds),
+        resource_prefixes=(
+            d.resource_prefixes
+            if section.get("resource_prefixes") is None
+            else _names(section["resource_prefixes"], "pod_mapping.resource_prefixes")
+        ),
+        kube_api=section.get("kube_api", d.kube_api),
+        kube_api_host=None
+        if section.get("kube_api_host") is None
+        else _str(section["kube_api_host"], "pod_mapping.kube_api_host"),
+        owner_labels=(
+            d.owner_labels
+            if section.get("owner_labels") is None
+            else _names(section["owner_labels"], "pod_mapping.owner_labels")
+        ),
+    )
+
+
+def parse(doc: Any, source: str = "config") -> Settings:
+    """Build Settings from a parsed YAML document (pure). Raises ConfigError naming the key."""
+    if doc is None:
+        doc = {}
+    if not isinstance(doc, dict):
+        raise ConfigError(f"{source}: must be a mapping of keys (node, enable, web, backends)")
+    unknown = set(doc) - {"node", "enable", "web", "backends", "pod_mapping"}
+    if unknown:
+        raise ConfigError(
+            f"{sorted(map(str, unknown))[0]}: unknown key (known: node, enable, web, backends, pod_mapping)"
+        )
+    node = None if doc.get("node") is None else _str(doc["node"], "node")
+    enable = () if doc.get("enable") is None else _names(doc["enable"], "enable")
+    web = _web(_mapping(doc.get("web"), "web"))
+    backends = {
+        str(name): _backend(str(name), section)
+        for name, section in _mapping(doc.get("backends"), "backends").items()
+    }
+    return Settings(node, enable, web, MappingProxyType(backends), _pod_mapping(doc.get("pod_mapping")))
+
+
+def load(path: str | None, env: Mapping[str, str], flags: Mapping[str, Any]) -> Settings:
+    """File (``path`` or $XPUWATCH_CONFIG), then environment, then flags (non-None values win).
+
+    ``flags`` keys: node, enable (list), listen_address, telemetry_path, web_config_file.
+    """
+    path = path or env.get("XPUWATCH_CONFIG") or None
+    doc: Any = {}
+    if path:
+        try:
+            doc = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+        except OSError as exc:
+            raise ConfigError(f"--config: cannot read {path}: {exc.strerror or exc}") from exc
+        except yaml.YAMLError as exc:
+            raise ConfigError(f"--config: {path} is not valid YAML: {exc}") from exc
+    s = parse(doc, source=str(path or "config"))
+
+    def pick(flag: str, env_key: str, current: Any) -> Any:
+        if flags.get(flag) not in (None, [], ()):
+            return flags[flag]
+        if env.get(env_key):
+            return env[env_key]
+        return current
+
+    node = pick("node", "XPUWATCH_NODE", s.node)
+    enable = pick("enable", "XPUWATCH_ENABLE", s.enable)
+    web = WebSettings(
+        listen_address=pick("listen_address", "XPUWATCH_WEB_LISTEN_ADDRESS", s.web.listen_address),
+        telemetry_path=pick("telemetry_path", "XPUWATCH_WEB_TELEMETRY_PATH", s.web.telemetry_path),
+        config_file=pick("web_config_file", "XPUWATCH_WEB_CONFIG_FILE", s.web.config_file),
+    )
+    check_web(web)
+    return Settings(
+        node=node,
+        enable=_names(list(enable) if not isinstance(enable, str) else enable, "enable"),
+        web=web,
+        backends=s.backends,
+        pod_mapping=s.pod_mapping,
+    )
+
+
+# ---------------------------------------------------------------------------------------------------------
+# exporter-toolkit web config (https://github.com/prometheus/exporter-toolkit/blob/master/docs/web-configuration.md)
+
+_BCRYPT = re.compile(r"^\$2[aby]?\$\d\d\$[./A-Za-z0-9]{53}$")
+_CLIENT_AUTH = (
+    "NoClientCert",
+    "RequestClientCert",
+    "RequireAnyClientCert",
+    "VerifyClientCertIfGiven",
+    "RequireAndVerifyClientCert",
+)
+_TLS_VERSIONS = ("TLS10", "TLS11", "TLS12", "TLS13")
+
+
+@dataclass(frozen=True)
+class TLSSettings:
+    """``tls_server_config``: server certificate and key (PEM files), optional client verification."""
+
+    cert_file: str
+    key_file: str
+    client_auth_type: str = "NoClientCert"
+    client_ca_file: str | None = None
+    min_version: str = "TLS12"
+
+
+@dataclass(frozen=True)
+class WebConfig:
+    """A parsed exporter-toolkit web config. ``basic_auth_users``: user -> bcrypt hash."""
+
+    tls: TLSSettings | None = None
+    basic_auth_users: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+
+
+def load_web_config(path: str) -> WebConfig:
+    """Read and validate an exporter-toolkit web config file. Raises ConfigError naming the key."""
+    try:
+        doc = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise ConfigError(f"web.config_file: cannot read {path}: {exc.strerror or exc}") from exc
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"web.config_file: {path} is not valid YAML: {exc}") from exc
+    return parse_web_config(doc, base=Path(path).parent)
+
+
+def parse_web_config(doc: Any, base: Path = Path(".")) -> WebConfig:
+    """Validate a web config document; relative file paths resolve against ``base`` (the file's dir)."""
+    if doc is None:
+        doc = {}
+    if not isinstance(doc, dict):
+        raise ConfigError("web.config_file: must be a mapping (tls_server_config, basic_auth_users)")
+    unknown = set(doc) - {"tls_server_config", "basic_auth_users"}
+    if unknown:
+        raise ConfigError(f"{sorted(map(str, unknown))[0]}: unknown web config key")
+    tls = None
+    if doc.get("tls_server_config") is not None:
+        t = _mapping(doc["tls_server_config"], "tls_server_config")
+        known = {"cert_file", "key_file", "client_auth_type", "client_ca_file", "min_version"}
+        if set(t) - known:
+            raise ConfigError(f"tls_server_config.{sorted(set(t) - known)[0]}: not supported")
+        for k in ("cert_file", "key_file"):
+            if not t.get(k):
+                raise ConfigError(f"tls_server_config.{k}: required when tls_server_config is set")
+            p = base / str(t[k])
+            if not p.is_file():
+                raise ConfigError(f"tls_server_config.{k}: {p} does not exist")
+        cat = t.get("client_auth_type", "NoClientCert")
+        if cat not in _CLIENT_AUTH:
+            raise ConfigError(
+                f"tls_server_config.client_auth_type: {cat!r} is not one of {', '.join(_CLIENT_AUTH)}"
+            )
+        ca = t.get("client_ca_file")
+        if cat != "NoClientCert" and not ca:
+            raise ConfigError(f"tls_server_config.client_ca_file: required with client_auth_type {cat}")
+        if ca and not (base / str(ca)).is_file():
+            raise ConfigError(f"tls_server_config.client_ca_file: {base / str(ca)} does not exist")
+        mv = t.get("min_version", "TLS12")
+        if mv not in _TLS_VERSIONS:
+            raise ConfigError(
+                f"tls_server_config.min_version: {mv!r} is not one of {', '.join(_TLS_VERSIONS)}"
+            )
+        tls = TLSSettings(
+            str(base / str(t["cert_file"])),
+            str(base / str(t["key_file"])),
+            cat,
+            str(base / str(ca)) if ca else None,
+            mv,
+        )
+    users = _mapping(doc.get("basic_auth_users"), "basic_auth_users")
+    for user, h in users.items():
+        if not isinstance(user, str) or not user or ":" in user:
+            raise ConfigError(f"basic_auth_users: {user!r} is not a valid user name")
+        if not isinstance(h, str) or not _BCRYPT.match(h):
+            raise ConfigError(
+                f"basic_auth_users.{user}: must be a bcrypt hash ($2y$10$...), not a plain password"
+            )
+    return WebConfig(tls, MappingProxyType({str(k): str(v) for k, v in users.items()}))

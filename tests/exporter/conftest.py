@@ -1,0 +1,110 @@
+"""Exporter test fixtures: start the real `xpuwatch serve` as a subprocess on a free loopback port."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+GOLDEN_CLOCK = "1700000000"
+
+
+@dataclass
+class Exporter:
+    """A running `xpuwatch serve` process: ``url`` is its base URL (scheme://127.0.0.1:port)."""
+
+    proc: subprocess.Popen[str]
+    url: str
+    log: list[str] = field(default_factory=list)
+
+
+def cli_env(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("XPUWATCH_") and k != "NODE_NAME"}
+    return {**env, "PYTHONPATH": str(ROOT), **extra}
+
+
+def run_cli(
+    *args: str, env: dict[str, str] | None = None, timeout: float = 60
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "exporter.entry", *args],
+        cwd=ROOT,
+        env=env or cli_env(),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+@pytest.fixture
+def start_exporter() -> Iterator[Callable[..., Exporter]]:
+    """Factory: start_exporter(*serve_args) -> Exporter, waiting until it listens (stops it afterwards)."""
+    running: list[Exporter] = []
+
+    def start(*args: str, env: dict[str, str] | None = None) -> Exporter:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "exporter.entry", "serve", "--web.listen-address", "127.0.0.1:0", *args],
+            cwd=ROOT,
+            env=env or cli_env(),
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        exp = Exporter(proc, "")
+        running.append(exp)
+        found = threading.Event()
+
+        def pump() -> None:
+            assert proc.stderr is not None
+            for line in proc.stderr:
+                exp.log.append(line)
+                m = re.search(r"listening on (https?://[^/\s]+)", line)
+                if m and not found.is_set():
+                    exp.url = m.group(1)
+                    found.set()
+            found.set()
+
+        threading.Thread(target=pump, daemon=True).start()
+        deadline = time.monotonic() + 60
+        while not found.wait(0.05):
+            if time.monotonic() > deadline:
+                break
+        if not exp.url:
+            proc.kill()
+            raise AssertionError("exporter did not start:\n" + "".join(exp.log))
+        return exp
+
+    yield start
+    for exp in running:
+        exp.proc.terminate()
+        try:
+            exp.proc.wait(10)
+        except subprocess.TimeoutExpired:
+            exp.proc.kill()
+            exp.proc.wait()
+
+
+def wait_ready(url: str, timeout: float = 30, **kw: object) -> None:
+    """Poll /readyz until 200."""
+    import urllib.request
+
+    deadline = time.monotonic() + timeout
+    last = ""
+    while time.monotonic() < deadline:
+        try:
+            with urllib.request.urlopen(url + "/readyz", timeout=2, **kw) as r:  # type: ignore[arg-type]
+                if r.status == 200:
+                    return
+        except Exception as exc:
+            last = str(exc)
+        time.sleep(0.05)
+    raise AssertionError(f"{url} not ready: {last}")

@@ -1,0 +1,204 @@
+"""CLI: bad config fails at start naming the key; inspect; capture -> redact -> replay round trip; docs."""
+
+from __future__ import annotations
+
+import os
+import stat
+from collections.abc import Sequence
+from pathlib import Path
+
+import pytest
+
+from exporter.capture import Redactor, capture, redact
+from exporter.cli import Clocks, assemble, inspect_files
+from exporter.reference import render_markdown
+from exporter.settings import Settings
+from tests.exporter.conftest import ROOT, run_cli
+from vendors import registry
+from vendors.base import Device, DeviceSample, ParseError
+from vendors.command import ReplayRunner, SubprocessRunner, read_bundle, write_bundle
+from vendors.registry import BackendContext, BackendSpec, Detection, OutputFormat
+
+
+@pytest.mark.parametrize(
+    ("args", "files", "message"),
+    [
+        (
+            ["--config", "{d}/c.yaml"],
+            {"c.yaml": "backends: {sim: {interval: -1}}"},
+            "backends.sim.interval: must be a number > 0",
+        ),
+        (["--config", "{d}/c.yaml"], {"c.yaml": "web: {listen_addr: ':1'}"}, "web.listen_addr: unknown key"),
+        (["--web.listen-address", "nohost"], {}, "web.listen_address: 'nohost' is not [host]:port"),
+        (
+            ["--simulate", "--sim-config", "{d}/s.yaml"],
+            {"s.yaml": "timeline: [{at: 0, device: '0', fault: melt}]"},
+            "timeline[0].fault: 'melt'",
+        ),
+        (["--backend", "nosuch"], {}, "--backend: unknown backend 'nosuch'"),
+        (
+            ["--web.config.file", "{d}/w.yaml"],
+            {"w.yaml": "basic_auth_users: {u: pw}"},
+            "basic_auth_users.u: must be a bcrypt hash",
+        ),
+        (
+            ["--web.config.file", "{d}/w.yaml"],
+            {"w.yaml": "tls_server_config: {cert_file: w.yaml, key_file: w.yaml}"},
+            "tls_server_config: cannot load certificate/key",
+        ),
+    ],
+)
+def test_bad_config_fails_at_start_naming_the_key(
+    tmp_path: Path, args: list[str], files: dict, message: str
+) -> None:
+    for name, text in files.items():
+        (tmp_path / name).write_text(text)
+    res = run_cli("serve", *[a.format(d=tmp_path) for a in args])
+    assert res.returncode == 2, res.stderr
+    assert message in res.stderr
+    assert "Traceback" not in res.stderr
+
+
+# A one-line-per-device tool output: "<uuid> <serial> <util%> <host>"; the format is a test stand-in.
+def _parse_fake(text: str) -> Sequence[DeviceSample]:
+    out = []
+    for i, line in enumerate(text.splitlines()):
+        parts = line.split()
+        if len(parts) != 4 or not parts[2].isdigit():
+            raise ParseError(f"line {i + 1}: expected '<uuid> <serial> <util%> <host>'")
+        out.append(
+            DeviceSample(
+                Device("fakevendor", "Fake X1", str(i), parts[0], serial=parts[1]),
+                utilization_ratio=int(parts[2]) / 100,
+            )
+        )
+    return out
+
+
+FAKE_FORMAT = OutputFormat("fake-tool-text", _parse_fake, lambda t: t.startswith("GPU-"))
+
+
+class FakeToolBackend:
+    """Runs the `faketool` command through the injected runner, like every CLI backend."""
+
+    name = "faketool"
+
+    def __init__(self, ctx: BackendContext) -> None:
+        self.runner = ctx.runner
+
+    def open(self) -> None:
+        pass
+
+    def sample(self) -> Sequence[DeviceSample]:
+        return _parse_fake(self.runner.run(["faketool", "--query"], timeout=5).stdout)
+
+    def close(self) -> None:
+        pass
+
+
+@pytest.fixture
+def fake_spec(monkeypatch: pytest.MonkeyPatch) -> BackendSpec:
+    spec = BackendSpec(
+        "faketool", "fakevendor", FakeToolBackend, lambda ctx: Detection(True, "test"), formats=(FAKE_FORMAT,)
+    )
+    registry.all_specs()
+    monkeypatch.setitem(registry._SPECS, "faketool", spec)
+    return spec
+
+
+def test_inspect_detects_format_and_prints_exposition(tmp_path: Path, fake_spec: BackendSpec) -> None:
+    f = tmp_path / "out.txt"
+    f.write_text("GPU-11111111-2222-3333-4444-555555555555 S123 87 h\n")
+    body, errors = inspect_files([str(f)], None, "n1")
+    assert errors == []
+    text = body.decode()
+    assert (
+        'accelerator_utilization_ratio{device="0",model="Fake X1",node="n1",'
+        'uuid="GPU-11111111-2222-3333-4444-555555555555",vendor="fakevendor"} 0.87\n'
+    ) in text
+    assert "xpuwatch_" not in text
+    g = tmp_path / "garbage.txt"
+    g.write_text("hello")
+    _, errors = inspect_files([str(g)], None, "n1")
+    assert errors == [
+        f"{g}: no known format matches (known: {', '.join(sorted(registry.all_formats()))}); pass --format NAME"
+    ]
+    _, errors = inspect_files([str(g)], "fake-tool-text", "n1")
+    assert errors == [f"{g}: not valid fake-tool-text: line 1: expected '<uuid> <serial> <util%> <host>'"]
+    _, errors = inspect_files([str(g)], "nope", "n1")
+    assert errors[0].startswith("--format: unknown format 'nope'")
+
+
+def test_inspect_cli_exits_nonzero_when_nothing_matches(tmp_path: Path) -> None:
+    g = tmp_path / "garbage.txt"
+    g.write_text("\x00\x01 not a vendor tool output")
+    res = run_cli("inspect", str(g))
+    assert res.returncode == 1
+    assert f"{g}: no known format matches" in res.stderr
+
+
+def test_capture_redact_replay_round_trip(tmp_path: Path, fake_spec: BackendSpec) -> None:
+    tool = tmp_path / "bin" / "faketool"
+    tool.parent.mkdir()
+    tool.write_text(
+        "#!/bin/sh\n"
+        "echo 'GPU-aaaaaaaa-2222-3333-4444-555555555555 SN998877 40 gpu-node-7'\n"
+        "echo 'GPU-bbbbbbbb-2222-3333-4444-555555555555 SN112233 90 10.1.2.3'\n"
+    )
+    tool.chmod(tool.stat().st_mode | stat.S_IEXEC)
+    runner = SubprocessRunner(env={**os.environ, "PATH": f"{tool.parent}:{os.environ['PATH']}"})
+    cap = capture(
+        [fake_spec], [("nvml", "libnvidia-ml.so.1 not found")], runner, "gpu-node-7", clock=lambda: 5.0
+    )
+    assert cap.meta["backends"] == ["faketool"] and cap.meta["errors"] == {}
+    assert cap.meta["skipped"] == {"nvml": "libnvidia-ml.so.1 not found"}
+    assert cap.meta["tools"] == {"faketool": str(tool)}
+    assert [r.argv for r in cap.results] == [("faketool", "--query")]
+    red = redact(cap, "gpu-node-7")
+    out = red.results[0].stdout
+    assert out == (
+        "GPU-00000000-0000-0000-0000-000000000001 SERIAL0001 40 host-1\n"
+        "GPU-00000000-0000-0000-0000-000000000002 SERIAL0002 90 192.0.2.2\n"
+    )
+    assert red.meta["redacted"] is True and red.meta["node"] == "host-1"
+    bundle = tmp_path / "bundle.json"
+    write_bundle(bundle, red.results, red.meta)
+    meta, results = read_bundle(bundle)
+    asm = assemble(
+        Settings(), meta["backends"], Clocks(lambda: 5.0, lambda: 0.0), ReplayRunner(results), "host-1"
+    )
+    asm.poller.pollers[0].poll_once()
+    (view,) = asm.poller.view(5.0)
+    assert [(s.device.uuid, s.utilization_ratio) for s in view.samples] == [
+        ("GPU-00000000-0000-0000-0000-000000000001", 0.4),
+        ("GPU-00000000-0000-0000-0000-000000000002", 0.9),
+    ]
+    body = asm.cache.get("", "").body.decode()
+    assert 'node="host-1"' in body and 'uuid="GPU-00000000-0000-0000-0000-000000000002"' in body
+
+
+def test_redactor_is_consistent_across_texts() -> None:
+    r = Redactor(hostnames=["node-a"], serials=["1320921012345"])
+    a = r.text("uuid GPU-ABCDEF01-2222-3333-4444-555555555555 on node-a (10.0.0.5) serial 1320921012345")
+    b = r.text(
+        "<uuid>GPU-abcdef01-2222-3333-4444-555555555555</uuid><serial>1320921012345</serial> node-a.local"
+    )
+    assert a == "uuid GPU-00000000-0000-0000-0000-000000000001 on host-1 (192.0.2.2) serial SERIAL0001"
+    assert (
+        b == "<uuid>GPU-00000000-0000-0000-0000-000000000001</uuid><serial>SERIAL0001</serial> host-1.local"
+    )
+    assert (
+        r.text("Serial Number : 0323119087654\nlocalhost 127.0.0.1")
+        == "Serial Number : SERIAL0002\nlocalhost 127.0.0.1"
+    )
+
+
+def test_metrics_doc_is_current() -> None:
+    committed = (ROOT / "docs" / "metrics.md").read_text(encoding="utf-8")
+    assert committed == render_markdown(), "docs/metrics.md is stale: run `xpuwatch metrics-doc`"
+
+
+def test_metrics_doc_check_cli(tmp_path: Path) -> None:
+    (tmp_path / "m.md").write_text("old")
+    res = run_cli("metrics-doc", "--check", "-o", str(tmp_path / "m.md"))
+    assert res.returncode == 1 and f"{tmp_path / 'm.md'} is stale" in res.stderr

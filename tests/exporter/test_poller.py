@@ -1,0 +1,126 @@
+"""Poller: timeouts, never two calls at once, errors by reason, open backoff, staleness on an injected clock."""
+
+from __future__ import annotations
+
+import time
+
+from exporter import poller as P
+from exporter.poller import BackendPoller, Poller, PollSettings
+from tests.exporter.fakes import FlakyOpenBackend, GoodBackend, HangingBackend, RaisingBackend
+
+
+class Clock:
+    def __init__(self, t: float = 1000.0) -> None:
+        self.t = t
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def test_success_sets_up_samples_and_timestamp() -> None:
+    clock = Clock()
+    p = BackendPoller(GoodBackend(n=3), PollSettings(interval=5, timeout=1), clock, monotonic=lambda: 0.0)
+    assert p.poll_once() == 5
+    v = p.view(clock())
+    assert v.up and v.fresh and len(v.samples) == 3 and v.devices == 3
+    assert v.last_success == 1000.0 and v.poll_duration == 0.0 and dict(v.errors) == {}
+
+
+def test_staleness_bound_is_two_intervals_plus_timeout() -> None:
+    clock = Clock()
+    b = RaisingBackend()
+    good = GoodBackend()
+    p = BackendPoller(good, PollSettings(interval=5, timeout=2), clock)
+    p.poll_once()
+    assert PollSettings(interval=5, timeout=2).staleness_bound == 12
+    clock.t += 12
+    assert p.view(clock()).up and len(p.view(clock()).samples) == 2
+    clock.t += 0.001
+    v = p.view(clock())
+    assert not v.up and not v.fresh and v.samples == () and v.devices == 2
+    assert PollSettings(interval=5, timeout=2, stale_after=60).staleness_bound == 60
+    del b
+
+
+def test_failed_poll_marks_down_but_serves_last_good_until_stale() -> None:
+    clock = Clock()
+    b = GoodBackend()
+    p = BackendPoller(b, PollSettings(interval=1, timeout=1), clock)
+    p.poll_once()
+
+    def fail() -> None:
+        raise P.BackendError("boom", reason="parse")
+
+    b.sample = fail  # type: ignore[method-assign]
+    clock.t += 1
+    p.poll_once()
+    v = p.view(clock())
+    assert not v.up and v.fresh and len(v.samples) == 2 and dict(v.errors) == {"parse": 1}
+    clock.t += 3.5
+    assert p.view(clock()).samples == ()
+
+
+def test_errors_counted_by_reason_and_unexpected() -> None:
+    p = BackendPoller(RaisingBackend(reason="exit_status"), PollSettings(1, 1), Clock())
+    q = BackendPoller(RaisingBackend(reason=None), PollSettings(1, 1), Clock())
+    for _ in range(3):
+        p.poll_once()
+        q.poll_once()
+    assert dict(p.view(1000).errors) == {"exit_status": 3}
+    assert dict(q.view(1000).errors) == {"unexpected": 3}
+    assert not p.view(1000).up and p.view(1000).last_success is None
+
+
+def test_wrong_return_type_counts_as_unexpected() -> None:
+    b = GoodBackend()
+    b.sample = lambda: ["not a sample"]  # type: ignore[method-assign,return-value]
+    p = BackendPoller(b, PollSettings(1, 1), Clock())
+    p.poll_once()
+    assert dict(p.view(1000).errors) == {"unexpected": 1}
+
+
+def test_hung_call_times_out_and_no_second_call_starts_until_it_returns() -> None:
+    b = HangingBackend()
+    clock = Clock()
+    p = BackendPoller(b, PollSettings(interval=0.01, timeout=0.2), clock)
+    p.start()
+    try:
+        deadline = time.monotonic() + 10
+        while p.view(clock()).errors.get("timeout", 0) < 1 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        v = p.view(clock())
+        assert dict(v.errors) == {"timeout": 1} and not v.up
+        time.sleep(0.5)  # many intervals pass: still the one stuck call, no new one
+        assert b.active == 1 and b.max_active == 1 and dict(p.view(clock()).errors) == {"timeout": 1}
+        b.release.set()  # the call returns late: discarded; the next polls succeed
+        while not p.view(clock()).up and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert p.view(clock()).up and b.max_active == 1
+    finally:
+        b.release.set()
+        p.stop()
+
+
+def test_open_is_retried_with_exponential_backoff() -> None:
+    b = FlakyOpenBackend(failures=3)
+    p = BackendPoller(b, PollSettings(interval=5, timeout=1), Clock())
+    delays = [p.poll_once() for _ in range(4)]
+    assert delays == [1.0, 2.0, 4.0, 5]
+    assert b.opens == 4 and b.calls == 1
+    assert dict(p.view(1000).errors) == {"init": 3} and p.view(1000).up
+
+
+def test_poller_ready_and_listeners() -> None:
+    clock = Clock()
+    poller = Poller()
+    seen: list[int] = []
+    poller.listeners.append(lambda: seen.append(1))
+    a = poller.add(GoodBackend("a"), PollSettings(1, 1), clock)
+    b = poller.add(RaisingBackend("b"), PollSettings(1, 1), clock)
+    assert poller.ready(clock()) == (False, ["a", "b"])
+    a.poll_once()
+    b.poll_once()
+    assert poller.ready(clock()) == (False, ["b"])
+    assert len(seen) == 2
+    assert [v.backend for v in poller.view(clock())] == ["a", "b"]
+    assert Poller().ready(0) == (False, [])

@@ -1,0 +1,814 @@
+"""AMD backend: real fixtures in, exact values out; amdsmi stand-in; fake amd-smi on PATH; fuzzing."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import stat
+import time
+import types
+from collections.abc import Callable, Sequence
+from enum import IntEnum
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from vendors import amd
+from vendors.base import BackendError, DeviceSample, ParseError
+from vendors.command import CommandResult, ReplayRunner, SubprocessRunner
+from vendors.registry import BackendContext, all_formats
+
+FIX = Path(__file__).resolve().parent.parent / "fixtures" / "amd"
+MIB = 1024 * 1024
+
+
+def fixture(name: str) -> str:
+    return (FIX / name).read_text(encoding="utf-8")
+
+
+# ---------------------------------------------------------------------------------------------------
+# Complete fixtures: exact values
+
+
+def test_amd_smi_metric_power_rocm61_gives_socket_power_only() -> None:
+    (s,) = amd.parse_amd_smi_metric(fixture("amd-smi_metric_-p_json_rocm6.1.json"))
+    assert s.up is True and s.error is None
+    assert s.device.vendor == "amd"
+    assert s.device.index == "0"
+    assert s.device.model == "unknown"
+    assert s.device.uuid == "amd-index-0"
+    assert s.power_watts == 10.0
+    # Only `-p` was asked: nothing else may appear, and nothing may be a fake 0.
+    assert s.utilization_ratio is None
+    assert s.memory_used_bytes is None and s.memory_total_bytes is None
+    assert s.temperatures_celsius == {}
+    assert s.power_limit_watts is None and s.energy_joules is None
+    assert s.ecc_errors == {} and s.pcie_replay_errors is None
+    assert s.vendor_metrics == {}
+
+
+def test_amd_smi_monitor_rocm62_exact_values() -> None:
+    (s,) = amd.parse_amd_smi_monitor(fixture("amd-smi_monitor_-q_rocm6.2.txt"))
+    assert s.device.index == "0"
+    assert s.utilization_ratio == 0.99
+    assert s.memory_bandwidth_utilization_ratio == 0.31
+    assert s.memory_used_bytes == 1235 * MIB
+    assert s.memory_total_bytes == 16335 * MIB
+    assert s.temperatures_celsius == {"hotspot": 103.0, "memory": 84.0}
+    assert s.power_watts == 199.0
+    assert s.power_limit_watts is None
+    assert s.ecc_errors == {"corrected": 0, "uncorrected": 0}
+    assert s.pcie_replay_errors == 0
+    assert s.clocks_hertz == {"graphics": 1920e6, "memory": 1000e6}
+    assert s.error is None
+
+
+def test_rocm_smi_json_rx7800xt_exact_values() -> None:
+    (s,) = amd.parse_rocm_smi_json(fixture("rocm-smi_json_rx7800xt_rocm6.2.4.json"))
+    assert s.device.model == "Navi 32 [Radeon RX 7700 XT / 7800 XT]"
+    assert s.device.index == "0"
+    # Unique ID is the zero placeholder and Serial Number is N/A: the index-based id is used.
+    assert s.device.uuid == "amd-index-0"
+    assert s.device.serial is None
+    assert s.utilization_ratio == 1.0
+    assert s.memory_used_bytes == 11615076352
+    assert s.memory_total_bytes == 17163091968
+    assert s.temperatures_celsius == {"core": 45.0, "hotspot": 51.0, "memory": 54.0}
+    assert s.power_watts == 53.0
+    assert s.power_limit_watts is None  # --showmaxpower was not in the captured command
+    assert s.ecc_errors == {}  # rocm-smi JSON has no ECC
+    assert s.memory_bandwidth_utilization_ratio is None
+    assert s.error is None
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "amd-smi_metric_-u_json_radeon-pro-w7700_excerpt.txt",
+        "amd-smi_metric_-w_1_json_watch_excerpt.txt",
+        "amd-smi_static_text_mi350x_excerpt.txt",
+        "device-metrics-exporter_scrape_mi300x-vf_issue171_excerpt.prom",
+    ],
+)
+def test_excerpts_are_rejected_with_parse_error(name: str) -> None:
+    """Truncated captures are not valid JSON (or not JSON at all): every AMD parser says ParseError."""
+    raw = fixture(name)
+    for parse in (
+        amd.parse_amd_smi_metric,
+        amd.parse_amd_smi_static,
+        amd.parse_rocm_smi_json,
+        amd.parse_amd_smi_monitor,
+    ):
+        with pytest.raises(ParseError):
+            parse(raw)
+
+
+def test_sniffers_claim_exactly_their_format() -> None:
+    fmts = {
+        n: f for n, f in all_formats().items() if n in ("amd-smi-json", "amd-smi-monitor", "rocm-smi-json")
+    }
+    assert set(fmts) == {"amd-smi-json", "amd-smi-monitor", "rocm-smi-json"}
+    expect = {
+        "amd-smi_metric_-p_json_rocm6.1.json": {"amd-smi-json"},
+        "amd-smi_monitor_-q_rocm6.2.txt": {"amd-smi-monitor"},
+        "rocm-smi_json_rx7800xt_rocm6.2.4.json": {"rocm-smi-json"},
+        "device-metrics-exporter_scrape_mi300x-vf_issue171_excerpt.prom": set(),
+        "amd-smi_static_text_mi350x_excerpt.txt": set(),
+    }
+    for name, formats in expect.items():
+        raw = fixture(name)
+        assert {n for n, f in fmts.items() if f.sniff(raw)} == formats, name
+    hygon = (FIX.parent / "hygon" / "rocm-smi_json_hygon_dcu_dtk24.04.3.json").read_text()
+    assert not any(f.sniff(hygon) for f in fmts.values())
+    with pytest.raises(ParseError, match="Hygon"):
+        amd.parse_rocm_smi_json(hygon)
+
+
+# ---------------------------------------------------------------------------------------------------
+# Constructed documents (shapes of ROCm/amdsmi amdsmi_cli/amdsmi_commands.py, values invented)
+
+
+def _metric_entry(gpu: int, *, power: object, ecc: tuple[int, int, int] = (0, 0, 0)) -> dict[str, Any]:
+    return {
+        "gpu": gpu,
+        "usage": {
+            "gfx_activity": {"value": 87, "unit": "%"},
+            "umc_activity": {"value": 41, "unit": "%"},
+            "mm_activity": "N/A",
+            "vcn_activity": [{"value": 0, "unit": "%"}, "N/A"],
+        },
+        "power": {"socket_power": power, "gfx_voltage": "N/A", "power_management": "ENABLED"},
+        "temperature": {
+            "edge": {"value": 48, "unit": "C"},
+            "hotspot": {"value": 61, "unit": "C"},
+            "mem": {"value": 70, "unit": "C"},
+        },
+        "mem_usage": {
+            "total_vram": {"value": 65520, "unit": "MB"},
+            "used_vram": {"value": 12288, "unit": "MB"},
+            "free_vram": {"value": 53232, "unit": "MB"},
+        },
+        "energy": {"total_energy_consumption": {"value": 1234567.5, "unit": "J"}},
+        "ecc": {
+            "total_correctable_count": ecc[0],
+            "total_uncorrectable_count": ecc[1],
+            "total_deferred_count": ecc[2],
+        },
+        "pcie": {"width": 16, "speed": {"value": 16, "unit": "GT/s"}, "replay_count": 7},
+        "clock": {
+            "gfx_0": {"clk": {"value": 1700, "unit": "MHz"}, "min_clk": {"value": 500, "unit": "MHz"}},
+            "gfx_1": {"clk": "N/A"},
+            "mem_0": {"clk": {"value": 1600, "unit": "MHz"}, "deep_sleep": "DISABLED"},
+        },
+    }
+
+
+def _static_entry(gpu: int, serial: str, bdf: str) -> dict[str, Any]:
+    return {
+        "gpu": gpu,
+        "asic": {"market_name": "MI250X/MI250", "asic_serial": serial},
+        "bus": {"bdf": bdf},
+        "board": {"product_name": "AMD Instinct MI250X", "product_serial": "N/A"},
+        "driver": {"name": "amdgpu", "version": "6.7.0"},
+        "limit": {
+            "max_power": {"value": 560, "unit": "W"},
+            "socket_power": {"value": 500, "unit": "W"},
+        },
+    }
+
+
+MI250X_METRIC = [
+    _metric_entry(0, power={"value": 377, "unit": "W"}, ecc=(3, 1, 2)),
+    # The secondary GCD of an MI250X reports no socket power (the primary reports the package).
+    _metric_entry(1, power="N/A"),
+]
+MI250X_STATIC = [
+    _static_entry(0, "0x8C4D5E6F70819203", "0000:C1:00.0"),
+    _static_entry(1, "0x8c4d5e6f70819204", "0000:C6:00.0"),
+]
+
+
+@pytest.mark.parametrize("shape", ["list", "gpu_data"])
+def test_mi250x_two_gcds_are_two_devices_in_both_json_shapes(shape: str) -> None:
+    def dump(doc: list[dict[str, Any]]) -> str:
+        return json.dumps(doc if shape == "list" else {"gpu_data": doc})
+
+    static = amd.parse_amd_smi_static(dump(MI250X_STATIC))
+    s0, s1 = amd.parse_amd_smi_metric(dump(MI250X_METRIC), static)
+    assert [s0.device.index, s1.device.index] == ["0", "1"]
+    assert s0.device.model == s1.device.model == "AMD Instinct MI250X"
+    assert s0.device.uuid == "0x8c4d5e6f70819203"
+    assert s1.device.uuid == "0x8c4d5e6f70819204"
+    assert s0.device.pci_bus_id == "0000:C1:00.0"
+    assert s0.device.driver_version == "6.7.0"
+    assert s0.utilization_ratio == 0.87
+    assert s0.memory_bandwidth_utilization_ratio == 0.41
+    assert s0.memory_total_bytes == 65520 * MIB
+    assert s0.memory_used_bytes == 12288 * MIB
+    assert s0.temperatures_celsius == {"core": 48.0, "hotspot": 61.0, "memory": 70.0}
+    assert s0.power_watts == 377.0
+    assert s0.power_limit_watts == 500.0
+    assert s0.energy_joules == 1234567.5
+    assert s0.ecc_errors == {"corrected": 3, "uncorrected": 1}
+    assert s0.vendor_metrics == {amd.ECC_DEFERRED.name: 2.0}
+    assert s0.pcie_replay_errors == 7
+    assert s0.clocks_hertz == {"graphics": 1700e6, "memory": 1600e6}
+    assert s1.power_watts is None
+    assert s1.power_limit_watts == 500.0
+
+
+def test_units_are_read_not_assumed() -> None:
+    entry = _metric_entry(0, power={"value": 250000, "unit": "mW"})
+    entry["mem_usage"] = {
+        "total_vram": {"value": 68702699520, "unit": "B"},
+        "used_vram": {"value": 2, "unit": "GiB"},
+    }
+    entry["energy"] = {"total_energy_consumption": {"value": 5_000_000, "unit": "uJ"}}
+    entry["temperature"] = {"edge": {"value": 45500, "unit": "mC"}, "hotspot": "N/A", "mem": "N/A"}
+    (s,) = amd.parse_amd_smi_metric(json.dumps([entry]))
+    assert s.power_watts == 250.0
+    assert s.memory_total_bytes == 68702699520
+    assert s.memory_used_bytes == 2 * 1024**3
+    assert s.energy_joules == 5.0
+    assert s.temperatures_celsius == {"core": 45.5}
+
+
+def test_unknown_unit_and_out_of_range_are_dropped_with_a_note() -> None:
+    entry = _metric_entry(0, power={"value": 3, "unit": "horsepower"})
+    entry["usage"]["gfx_activity"] = {"value": 65535, "unit": "%"}
+    (s,) = amd.parse_amd_smi_metric(json.dumps([entry]))
+    assert s.power_watts is None
+    assert s.utilization_ratio is None
+    assert s.up is True
+    assert s.error is not None and "horsepower" in s.error and "out of range" in s.error
+
+
+def test_whole_sections_na_give_no_readings_not_zeros() -> None:
+    """The watch-mode capture's visible part: "usage": "N/A", every power field "N/A", plus a banner line."""
+    doc = [
+        {
+            "timestamp": 1769014607,
+            "gpu": 0,
+            "usage": "N/A",
+            "power": {"socket_power": "N/A", "gfx_voltage": "N/A", "throttle_status": "N/A"},
+            "temperature": "N/A",
+            "mem_usage": "N/A",
+            "ecc": "N/A",
+            "pcie": "N/A",
+        }
+    ]
+    raw = "'CTRL' + 'C' to stop watching output:\n" + json.dumps(doc)
+    (s,) = amd.parse_amd_smi_metric(raw)
+    assert s.up is True
+    assert s.utilization_ratio is None and s.power_watts is None
+    assert s.temperatures_celsius == {} and s.ecc_errors == {}
+    assert s.memory_used_bytes is None and s.pcie_replay_errors is None
+
+
+def test_watch_mode_repeated_indexes_keep_the_last_entry() -> None:
+    a = _metric_entry(0, power={"value": 100, "unit": "W"})
+    b = _metric_entry(0, power={"value": 120, "unit": "W"})
+    (s,) = amd.parse_amd_smi_metric(json.dumps([a, b]))
+    assert s.power_watts == 120.0
+
+
+def test_rocm_smi_mi250x_secondary_die_and_full_key_set() -> None:
+    """rocm-smi -a keys (RSMI python_smi_tools/rocm_smi.py); the MI250X secondary die prints
+    "N/A (Secondary die)" for power."""
+    doc = {
+        "card0": {
+            "Unique ID": "0x8c4d5e6f70819203",
+            "PCI Bus": "0000:C1:00.0",
+            "Card Series": "AMD INSTINCT MI250X",
+            "GPU use (%)": "55",
+            "GPU Memory Read/Write Activity (%)": "12",
+            "VRAM Total Memory (B)": "68702699520",
+            "VRAM Total Used Memory (B)": "10737418240",
+            "Temperature (Sensor edge) (C)": "40.0",
+            "Temperature (Sensor junction) (C)": "47.0",
+            "Temperature (Sensor memory) (C)": "52.0",
+            "Current Socket Graphics Package Power (W)": "311.0",
+            "Max Graphics Package Power (W)": "560.0",
+            "Accumulated Energy (uJ)": "123456789.5",
+            "PCIe Replay Count": "4",
+        },
+        "card1": {
+            "Unique ID": "0x8c4d5e6f70819204",
+            "PCI Bus": "0000:C6:00.0",
+            "Card Series": "AMD INSTINCT MI250X",
+            "GPU use (%)": "0",
+            "Temperature (Sensor edge) (C)": "N/A",
+            "Temperature (Sensor junction) (C)": "44.0",
+            "Temperature (Sensor HBM 0) (C)": "50.0",
+            "Temperature (Sensor HBM 1) (C)": "53.0",
+            "Average Graphics Package Power (W)": "N/A (Secondary die)",
+            "Max Graphics Package Power (W)": "N/A (Secondary die)",
+        },
+        "system": {"Driver version": "6.7.0"},
+    }
+    s0, s1 = amd.parse_rocm_smi_json(json.dumps(doc))
+    assert (s0.device.uuid, s1.device.uuid) == ("0x8c4d5e6f70819203", "0x8c4d5e6f70819204")
+    assert s0.device.driver_version == "6.7.0"
+    assert s0.utilization_ratio == 0.55
+    assert s0.memory_bandwidth_utilization_ratio == 0.12
+    assert s0.memory_total_bytes == 68702699520
+    assert s0.memory_used_bytes == 10737418240
+    assert s0.temperatures_celsius == {"core": 40.0, "hotspot": 47.0, "memory": 52.0}
+    assert s0.power_watts == 311.0 and s0.power_limit_watts == 560.0
+    assert s0.energy_joules == pytest.approx(123.4567895)
+    assert s0.pcie_replay_errors == 4
+    assert s1.utilization_ratio == 0.0  # a measured zero stays a zero
+    assert s1.temperatures_celsius == {"hotspot": 44.0, "memory": 53.0}
+    assert s1.power_watts is None and s1.power_limit_watts is None
+
+
+def test_device_uuid_fallbacks() -> None:
+    assert amd.device_uuid("amd", "0", "0x18C4D4F2E1A2B3C4") == "0x18c4d4f2e1a2b3c4"
+    assert amd.device_uuid("amd", "0", "0x0000000000000000", "SN123") == "SN123"
+    assert amd.device_uuid("amd", "0", "N/A", "N/A", "0000:03:00.0") == "pci-0000:03:00.0"
+    assert amd.device_uuid("amd", "2", None, None, None) == "amd-index-2"
+
+
+# ---------------------------------------------------------------------------------------------------
+# amdsmi through a stand-in module
+
+
+class AmdSmiRetCode(IntEnum):
+    """Subset of ``AmdSmiRetCode`` (ROCm/amdsmi py-interface/amdsmi_exception.py; values from amdsmi.h)."""
+
+    SUCCESS = 0
+    ERR_INVAL = 1
+    ERR_NOT_SUPPORTED = 2
+    ERR_NOT_FOUND = 31
+    RETRY = 50
+
+
+class AmdSmiException(Exception):
+    """Base exception of the amdsmi package."""
+
+
+class AmdSmiLibraryException(AmdSmiException):
+    """Like amdsmi's: carries ``err_code`` (``AmdSmiRetCode``) and ``err_info``."""
+
+    def __init__(self, err_code: int) -> None:
+        super().__init__(err_code)
+        self.err_code = abs(err_code)
+        self.err_info = AmdSmiRetCode(self.err_code).name
+
+    def get_error_code(self) -> int:
+        return self.err_code
+
+
+class AmdSmiRetryException(AmdSmiLibraryException):
+    def __init__(self) -> None:
+        super().__init__(AmdSmiRetCode.RETRY)
+
+
+def make_amdsmi(gpus: list[dict[str, Any]], init_error: int | None = None) -> types.ModuleType:
+    """A stand-in for the ``amdsmi`` Python package (ROCm/amdsmi ``py-interface/amdsmi_interface.py``,
+    documented in its ``README.md`` and rocm.docs.amd.com/projects/amdsmi "Python API reference").
+
+    Same function names, arguments, enum classes (and their values) and return shapes as the real package,
+    checked against ``amdsmi_interface.py``/``amdsmi_wrapper.py`` of the amdsmi 7.0.2 wheel on PyPI:
+    ``amdsmi_get_gpu_activity`` -> {gfx_activity, umc_activity, mm_activity} (%),
+    ``amdsmi_get_gpu_vram_usage`` -> {vram_total, vram_used} (MB), ``amdsmi_get_temp_metric(h, type,
+    metric)`` -> int °C, ``amdsmi_get_power_info`` -> {socket_power, current_socket_power,
+    average_socket_power (W or "N/A"), gfx_voltage.., power_limit}, ``amdsmi_get_power_cap_info`` ->
+    {power_cap (µW), ...}, ``amdsmi_get_energy_count`` -> {energy_accumulator, counter_resolution (µJ),
+    timestamp}, ``amdsmi_get_gpu_total_ecc_count`` -> {correctable_count, uncorrectable_count,
+    deferred_count}, ``amdsmi_get_pcie_info`` -> {pcie_static, pcie_metric{pcie_replay_count, ...}},
+    ``amdsmi_get_clock_info(h, AmdSmiClkType.GFX|MEM)`` -> {clk, min_clk, max_clk (MHz), clk_locked,
+    clk_deep_sleep} (``GFX`` is an alias of ``SYS`` in the real enum).
+    Errors are ``AmdSmiLibraryException(err_code)``; unsupported readings are "N/A" or
+    ``ERR_NOT_SUPPORTED``. Each ``gpus`` dict gives one handle's answers; a key holding an ``AmdSmiRetCode``
+    makes that call raise it (so does a missing key: ``ERR_NOT_SUPPORTED``); ``"gone": True`` makes every call raise ``ERR_NOT_FOUND``.
+    """
+    m = types.ModuleType("amdsmi")
+    m.AmdSmiException = AmdSmiException  # type: ignore[attr-defined]
+    m.AmdSmiLibraryException = AmdSmiLibraryException  # type: ignore[attr-defined]
+    m.AmdSmiRetryException = AmdSmiRetryException  # type: ignore[attr-defined]
+    m.AmdSmiRetCode = AmdSmiRetCode  # type: ignore[attr-defined]
+    m.AmdSmiInitFlags = IntEnum("AmdSmiInitFlags", {"INIT_ALL_PROCESSORS": 0xFFFFFFFF, "INIT_AMD_GPUS": 2})  # type: ignore[attr-defined]
+    m.AmdSmiTemperatureType = IntEnum("AmdSmiTemperatureType", {"EDGE": 0, "HOTSPOT": 1, "VRAM": 2})  # type: ignore[attr-defined]
+    m.AmdSmiTemperatureMetric = IntEnum("AmdSmiTemperatureMetric", {"CURRENT": 0, "CRITICAL": 1})  # type: ignore[attr-defined]
+    m.AmdSmiClkType = IntEnum("AmdSmiClkType", {"SYS": 0, "GFX": 0, "DF": 1, "DCEF": 2, "SOC": 3, "MEM": 4})  # type: ignore[attr-defined]
+    state: dict[str, Any] = {"init": None, "shut_down": 0}
+    handles = [object() for _ in gpus]
+
+    def answer(key: str, h: object, *sub: Any) -> Any:
+        gpu = gpus[handles.index(h)]
+        if gpu.get("gone"):
+            raise AmdSmiLibraryException(AmdSmiRetCode.ERR_NOT_FOUND)
+        value = gpu.get(key, AmdSmiRetCode.ERR_NOT_SUPPORTED)
+        for k in sub:
+            value = value.get(k, AmdSmiRetCode.ERR_NOT_SUPPORTED) if isinstance(value, dict) else value
+        if isinstance(value, AmdSmiRetCode):
+            raise AmdSmiLibraryException(int(value))
+        return value
+
+    def amdsmi_init(flag: int = 0xFFFFFFFF) -> None:
+        if init_error is not None:
+            raise AmdSmiLibraryException(init_error)
+        state["init"] = flag
+
+    def amdsmi_shut_down() -> None:
+        state["shut_down"] += 1
+
+    def amdsmi_get_temp_metric(h: object, sensor: IntEnum, metric: IntEnum) -> int:
+        assert metric == m.AmdSmiTemperatureMetric.CURRENT  # type: ignore[attr-defined]
+        return answer("temp", h, sensor.name)  # type: ignore[no-any-return]
+
+    m.amdsmi_init = amdsmi_init  # type: ignore[attr-defined]
+    m.amdsmi_shut_down = amdsmi_shut_down  # type: ignore[attr-defined]
+    m.amdsmi_get_processor_handles = lambda: list(handles)  # type: ignore[attr-defined]
+    m.amdsmi_get_temp_metric = amdsmi_get_temp_metric  # type: ignore[attr-defined]
+    m.amdsmi_get_clock_info = lambda h, clk_type: answer("clock", h, clk_type.name)  # type: ignore[attr-defined]
+    for fn, key in (
+        ("amdsmi_get_gpu_asic_info", "asic"),
+        ("amdsmi_get_gpu_board_info", "board"),
+        ("amdsmi_get_gpu_driver_info", "driver"),
+        ("amdsmi_get_gpu_device_bdf", "bdf"),
+        ("amdsmi_get_gpu_activity", "activity"),
+        ("amdsmi_get_gpu_vram_usage", "vram"),
+        ("amdsmi_get_power_info", "power"),
+        ("amdsmi_get_power_cap_info", "cap"),
+        ("amdsmi_get_energy_count", "energy"),
+        ("amdsmi_get_gpu_total_ecc_count", "ecc"),
+        ("amdsmi_get_pcie_info", "pcie"),
+    ):
+        setattr(m, fn, lambda h, _k=key: answer(_k, h))
+    m.state = state  # type: ignore[attr-defined]
+    return m
+
+
+def _mi300x_gcd(serial: str, bdf: str) -> dict[str, Any]:
+    return {
+        "asic": {"market_name": "AMD Instinct MI300X", "asic_serial": serial, "device_id": 0x74A1},
+        "board": {"product_name": "AMD Instinct MI300X OAM", "product_serial": "692231000131"},
+        "driver": {"driver_name": "amdgpu", "driver_version": "6.10.5"},
+        "bdf": bdf,
+        "activity": {"gfx_activity": 93, "umc_activity": 38, "mm_activity": "N/A"},
+        "vram": {"vram_total": 196592, "vram_used": 150000},
+        # MI300 has no edge sensor: the library raises NOT_SUPPORTED for it.
+        "temp": {"EDGE": AmdSmiRetCode.ERR_NOT_SUPPORTED, "HOTSPOT": 71, "VRAM": 58},
+        "power": {
+            "socket_power": 602,
+            "current_socket_power": 602,
+            "average_socket_power": "N/A",
+            "gfx_voltage": "N/A",
+            "soc_voltage": "N/A",
+            "mem_voltage": "N/A",
+            "power_limit": 750000000,
+        },
+        "cap": {"power_cap": 750_000_000, "default_power_cap": 750_000_000, "dpm_cap": 2100},
+        "energy": {"energy_accumulator": 81_000_000_000, "counter_resolution": 15.259, "timestamp": 1},
+        "ecc": {"correctable_count": 12, "uncorrectable_count": 0, "deferred_count": 0},
+        "pcie": {"pcie_static": {"max_pcie_width": 16}, "pcie_metric": {"pcie_replay_count": 0}},
+        "clock": {
+            "SYS": {"clk": 2100, "min_clk": 500, "max_clk": 2100, "clk_locked": False, "clk_deep_sleep": 0},
+            "MEM": {"clk": 1300, "min_clk": 900, "max_clk": 1300, "clk_locked": "N/A", "clk_deep_sleep": 0},
+        },
+    }
+
+
+def test_amdsmi_library_exact_values_and_unsupported_edge() -> None:
+    lib = make_amdsmi([_mi300x_gcd("0x5E3A0F12B7C84D21", "0000:0c:00.0")])
+    backend = amd.AmdBackend(BackendContext(), amdsmi_module=lib)
+    backend.open()
+    assert backend.active_source == "amdsmi"
+    assert lib.state["init"] == 2  # INIT_AMD_GPUS
+    (s,) = backend.sample()
+    assert s.up is True
+    assert s.device.model == "AMD Instinct MI300X OAM"
+    assert s.device.uuid == "0x5e3a0f12b7c84d21"
+    assert s.device.pci_bus_id == "0000:0c:00.0"
+    assert s.device.driver_version == "6.10.5"
+    assert s.device.serial == "692231000131"
+    assert s.utilization_ratio == 0.93
+    assert s.memory_bandwidth_utilization_ratio == 0.38
+    assert s.memory_total_bytes == 196592 * MIB
+    assert s.memory_used_bytes == 150000 * MIB
+    assert s.temperatures_celsius == {"hotspot": 71.0, "memory": 58.0}
+    assert s.power_watts == 602.0
+    assert s.power_limit_watts == 750.0
+    assert s.energy_joules == pytest.approx(81_000_000_000 * 15.259e-6)
+    assert s.ecc_errors == {"corrected": 12, "uncorrected": 0}
+    assert s.vendor_metrics == {amd.ECC_DEFERRED.name: 0.0}
+    assert s.pcie_replay_errors == 0
+    assert s.clocks_hertz == {"graphics": 2100e6, "memory": 1300e6}
+    assert s.error is None  # EDGE is NOT_SUPPORTED on MI300: no reading, and no failure either
+    backend.close()
+    assert lib.state["shut_down"] == 1
+
+
+def test_amdsmi_secondary_gcd_na_power_and_lost_gpu() -> None:
+    primary = _mi300x_gcd("0x01", "0000:c1:00.0")
+    secondary = _mi300x_gcd("0x02", "0000:c6:00.0")
+    secondary["power"] = {"socket_power": "N/A", "current_socket_power": "N/A", "average_socket_power": "N/A"}
+    secondary["cap"] = AmdSmiRetCode.ERR_NOT_SUPPORTED
+    secondary["energy"] = {"energy_accumulator": "N/A", "counter_resolution": 15.3}
+    secondary["ecc"] = AmdSmiRetCode.RETRY
+    gpus = [primary, secondary]
+    backend = amd.AmdBackend(BackendContext(), amdsmi_module=make_amdsmi(gpus))
+    backend.open()
+    s0, s1 = backend.sample()
+    assert (s0.device.uuid, s1.device.uuid) == ("0x0000000000000001", "0x0000000000000002")
+    assert s0.power_watts == 602.0
+    assert s1.power_watts is None and s1.power_limit_watts is None and s1.energy_joules is None
+    assert s1.utilization_ratio == 0.93
+    assert s1.ecc_errors == {} and s1.error == "failed: amdsmi_get_gpu_total_ecc_count: 50"
+    # The secondary falls off the bus: every call fails, the device stays known and goes down.
+    secondary["gone"] = True
+    s0, s1 = backend.sample()
+    assert s0.up is True
+    assert s1.up is False and s1.device.uuid == "0x0000000000000002"
+    assert s1.error is not None and "every amdsmi call failed" in s1.error
+    assert s1.utilization_ratio is None
+
+
+def test_amdsmi_init_failure_pinned_raises_and_auto_falls_back_to_cli(tmp_path: Path) -> None:
+    lib = make_amdsmi([], init_error=AmdSmiRetCode.ERR_NOT_FOUND)
+    pinned = amd.AmdBackend(BackendContext(options={"source": "amdsmi"}), amdsmi_module=lib)
+    with pytest.raises(BackendError) as err:
+        pinned.open()
+    assert err.value.reason == "init"
+    fake_tool(tmp_path, "amd-smi", "echo '[]'")
+    runner = SubprocessRunner(env={"PATH": f"{tmp_path}:/usr/bin:/bin"})
+    auto = amd.AmdBackend(BackendContext(runner=runner), amdsmi_module=lib)
+    auto.open()
+    assert auto.active_source == "amd-smi"
+
+
+# ---------------------------------------------------------------------------------------------------
+# A fake amd-smi on PATH drives the real SubprocessRunner
+
+
+def fake_tool(directory: Path, name: str, body: str) -> Path:
+    path = directory / name
+    path.write_text(f"#!/bin/sh\n{body}\n", encoding="utf-8")
+    path.chmod(path.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
+    return path
+
+
+def _cli_backend(tmp_path: Path, body: str, timeout: float = 10.0, source: str = "amd-smi") -> amd.AmdBackend:
+    fake_tool(tmp_path, source, body)
+    runner = SubprocessRunner(env={"PATH": f"{tmp_path}:/usr/bin:/bin"})
+    ctx = BackendContext(runner=runner, options={"source": source, "timeout_seconds": timeout})
+    return amd.AmdBackend(ctx)
+
+
+@pytest.mark.slow
+def test_fake_amd_smi_prints_metric_and_static(tmp_path: Path) -> None:
+    (tmp_path / "metric.json").write_text(json.dumps({"gpu_data": MI250X_METRIC}))
+    (tmp_path / "static.json").write_text(json.dumps({"gpu_data": MI250X_STATIC}))
+    body = f'case "$1" in metric) cat {tmp_path}/metric.json;; static) cat {tmp_path}/static.json;; *) exit 2;; esac'
+    backend = _cli_backend(tmp_path, body)
+    backend.open()
+    s0, s1 = backend.sample()
+    assert s0.device.uuid == "0x8c4d5e6f70819203" and s0.power_limit_watts == 500.0
+    assert s0.power_watts == 377.0 and s1.power_watts is None
+    assert s0.ecc_errors == {"corrected": 3, "uncorrected": 1}
+
+
+@pytest.mark.slow
+def test_fake_rocm_smi_prints_fixture(tmp_path: Path) -> None:
+    (tmp_path / "out.json").write_text(fixture("rocm-smi_json_rx7800xt_rocm6.2.4.json"))
+    backend = _cli_backend(tmp_path, f"cat {tmp_path}/out.json", source="rocm-smi")
+    (s,) = backend.sample()
+    assert s.power_watts == 53.0 and s.memory_total_bytes == 17163091968
+
+
+def _gone(pid: int) -> bool:
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except FileNotFoundError:
+        return True
+    return "\nState:\tZ" in status  # killed, waiting to be reaped by whoever adopted it
+
+
+@pytest.mark.slow
+def test_fake_amd_smi_hang_times_out_and_its_process_group_is_killed(tmp_path: Path) -> None:
+    pidfile = tmp_path / "child.pid"
+    backend = _cli_backend(tmp_path, f"sleep 300 &\necho $! > {pidfile}\nwait", timeout=0.5)
+    with pytest.raises(BackendError) as err:
+        backend.sample()
+    assert err.value.reason == "timeout"
+    child = int(pidfile.read_text())
+    for _ in range(100):  # the kill is asynchronous to us; bounded wait, not a timing assertion
+        if _gone(child):
+            break
+        time.sleep(0.05)
+    assert _gone(child)
+
+
+@pytest.mark.slow
+def test_fake_amd_smi_exit_1_is_exit_status(tmp_path: Path) -> None:
+    backend = _cli_backend(tmp_path, 'echo "AMDSMI_STATUS_INIT_ERROR" >&2; exit 1')
+    with pytest.raises(BackendError) as err:
+        backend.sample()
+    assert err.value.reason == "exit_status"
+    assert "AMDSMI_STATUS_INIT_ERROR" in str(err.value)
+
+
+@pytest.mark.slow
+def test_fake_amd_smi_garbage_is_parse_error(tmp_path: Path) -> None:
+    backend = _cli_backend(tmp_path, 'case "$1" in static) exit 1;; *) printf "\\x00\\xff{[garbage";; esac')
+    with pytest.raises(ParseError) as err:
+        backend.sample()
+    assert err.value.reason == "parse"
+
+
+def test_gpu_missing_from_later_output_is_reported_lost() -> None:
+    two = json.dumps([_metric_entry(0, power=100), _metric_entry(1, power=100)])
+    one = json.dumps([_metric_entry(0, power=100)])
+
+    class Sequenced(ReplayRunner):
+        def __init__(self, outputs: Sequence[str]) -> None:
+            super().__init__([])
+            self.outputs = list(outputs)
+
+        def which(self, tool: str) -> str | None:
+            return tool
+
+        def run(self, argv: Sequence[str], timeout: float) -> CommandResult:
+            if argv[1] == "static":
+                raise BackendError("static unsupported", reason="exit_status")
+            return CommandResult(tuple(argv), self.outputs.pop(0), "", 0, 0.0, 0.0)
+
+    backend = amd.AmdBackend(BackendContext(runner=Sequenced([two, one]), options={"source": "amd-smi"}))
+    assert [s.up for s in backend.sample()] == [True, True]
+    s0, s1 = backend.sample()
+    assert s0.up is True
+    assert s1.up is False and s1.device.index == "1" and s1.error == "missing from amd-smi output"
+
+
+# ---------------------------------------------------------------------------------------------------
+# Fuzzing: mutated and truncated outputs raise nothing but ParseError
+
+json_values = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(min_value=-(2**70), max_value=2**70)
+    | st.floats(allow_nan=True, allow_infinity=True)
+    | st.text(max_size=12)
+    | st.sampled_from(["N/A", "N/A (Secondary die)", "12 W", "1e309", "-5", "0x0"]),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
+    max_leaves=12,
+)
+
+
+def _only_parse_errors(parse: Callable[[str], Sequence[DeviceSample]], raw: str) -> None:
+    try:
+        out = parse(raw)
+    except ParseError:
+        return
+    for s in out:
+        assert isinstance(s, DeviceSample)
+
+
+def _mutate(raw: str, data: st.DataObject) -> str:
+    kind = data.draw(st.sampled_from(["truncate", "replace", "insert", "delete"]))
+    if not raw:
+        return raw
+    i = data.draw(st.integers(min_value=0, max_value=len(raw) - 1))
+    if kind == "truncate":
+        return raw[:i]
+    if kind == "delete":
+        j = data.draw(st.integers(min_value=i, max_value=len(raw)))
+        return raw[:i] + raw[j:]
+    piece = data.draw(st.text(alphabet=st.sampled_from(list('{}[]",:0123456789.-NA/ \nWGPU%')), max_size=6))
+    return raw[:i] + piece + raw[i + (1 if kind == "replace" else 0) :]
+
+
+FUZZ_TARGETS: list[tuple[str, Callable[[str], Sequence[DeviceSample]]]] = [
+    ("amd-smi_metric_-p_json_rocm6.1.json", amd.parse_amd_smi_metric),
+    ("amd-smi_monitor_-q_rocm6.2.txt", amd.parse_amd_smi_monitor),
+    ("rocm-smi_json_rx7800xt_rocm6.2.4.json", amd.parse_rocm_smi_json),
+    ("amd-smi_metric_-u_json_radeon-pro-w7700_excerpt.txt", amd.parse_amd_smi_metric),
+]
+
+
+@pytest.mark.parametrize(("name", "parse"), FUZZ_TARGETS, ids=[n for n, _ in FUZZ_TARGETS])
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data())
+def test_fuzz_text_mutations(
+    name: str, parse: Callable[[str], Sequence[DeviceSample]], data: st.DataObject
+) -> None:
+    raw = fixture(name)
+    for _ in range(data.draw(st.integers(min_value=1, max_value=4))):
+        raw = _mutate(raw, data)
+    _only_parse_errors(parse, raw)
+
+
+def _replace_somewhere(doc: Any, value: Any, data: st.DataObject) -> Any:
+    if isinstance(doc, dict) and doc:
+        key = data.draw(st.sampled_from(sorted(doc, key=str)))
+        deeper = data.draw(st.booleans())
+        return {**doc, key: _replace_somewhere(doc[key], value, data) if deeper else value}
+    if isinstance(doc, list) and doc:
+        i = data.draw(st.integers(min_value=0, max_value=len(doc) - 1))
+        return [*doc[:i], _replace_somewhere(doc[i], value, data), *doc[i + 1 :]]
+    return value
+
+
+STRUCTURED = [
+    (json.dumps(MI250X_METRIC), amd.parse_amd_smi_metric),
+    (json.dumps({"gpu_data": MI250X_STATIC}), amd.parse_amd_smi_static),
+    (fixture("rocm-smi_json_rx7800xt_rocm6.2.4.json"), amd.parse_rocm_smi_json),
+]
+
+
+@pytest.mark.parametrize(("raw", "parse"), STRUCTURED, ids=["metric", "static", "rocm-smi"])
+@settings(max_examples=200, deadline=None)
+@given(data=st.data(), value=json_values)
+def test_fuzz_json_values_anywhere(
+    raw: str, parse: Callable[[str], Any], data: st.DataObject, value: Any
+) -> None:
+    doc = _replace_somewhere(json.loads(raw), value, data)
+    try:
+        text = json.dumps(doc)
+    except (ValueError, OverflowError):
+        return
+    with contextlib.suppress(ParseError):
+        parse(text)
+
+
+def test_options_reject_unknown_source() -> None:
+    with pytest.raises(BackendError) as err:
+        amd.AmdBackend(BackendContext(options={"source": "nvml"}))
+    assert err.value.reason == "init"
+
+
+def test_detect_without_any_tool(tmp_path: Path) -> None:
+    ctx = BackendContext(runner=SubprocessRunner(env={"PATH": str(tmp_path)}))
+    d = amd.detect(ctx)
+    assert d.found is False
+    fake_tool(tmp_path, "amd-smi", "exit 0")
+    d = amd.detect(ctx)
+    assert d.found is True and "amd-smi" in d.why
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    data=st.data(),
+    value=json_values | st.sampled_from(list(AmdSmiRetCode)),
+)
+def test_fuzz_amdsmi_answers(data: st.DataObject, value: Any) -> None:
+    """Whatever one amdsmi call returns (any JSON-like shape, "N/A", an error code), sampling gives a
+    DeviceSample and never raises."""
+    gpu = _mi300x_gcd("0x01", "0000:0c:00.0")
+    key = data.draw(st.sampled_from(sorted(gpu)))
+    gpu[key] = _replace_somewhere(gpu[key], value, data) if data.draw(st.booleans()) else value
+    backend = amd.AmdBackend(BackendContext(), amdsmi_module=make_amdsmi([gpu]))
+    backend.open()
+    (s,) = backend.sample()
+    assert isinstance(s, DeviceSample)
+    for v in (s.utilization_ratio, s.memory_bandwidth_utilization_ratio):
+        assert v is None or 0.0 <= v <= 1.0
+
+
+def test_amdsmi_unexpected_fault_fails_the_poll_as_library_error() -> None:
+    lib = make_amdsmi([_mi300x_gcd("0x01", "0000:0c:00.0")])
+    backend = amd.AmdBackend(BackendContext(), amdsmi_module=lib)
+    backend.open()
+
+    def broken(h: object) -> Any:
+        raise OSError("ctypes: bad handle")
+
+    lib.amdsmi_get_gpu_activity = broken  # type: ignore[attr-defined]
+    with pytest.raises(BackendError) as err:
+        backend.sample()
+    assert err.value.reason == "library"
+
+
+def test_capture_and_replay_use_the_cli_not_the_library(tmp_path: Path) -> None:
+    """With a RecordingRunner (capture) or ReplayRunner (replay), auto mode skips amdsmi: the bundle holds
+    amd-smi output, and a replay never reads this host's GPUs."""
+    lib = make_amdsmi([_mi300x_gcd("0x01", "0000:0c:00.0")])
+    metric = json.dumps(MI250X_METRIC)
+    replay = ReplayRunner(
+        [CommandResult(("/opt/rocm/bin/amd-smi", "metric", "--json"), metric, "", 0, 0.0, 0.0)]
+    )
+    backend = amd.AmdBackend(BackendContext(runner=replay), amdsmi_module=lib)
+    backend.open()
+    assert backend.active_source == "amd-smi"
+    s0, s1 = backend.sample()  # static was not recorded: identity falls back, readings are there
+    assert (s0.device.uuid, s0.power_watts, s1.power_watts) == ("amd-index-0", 377.0, None)
+    assert lib.state["init"] is None
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    raw=st.text(max_size=300) | st.sampled_from([fixture(n) for n, _ in FUZZ_TARGETS]).map(lambda t: t[:150])
+)
+def test_sniffers_never_raise(raw: str) -> None:
+    for name in ("amd-smi-json", "amd-smi-monitor", "rocm-smi-json", "hy-smi-json", "hy-smi-table"):
+        assert all_formats()[name].sniff(raw) in (True, False)
+
+
+def test_counts_are_plain_non_negative_integers() -> None:
+    assert [amd.count(v) for v in (0, "7", {"value": 3}, 2.0)] == [0, 7, 3, 2]
+    assert [amd.count(v) for v in ("0x1F", "N/A", -1, 2.5, True, "12 W", float("nan"))] == [None] * 7
