@@ -49,6 +49,9 @@ MHZ = 1e6
 STANDARD_PATHS = ("/usr/local/sbin/npu-smi", "/usr/local/bin/npu-smi")
 MAX_FAULT_CODES = 32  # distinct error codes kept per chip; more are counted under "other"
 OVERFLOW_CODE = "other"
+# A per-card query that has failed this many polls in a row without ever answering is taken as unsupported
+# by this driver/product and no longer run (the chips stay up on the main table's readings).
+UNSUPPORTED_AFTER = 3
 
 # npu-smi Health column / `-t health` "Health Status" -> DCMI health level (0 OK, 1 minor, 2 major, 3 critical).
 HEALTH_LEVELS: Mapping[str, int] = {"ok": 0, "warning": 1, "alarm": 2, "critical": 3}
@@ -1058,8 +1061,10 @@ class AscendBackend:
     """Polls the chips through npu-smi (the injected CommandRunner) or libdcmi.so.
 
     npu-smi, per poll: ``npu-smi info`` (failure -> BackendError: nothing could be read); per card
-    ``-t usages -i N`` and ``-t common -i N`` (failure -> that card's chips are lost); per chip whose Health
-    is not OK ``-t health -i N -c C`` (failure -> that chip is lost). DCMI, per poll: the card list
+    ``-t usages -i N`` and ``-t common -i N`` (a timeout, "Invalid card id." or a failure of a query that
+    answered before -> that card's chips are lost; a query that never answered is taken as unsupported:
+    the chips stay up with a note, and after UNSUPPORTED_AFTER polls it is no longer run); per chip whose
+    Health is not OK ``-t health -i N -c C`` (failure -> that chip is lost). DCMI, per poll: the card list
     (failure -> BackendError), then every chip's readings (health unreadable -> that chip is lost).
     Chips seen before but missing now are lost. Error codes are counted per chip: +1 each time a code
     appears that was not active at the previous read (both sources list active codes, not events).
@@ -1081,6 +1086,8 @@ class AscendBackend:
         self._known: dict[str, Device] = {}
         self._bus_ids: dict[tuple[int, int], str] = {}
         self._active_codes: dict[str, frozenset[str]] = {}
+        self._answered: set[tuple[int, str]] = set()  # (card, usages|common) that answered at least once
+        self._unsupported: dict[tuple[int, str], int] = {}  # failures before any answer
         self._fault_counts: dict[str, dict[str, int]] = {}
         self._lock = threading.Lock()
 
@@ -1147,13 +1154,23 @@ class AscendBackend:
         per_card: dict[int, list[int]] = {}
         for c in table.chips:
             per_card.setdefault(c.npu_id, []).append(c.chip_id)
+        card_note: dict[int, str] = {}
         if self._opts.card_queries:
             for npu in sorted(per_card):
-                try:
-                    usages[npu] = self._card_report(npu, "usages", deadline)
-                    common[npu] = self._card_report(npu, "common", deadline)
-                except BackendError as exc:
-                    card_fail[npu] = f"{exc.reason}: {exc}"
+                for kind, into in (("usages", usages), ("common", common)):
+                    if self._unsupported.get((npu, kind), 0) >= UNSUPPORTED_AFTER:
+                        continue
+                    try:
+                        into[npu] = self._card_report(npu, kind, deadline)
+                        self._answered.add((npu, kind))
+                        self._unsupported.pop((npu, kind), None)
+                    except BackendError as exc:
+                        why = f"{exc.reason}: {exc}"
+                        if self._card_gone(npu, kind, exc):
+                            card_fail[npu] = why
+                            break
+                        self._unsupported[(npu, kind)] = self._unsupported.get((npu, kind), 0) + 1
+                        card_note[npu] = f"-t {kind} not answered (never has been): {why}"
         out: list[DeviceSample] = []
         for row in table.chips:
             dev = device_of(row, table.version)
@@ -1161,10 +1178,21 @@ class AscendBackend:
                 out.append(DeviceSample.lost(dev, card_fail[row.npu_id]))
                 continue
             try:
-                out.append(self._sample_row(row, table, usages, common, per_card[row.npu_id], deadline))
+                sample = self._sample_row(row, table, usages, common, per_card[row.npu_id], deadline)
             except BackendError as exc:
                 out.append(DeviceSample.lost(dev, f"{exc.reason}: {exc}"))
+                continue
+            if row.npu_id in card_note and sample.error is None:
+                sample = replace(sample, error=card_note[row.npu_id])
+            out.append(sample)
         return out
+
+    def _card_gone(self, npu: int, kind: str, exc: BackendError) -> bool:
+        """Whether a failed per-card query means the card is in trouble (its chips are lost), rather than a
+        query this driver does not answer: a timeout, "Invalid card id.", or a query that worked before."""
+        return (
+            exc.reason == "timeout" or "invalid card id" in str(exc).lower() or (npu, kind) in self._answered
+        )
 
     def _card_report(self, npu: int, kind: str, deadline: float) -> CardReport:
         what = f"npu-smi info -t {kind} -i {npu}"

@@ -720,6 +720,8 @@ def test_backend_910a_health_codes_counted_once_per_appearance() -> None:
 
 def test_backend_card_failures_lose_only_that_card() -> None:
     answers = host_910a()
+    backend = make_backend(FakeRunner(answers))
+    assert all(s.up for s in backend.sample())  # every query has answered once
     answers["info -t usages -i 5"] = "Invalid card id.\nError parameter of -i\n"
     answers["info -t common -i 6"] = BackendError("npu-smi exited 1: dcmi error", reason="exit_status")
     answers["info -t common -i 2"] = BackendError("npu-smi: no answer within 10s, killed", reason="timeout")
@@ -727,7 +729,7 @@ def test_backend_card_failures_lose_only_that_card() -> None:
     answers["info -t usages -i 1"] = _renumber(
         fixture("npu-smi_info_-t_usages_-i_0_910B.txt"), 4
     )  # wrong card
-    s = by_index(make_backend(FakeRunner(answers)).sample())
+    s = by_index(backend.sample())
     assert {k for k, v in s.items() if not v.up} == {"1-0", "2-0", "3-0", "5-0", "6-0"}
     assert s["5-0"].error == "parse: npu-smi: rejected the query: Invalid card id."
     assert s["6-0"].error == "exit_status: npu-smi exited 1: dcmi error"
@@ -737,6 +739,39 @@ def test_backend_card_failures_lose_only_that_card() -> None:
     assert all(s[k].utilization_ratio is None for k in ("1-0", "2-0", "3-0", "5-0", "6-0"))
     assert s["0-0"].up and s["0-0"].power_watts == 70.5
     assert s["5-0"].device.uuid == "ascend-0000:82:00.0-0"  # lost devices keep their identity
+
+
+def test_backend_query_that_never_answered_is_unsupported() -> None:
+    """A driver that does not answer `-t usages` (usage text, exit status) keeps its chips up on the main
+    table's readings; after UNSUPPORTED_AFTER polls the query is no longer run. A timeout or "Invalid card
+    id." is trouble even on the first poll."""
+    answers = host_310p()
+    answers["info -t usages -i 6"] = BackendError(
+        "npu-smi exited 255: unknown type usages", reason="exit_status"
+    )
+    runner = FakeRunner(answers)
+    backend = make_backend(runner)
+    for _ in range(ascend.UNSUPPORTED_AFTER):
+        s = by_index(backend.sample())
+        assert s["6-0"].up and s["6-1"].up
+        assert s["6-0"].memory_used_bytes == 1175 * MIB
+        assert s["6-0"].memory_bandwidth_utilization_ratio is None  # -t usages is the source
+        assert s["6-0"].vendor_metrics[ascend.CARD_POWER.name] == 45.2  # -t common still read
+        assert s["6-0"].error == (
+            "-t usages not answered (never has been): exit_status: npu-smi exited 255: unknown type usages"
+        )
+    assert runner.calls.count("info -t usages -i 6") == ascend.UNSUPPORTED_AFTER
+    runner.calls.clear()
+    s = by_index(backend.sample())
+    assert runner.calls == ["info", "info -t common -i 6"]
+    assert s["6-0"].up and s["6-0"].error is None
+    for trouble in (
+        BackendError("npu-smi: no answer within 8s, killed", reason="timeout"),
+        "Invalid card id.\nError parameter of -i\n",
+    ):
+        answers["info -t usages -i 6"] = trouble
+        s = by_index(make_backend(FakeRunner(answers)).sample())
+        assert not s["6-0"].up and not s["6-1"].up
 
 
 def test_backend_main_table_failure_is_a_backend_error() -> None:
@@ -873,19 +908,21 @@ def test_subprocess_fake_npu_smi_healthy(fake_tool: Path) -> None:
 @pytest.mark.slow
 def test_subprocess_fake_npu_smi_hang_exit_and_usage_text(fake_tool: Path) -> None:
     answers = fake_tool / "answers"
+    backend = real_backend(fake_tool)
+    assert all(s.up for s in backend.sample())
     (answers / "info_t_common_i_6.hang").touch()
-    s = by_index(real_backend(fake_tool).sample())
+    s = by_index(backend.sample())
     assert not s["6-0"].up and not s["6-1"].up
     assert (s["6-0"].error or "").startswith(f"timeout: {fake_tool / 'npu-smi'}")
     (answers / "info_t_common_i_6.hang").unlink()
     (answers / "info_t_usages_i_6.exit1").touch()
-    s = by_index(real_backend(fake_tool).sample())
+    s = by_index(backend.sample())
     assert not s["6-0"].up
     assert (s["6-0"].error or "").startswith("exit_status:")
     assert "dcmi_get_device_info failed" in (s["6-0"].error or "")
     (answers / "info_t_usages_i_6.exit1").unlink()
     (answers / "info_t_common_i_6.txt").unlink()  # the card vanished: "Invalid card id." with status 0
-    s = by_index(real_backend(fake_tool).sample())
+    s = by_index(backend.sample())
     assert s["6-1"].error == "parse: npu-smi: rejected the query: Invalid card id."
     (answers / "info.hang").touch()
     with pytest.raises(BackendError) as exc:
