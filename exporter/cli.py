@@ -207,7 +207,7 @@ def _device_refs(poller: Poller, clocks: Clocks) -> tuple[list[DeviceRef], list[
     for view in poller.view(clocks.wall()):
         for s in view.samples:
             d = s.device
-            devices.append(DeviceRef(d.vendor, d.uuid, d.index, d.pci_bus_id, d.serial))
+            devices.append(DeviceRef(d.vendor, d.uuid, d.index, d.pci_bus_id, d.serial, d.aliases))
             slices.extend(SliceRef(sl.parent_uuid, sl.slice_id, sl.uuid) for sl in s.slices)
     return devices, slices
 

@@ -663,6 +663,7 @@ def device_of(row: ChipRow, driver_version: str | None = None) -> Device:
         uuid=uuid,
         pci_bus_id=row.bus_id,
         driver_version=driver_version,
+        aliases=(f"phy-{row.device_id}",) if row.device_id is not None else (),
     )
 
 
