@@ -72,7 +72,7 @@ throttled_count = Panel(
 )
 
 lost = Panel(
-    "Lost devices",
+    "Devices lost",
     "table",
     (Query(f"{selector(c.UP)} == 0", instant=True, table=True),),
     "Each device known but not answering (lost, fallen off the bus, timed out), with its identity labels.",
@@ -82,7 +82,7 @@ lost = Panel(
 )
 
 failing = Panel(
-    "Failing health checks",
+    "Health checks failing",
     "table",
     (Query(f"{selector(c.HEALTH)} == 0", instant=True, table=True),),
     "Each device subsystem whose vendor health check fails.",

@@ -293,3 +293,82 @@ def test_panel_query_returns_data(target: Target, prom: Prom, variables: dict[st
     out = prom.query(expr)
     assert out["status"] == "success", out
     assert out["data"]["result"], f"no data for:\n{expr}"
+
+
+def _result(prom: Prom, variables: dict[str, dict[str, str]], uid: str, title: str, ref: str = "A") -> Any:
+    (target,) = [t for t in _targets() if (t.dashboard, t.panel, t.ref) == (uid, title, ref)]
+    return prom.query(substitute(target.expr, variables[uid]))["data"]["result"]
+
+
+def _rows(result: Any, *labels: str) -> list[tuple[str, ...]]:
+    return sorted((*(r["metric"].get(k, "") for k in labels), r["value"][1]) for r in result)
+
+
+def test_fault_scenario_shows_on_the_health_dashboard(
+    prom: Prom, variables: dict[str, dict[str, str]]
+) -> None:
+    def rows(title: str, *labels: str) -> list[tuple[str, ...]]:
+        return _rows(_result(prom, variables, "xpuwatch-health", title), *labels)
+
+    assert rows("Lost devices") == [("1",)]
+    assert rows("Devices lost", "vendor", "device") == [("huawei", "3", "0")]
+    assert rows("Devices with uncorrectable ECC in the last 1h") == [("1",)]
+    assert rows("Health checks failing", "vendor", "device", "subsystem") == [("nvidia", "1", "memory", "0")]
+    faults = [r[:3] for r in rows("Driver faults by code", "vendor", "device", "code")]
+    assert faults == [("nvidia", "1", "48"), ("nvidia", "2", "13")]  # values: increase() extrapolates
+    assert rows("Devices throttling for heat or power") == [("1",)]  # the overheating RTX 4090
+
+
+def test_waste_dashboard_names_the_idle_notebook_and_the_starved_card(
+    prom: Prom, variables: dict[str, dict[str, str]]
+) -> None:
+    def rows(title: str, *labels: str) -> list[tuple[str, ...]]:
+        return [r[:-1] for r in _rows(_result(prom, variables, "xpuwatch-waste", title), *labels)]
+
+    assert rows("Idle notebooks", "namespace", "pod", "owner") == [("ml-team", "jupyter-alice", "alice")]
+    assert rows("Starved cards (power below 30% of the limit)", "namespace", "pod") == [
+        ("research", "etl-feeder-0")
+    ]
+    assert rows("Memory hoarders (1h P95 utilization below 20%)", "namespace", "pod", "owner") == [
+        ("ml-team", "jupyter-alice", "alice")
+    ]
+
+
+def test_fleet_allocation_adds_up_per_pool(prom: Prom, variables: dict[str, dict[str, str]]) -> None:
+    title = "Allocated vs free cards per pool"
+    allocated = _rows(_result(prom, variables, "xpuwatch-fleet", title, "A"), "model")
+    free = _rows(_result(prom, variables, "xpuwatch-fleet", title, "B"), "model")
+    assert allocated == [
+        ("AMD Instinct MI250X", "3"),
+        ("Ascend910B", "3"),
+        ("NVIDIA A100-SXM4-80GB", "2"),
+        ("NVIDIA GeForce RTX 4090", "2"),
+    ]
+    # the lost Ascend is still a card of its pool (known, not answering) and nobody holds it
+    assert free == [
+        ("AMD Instinct MI250X", "1"),
+        ("Ascend910B", "1"),
+        ("NVIDIA A100-SXM4-80GB", "0"),
+        ("NVIDIA GeForce RTX 4090", "0"),
+    ]
+
+
+def test_operations_dashboard_counts_firing_alerts_by_category(
+    prom: Prom, variables: dict[str, dict[str, str]]
+) -> None:
+    table = _rows(
+        _result(prom, variables, "xpuwatch-operations", "Firing alerts"),
+        "alertname",
+        "category",
+        "severity",
+        "action",
+    )
+    assert table == [
+        ("AcceleratorEccUncorrectable", "hardware", "critical", "drain", "1"),
+        ("AcceleratorFaultApplication", "performance", "warning", "none", "1"),
+        ("AcceleratorFaultCritical", "hardware", "critical", "drain", "1"),  # XID 48 of the ECC error
+    ]
+    by_category = _rows(
+        _result(prom, variables, "xpuwatch-operations", "Alerts firing by category"), "category"
+    )
+    assert by_category == [("hardware", "2"), ("performance", "1")]
