@@ -18,11 +18,12 @@ def add_commands(sub: Any) -> None:
     )
     gen.add_argument("--out", type=Path, default=DEFAULT_OUT, help="output folder (default: %(default)s)")
     gen.add_argument("--check", action="store_true", help="write nothing; exit 1 if any output is stale")
-    gen.set_defaults(func=_generate)
+    gen.set_defaults(func=generate)
     dash.set_defaults(func=lambda args: (dash.print_help(), 2)[1])
 
 
-def _generate(args: argparse.Namespace) -> int:
+def generate(args: argparse.Namespace) -> int:
+    """Write (or with ``args.check`` verify) ``args.out``; exit code 0 ok, 1 stale, 2 generation failed."""
     try:
         files = render_all()
     except (OSError, ValueError, KeyError) as exc:

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dashboards.board import Board
 from dashboards.layout import Row
 from dashboards.panel import Panel, Query, Threshold
-from dashboards.sources import DEVICE_ID, RECORDS, SLICE_ID, SPEC, selector
+from dashboards.sources import DEVICE_ID, FLEET, RECORDS, SLICE_ID, SPEC, selector
 from exporter import catalog as c
 
 UID = "xpuwatch-fleet"
@@ -82,7 +82,7 @@ allocated_idle = Panel(
     (
         Query(
             f"count by (vendor, model) (\n  {selector(RECORDS.utilization_p95)} < {LOW_P95}\n"
-            f"  and on (node, uuid) {selector(c.ALLOCATED)} == 1\n)",
+            f"  and on (node, uuid) {selector(c.ALLOCATED, (*FLEET, 'namespace'))} == 1\n)",
             "{{vendor}} {{model}}",
             instant=True,
         ),
@@ -126,7 +126,11 @@ p95_table = Panel(
     overrides=(
         {
             "matcher": {"id": "byName", "options": "devices"},
-            "properties": [{"id": "unit", "value": "short"}, {"id": "decimals", "value": 0}],
+            "properties": [
+                {"id": "unit", "value": "short"},
+                {"id": "decimals", "value": 0},
+                {"id": "custom.cellOptions", "value": {"type": "auto"}},
+            ],
         },
     ),
     custom={"cellOptions": {"type": "color-text"}},

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import ast
 import importlib
 import os
@@ -14,6 +15,7 @@ import pytest
 import yaml
 
 from dashboards import sources
+from dashboards.cli import generate
 from dashboards.generator import DEFAULT_OUT, MODULES, render_all, stale_files
 from dashboards.layout import Row, place
 from dashboards.panel import Panel, Query
@@ -38,20 +40,31 @@ def test_committed_dashboards_are_what_the_modules_generate() -> None:
     assert stale_files(DEFAULT_OUT, render_all()) == []
 
 
-def test_cli_check_passes_then_fails_on_a_stale_and_a_stray_file(tmp_path: Path) -> None:
-    assert _cli("--check").returncode == 0
-    assert _cli("--out", str(tmp_path)).returncode == 0
+def test_cli_check_passes_on_the_committed_dashboards() -> None:
+    out = _cli("--check")
+    assert (out.returncode, out.stderr) == (0, "")
+
+
+def test_generate_writes_then_check_fails_on_a_stale_and_a_stray_file(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    def run(check: bool) -> int:
+        return generate(argparse.Namespace(out=tmp_path, check=check))
+
+    assert run(check=False) == 0
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(render_all())
-    assert _cli("--check", "--out", str(tmp_path)).returncode == 0
+    assert run(check=True) == 0
     (tmp_path / "xpuwatch-fleet.json").write_text("{}\n")
     (tmp_path / "old.json").write_text("{}\n")
-    out = _cli("--check", "--out", str(tmp_path))
-    assert out.returncode == 1
-    assert out.stderr.count("stale:") == 2
-    assert "xpuwatch-fleet.json" in out.stderr and "old.json" in out.stderr
-    assert _cli("--out", str(tmp_path)).returncode == 0
+    capsys.readouterr()
+    assert run(check=True) == 1
+    assert capsys.readouterr().err.splitlines() == [
+        f"stale: {tmp_path / name} (run `xpuwatch dashboards generate`)"
+        for name in ("xpuwatch-fleet.json", "old.json")
+    ]
+    assert run(check=False) == 0
     assert not (tmp_path / "old.json").exists()
-    assert _cli("--check", "--out", str(tmp_path)).returncode == 0
+    assert run(check=True) == 0
 
 
 def test_recording_rule_names_are_records_of_the_committed_rules() -> None:

@@ -31,6 +31,7 @@ import pytest
 import yaml
 
 from dashboards.generator import DEFAULT_OUT
+from dashboards.sources import RECORDS
 from exporter import catalog as c
 from tests.dashboards import pipeline_standin
 from vendors.sim import default_scenario_text
@@ -133,7 +134,7 @@ def _ready(prom: Prom) -> bool:
     firing = prom.query('count by (category) (ALERTS{alertstate="firing"})')["data"]["result"]
     categories = {r["metric"].get("category") for r in firing}
     lost = prom.query(f"{c.UP} == 0")["data"]["result"]
-    p95 = prom.query("device:accelerator_utilization_ratio:p95_1h")["data"]["result"]
+    p95 = prom.query(RECORDS.utilization_p95)["data"]["result"]
     return {"hardware", "performance"} <= categories and bool(lost) and bool(p95)
 
 
