@@ -41,11 +41,10 @@ def held_by(device_expr: str, extra: str = "") -> str:
 
 
 def _split(device_expr: str) -> str:
-    """Per holder: the device value divided evenly among the device's holders."""
-    holders = _holders()
+    """Per holder: the device value divided evenly among all the device's holders (in any namespace)."""
     return (
-        f"max by (node, uuid) ({device_expr})\n  * on (node, uuid) group_right ()\n{holders}\n"
-        f"  / on (node, uuid) group_left\ncount by (node, uuid) {holders}"
+        f"max by (node, uuid) ({device_expr})\n  * on (node, uuid) group_right ()\n{_holders()}\n"
+        f"  / on (node, uuid) group_left\ncount by (node, uuid) ({selector(c.ALLOCATED)} == 1)"
     )
 
 

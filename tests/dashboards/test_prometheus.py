@@ -373,3 +373,14 @@ def test_operations_dashboard_counts_firing_alerts_by_category(
         _result(prom, variables, "xpuwatch-operations", "Alerts firing by category"), "category"
     )
     assert by_category == [("hardware", "2"), ("performance", "1")]
+
+
+def test_memory_of_shared_devices_is_split_not_double_counted(
+    prom: Prom, variables: dict[str, dict[str, str]]
+) -> None:
+    per_owner = _result(prom, variables, "xpuwatch-waste", "Device memory held by namespace and owner")
+    held = prom.query(f"sum(max by (node, uuid) ({c.MEMORY_USED}) and on (node, uuid) ({c.ALLOCATED} == 1))")
+    (total,) = held["data"]["result"]
+    assert sum(float(r["value"][1]) for r in per_owner) == pytest.approx(float(total["value"][1]), rel=1e-9)
+    vision = [r for r in per_owner if r["metric"]["namespace"] == "vision"]
+    assert len(vision) == 1  # two pods sharing the vGPU card: one namespace row holding the whole card
