@@ -175,7 +175,7 @@ def _scatter(title: str, memory: str, compute: str, by: str, description: str) -
             "seriesMapping": "manual",
             "tooltip": {"mode": "single", "sort": "none"},
         },
-        custom={"show": "points", "axisPlacement": "auto", "pointSize": {"fixed": 8}},
+        custom={"show": "points", "axisPlacement": "auto", "pointSize": {"fixed": 8, "max": 20, "min": 1}},
     )
 
 

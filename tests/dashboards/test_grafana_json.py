@@ -122,3 +122,18 @@ def test_multi_value_variables_match_missing_labels() -> None:
                 assert (v["includeAll"], v["allValue"]) == (True, ".*"), v["name"]
             else:
                 assert v["name"] == "uuid" and path.stem == "xpuwatch-device"
+
+
+def test_scatter_plots_map_the_renamed_value_columns() -> None:
+    """XY chart (Grafana 10 schema): x and y name the columns the merge + organize transformations make."""
+    fleet = _load(DEFAULT_OUT / "xpuwatch-fleet.json")
+    charts = [p for p in fleet["panels"] if p["type"] == "xychart"]
+    assert len(charts) == 2
+    for chart in charts:
+        renamed = chart["transformations"][1]["options"]["renameByName"]
+        assert renamed == {"Value #A": "memory used", "Value #B": "SM activity"}
+        (series,) = chart["options"]["series"]
+        assert (series["x"], series["y"]) == ("SM activity", "memory used")
+        assert chart["options"]["seriesMapping"] == "manual"
+        assert {"dims", "legend", "series", "tooltip"} <= set(chart["options"])
+        assert [t["format"] for t in chart["targets"]] == ["table", "table"]
