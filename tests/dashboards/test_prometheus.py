@@ -40,7 +40,9 @@ ROOT = Path(__file__).resolve().parents[2]
 ENV = {**os.environ, "PYTHONPATH": str(ROOT)}
 RULES = ROOT / "alerts" / "generated" / "rules.yml"
 CLUSTER = "sim-cluster"
-FAULT_AT = 8  # seconds after exporter start: Prometheus has scraped the counters at 0 by then
+FAULT_AT = (
+    12  # seconds after exporter start: Prometheus has scraped the counters at 0 by then, even on slow CI
+)
 FAULTS = [
     # hardware: uncorrectable ECC (+ XID 48, pending row remap, memory health failed) on the training A100
     {"at": FAULT_AT, "device": "nvidia/1", "fault": "ecc_uncorrectable"},
@@ -66,6 +68,7 @@ class Target:
     panel: str
     ref: str
     expr: str
+    instant: bool
 
 
 def _dashboards() -> list[dict[str, Any]]:
@@ -74,7 +77,7 @@ def _dashboards() -> list[dict[str, Any]]:
 
 def _targets() -> list[Target]:
     return [
-        Target(d["uid"], p["title"], t["refId"], t["expr"])
+        Target(d["uid"], p["title"], t["refId"], t["expr"], t["instant"])
         for d in _dashboards()
         for p in d["panels"]
         for t in p.get("targets", [])
@@ -117,6 +120,12 @@ class Prom:
 
     def query(self, expr: str) -> dict[str, Any]:
         return _get(f"{self.base}/api/v1/query?" + urllib.parse.urlencode({"query": expr}))  # type: ignore[no-any-return]
+
+    def query_range(self, expr: str, seconds: int) -> dict[str, Any]:
+        """``expr`` over the last ``seconds`` at a 1 s step, as a time-series panel asks for it."""
+        end = time.time()
+        params = {"query": expr, "start": end - seconds, "end": end, "step": 1}
+        return _get(f"{self.base}/api/v1/query_range?" + urllib.parse.urlencode(params))  # type: ignore[no-any-return]
 
     def series(self, match: str) -> list[dict[str, str]]:
         out = _get(f"{self.base}/api/v1/series?" + urllib.parse.urlencode({"match[]": match}))
@@ -291,7 +300,7 @@ def test_variables_take_the_sim_fleet_values(variables: dict[str, dict[str, str]
 @pytest.mark.parametrize("target", _targets(), ids=lambda t: f"{t.dashboard}:{t.panel}:{t.ref}")
 def test_panel_query_returns_data(target: Target, prom: Prom, variables: dict[str, dict[str, str]]) -> None:
     expr = substitute(target.expr, variables[target.dashboard])
-    out = prom.query(expr)
+    out = prom.query_range(expr, 10) if not target.instant else prom.query(expr)
     assert out["status"] == "success", out
     assert out["data"]["result"], f"no data for:\n{expr}"
 
