@@ -11,6 +11,7 @@ the MIG-mode A100 (the card with slices, profiling ratios, NVLink and row remapp
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -147,17 +148,17 @@ def _ready(prom: Prom) -> bool:
     return {"hardware", "performance"} <= categories and bool(lost) and bool(p95)
 
 
-@pytest.fixture(scope="module")
-def prom(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Prom]:
-    tmp = tmp_path_factory.mktemp("dash-prom")
+@contextlib.contextmanager
+def stack(tmp: Path, scenario: dict[str, Any], scrape_interval: str = "1s") -> Iterator[Prom]:
+    """Prometheus (rules.yml loaded) scraping the sim exporter on ``scenario`` and the pipeline stand-in."""
     sim = tmp / "sim.yaml"
-    sim.write_text(yaml.safe_dump(_scenario()))
+    sim.write_text(yaml.safe_dump(scenario))
     exporter_port, prom_port = _free_port(), _free_port()
     with pipeline_standin.serve() as standin_port:
         (tmp / "prometheus.yml").write_text(
             yaml.safe_dump(
                 {
-                    "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
+                    "global": {"scrape_interval": scrape_interval, "evaluation_interval": "1s"},
                     "rule_files": [str(RULES)],
                     "scrape_configs": [
                         {
@@ -207,16 +208,7 @@ def prom(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Prom]:
             )
             procs.append(exporter)
             _wait(f"http://127.0.0.1:{exporter_port}/metrics", exporter, "exporter")
-            api = Prom(f"http://127.0.0.1:{prom_port}")
-            deadline = time.monotonic() + 90
-            while not _ready(api):
-                if time.monotonic() > deadline:
-                    raise RuntimeError(
-                        "no firing hardware+performance alerts / lost device / P95 within 90 s"
-                    )
-                time.sleep(1)
-            time.sleep(3)  # a few more scrapes so every rate/increase window holds two samples
-            yield api
+            yield Prom(f"http://127.0.0.1:{prom_port}")
         finally:
             for p in reversed(procs):
                 p.terminate()
@@ -224,6 +216,18 @@ def prom(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Prom]:
                     p.wait(timeout=10)
                 except subprocess.TimeoutExpired:
                     p.kill()
+
+
+@pytest.fixture(scope="module")
+def prom(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Prom]:
+    with stack(tmp_path_factory.mktemp("dash-prom"), _scenario()) as api:
+        deadline = time.monotonic() + 90
+        while not _ready(api):
+            if time.monotonic() > deadline:
+                raise RuntimeError("no firing hardware+performance alerts / lost device / P95 within 90 s")
+            time.sleep(1)
+        time.sleep(3)  # a few more scrapes so every rate/increase window holds two samples
+        yield api
 
 
 _LABEL_VALUES = re.compile(r"^label_values\((?P<selector>.*),\s*(?P<label>\w+)\)$", re.S)
