@@ -377,7 +377,9 @@ def test_operations_dashboard_counts_firing_alerts_by_category(
         "severity",
         "action",
     )
-    assert table == [
+    # AcceleratorLost (for: 1m) joins only if the machine was slow enough for a minute to pass
+    lost = [r for r in table if r[0] == "AcceleratorLost"]
+    assert [r for r in table if r[0] != "AcceleratorLost"] == [
         ("AcceleratorEccUncorrectable", "hardware", "critical", "drain", "1"),
         ("AcceleratorFaultApplication", "performance", "warning", "none", "1"),
         ("AcceleratorFaultCritical", "hardware", "critical", "drain", "1"),  # XID 48 of the ECC error
@@ -385,7 +387,7 @@ def test_operations_dashboard_counts_firing_alerts_by_category(
     by_category = _rows(
         _result(prom, variables, "xpuwatch-operations", "Alerts firing by category"), "category"
     )
-    assert by_category == [("hardware", "2"), ("performance", "1")]
+    assert by_category == [("hardware", str(2 + len(lost))), ("performance", "1")]
 
 
 def test_memory_of_shared_devices_is_split_not_double_counted(
