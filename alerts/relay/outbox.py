@@ -1,0 +1,238 @@
+"""Durable outbox (SQLite): notifications and their rendered messages, stored before Alertmanager gets 200.
+
+Rows survive a crash: WAL journal with ``synchronous=FULL`` makes a committed enqueue durable before the
+HTTP answer. The sender takes the oldest pending message per bot and marks it delivered, retried or failed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sqlite3
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS notifications (
+    id INTEGER PRIMARY KEY,
+    channel TEXT NOT NULL,
+    group_key TEXT NOT NULL,
+    digest TEXT NOT NULL,
+    alerts INTEGER NOT NULL,
+    received_at REAL NOT NULL
+);
+CREATE INDEX IF NOT EXISTS notifications_digest ON notifications (channel, digest, received_at);
+CREATE TABLE IF NOT EXISTS messages (
+    id INTEGER PRIMARY KEY,
+    notification_id INTEGER NOT NULL REFERENCES notifications (id),
+    channel TEXT NOT NULL,
+    bot TEXT NOT NULL,
+    part INTEGER NOT NULL,
+    parts INTEGER NOT NULL,
+    kind TEXT NOT NULL,
+    body TEXT NOT NULL,
+    body_hash TEXT NOT NULL,
+    state TEXT NOT NULL CHECK (state IN ('pending', 'delivered', 'failed')),
+    attempts INTEGER NOT NULL DEFAULT 0,
+    enqueued_at REAL NOT NULL,
+    next_attempt_at REAL NOT NULL,
+    done_at REAL,
+    code TEXT,
+    reason TEXT
+);
+CREATE INDEX IF NOT EXISTS messages_queue ON messages (bot, state, id);
+CREATE INDEX IF NOT EXISTS messages_hash ON messages (channel, body_hash, enqueued_at);
+"""
+
+
+@dataclass(frozen=True)
+class Pending:
+    """One message to send: its body is the unsigned JSON document."""
+
+    id: int
+    channel: str
+    body: dict[str, Any]
+    attempts: int
+    enqueued_at: float
+    next_attempt_at: float
+    part: int
+    parts: int
+
+
+@dataclass(frozen=True)
+class Enqueued:
+    """What ``enqueue`` stored: ``duplicate`` means the same notification was seen within the window and
+    nothing was stored; ``skipped`` counts parts already queued or delivered with the same body."""
+
+    duplicate: bool
+    stored: int
+    skipped: int
+
+
+@dataclass(frozen=True)
+class QueueStats:
+    """Per channel: pending messages and the enqueue time of the oldest (Unix seconds), delivered, failed."""
+
+    channel: str
+    pending: int
+    oldest_enqueued_at: float | None
+    delivered: int
+    failed: int
+
+
+def body_hash(body: dict[str, Any]) -> str:
+    return hashlib.sha256(json.dumps(body, sort_keys=True, ensure_ascii=False).encode()).hexdigest()
+
+
+class Outbox:
+    """The SQLite outbox at ``path``. Thread-safe (one connection behind a lock); blocking calls."""
+
+    def __init__(self, path: str) -> None:
+        self._lock = threading.Lock()
+        self._db = sqlite3.connect(path, isolation_level=None, check_same_thread=False, timeout=30)
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute("PRAGMA synchronous=FULL")
+        self._db.executescript(SCHEMA)
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()
+
+    def enqueue(
+        self,
+        channel: str,
+        bot: str,
+        group_key: str,
+        digest: str,
+        alerts: int,
+        messages: Sequence[tuple[int, int, str, dict[str, Any]]],
+        now: float,
+        window: float,
+    ) -> Enqueued:
+        """Store one notification and its messages ``(part, parts, kind, body)`` in one transaction, unless
+        the same (channel, digest) arrived within ``window`` seconds. Raises sqlite3.Error if not stored."""
+        with self._lock:
+            db = self._db
+            db.execute("BEGIN IMMEDIATE")
+            try:
+                seen = db.execute(
+                    "SELECT 1 FROM notifications WHERE channel = ? AND digest = ? AND received_at >= ? LIMIT 1",
+                    (channel, digest, now - window),
+                ).fetchone()
+                if seen:
+                    db.execute("COMMIT")
+                    return Enqueued(duplicate=True, stored=0, skipped=0)
+                nid = db.execute(
+                    "INSERT INTO notifications (channel, group_key, digest, alerts, received_at) VALUES (?,?,?,?,?)",
+                    (channel, group_key, digest, alerts, now),
+                ).lastrowid
+                stored = skipped = 0
+                for part, parts, kind, body in messages:
+                    digest_body = body_hash(body)
+                    again = db.execute(
+                        "SELECT 1 FROM messages WHERE channel = ? AND body_hash = ? AND enqueued_at >= ?"
+                        " AND state != 'failed' LIMIT 1",
+                        (channel, digest_body, now - window),
+                    ).fetchone()
+                    if again:
+                        skipped += 1
+                        continue
+                    db.execute(
+                        "INSERT INTO messages (notification_id, channel, bot, part, parts, kind, body, body_hash,"
+                        " state, enqueued_at, next_attempt_at) VALUES (?,?,?,?,?,?,?,?,'pending',?,?)",
+                        (
+                            nid,
+                            channel,
+                            bot,
+                            part,
+                            parts,
+                            kind,
+                            json.dumps(body, ensure_ascii=False),
+                            digest_body,
+                            now,
+                            now,
+                        ),
+                    )
+                    stored += 1
+                db.execute("COMMIT")
+            except BaseException:
+                db.execute("ROLLBACK")
+                raise
+        return Enqueued(duplicate=False, stored=stored, skipped=skipped)
+
+    def next_pending(self, bot: str) -> Pending | None:
+        """The oldest pending message of ``bot`` (FIFO keeps firing before resolved), or None."""
+        with self._lock:
+            row = self._db.execute(
+                "SELECT id, channel, body, attempts, enqueued_at, next_attempt_at, part, parts FROM messages"
+                " WHERE bot = ? AND state = 'pending' ORDER BY id LIMIT 1",
+                (bot,),
+            ).fetchone()
+        if row is None:
+            return None
+        return Pending(row[0], row[1], json.loads(row[2]), row[3], row[4], row[5], row[6], row[7])
+
+    def mark_delivered(self, message_id: int, now: float) -> None:
+        self._update(
+            "UPDATE messages SET state='delivered', attempts=attempts+1, done_at=?, code='0' WHERE id=?",
+            (now, message_id),
+        )
+
+    def mark_retry(self, message_id: int, next_attempt_at: float, code: str, reason: str) -> None:
+        self._update(
+            "UPDATE messages SET attempts=attempts+1, next_attempt_at=?, code=?, reason=? WHERE id=?",
+            (next_attempt_at, code, reason, message_id),
+        )
+
+    def mark_failed(self, message_id: int, now: float, code: str, reason: str) -> None:
+        self._update(
+            "UPDATE messages SET state='failed', attempts=attempts+1, done_at=?, code=?, reason=? WHERE id=?",
+            (now, code, reason, message_id),
+        )
+
+    def pending_bots(self) -> list[tuple[str, str]]:
+        """(bot, channel) pairs with pending messages: what a restart must resume."""
+        with self._lock:
+            return [
+                (r[0], r[1])
+                for r in self._db.execute("SELECT DISTINCT bot, channel FROM messages WHERE state='pending'")
+            ]
+
+    def stats(self) -> list[QueueStats]:
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT channel, SUM(state='pending'), MIN(CASE WHEN state='pending' THEN enqueued_at END),"
+                " SUM(state='delivered'), SUM(state='failed') FROM messages GROUP BY channel ORDER BY channel"
+            ).fetchall()
+        return [QueueStats(r[0], int(r[1] or 0), r[2], int(r[3] or 0), int(r[4] or 0)) for r in rows]
+
+    def messages(self, channel: str | None = None) -> list[dict[str, Any]]:
+        """Every message row as a dict (for inspection and tests), oldest first."""
+        query = "SELECT id, channel, part, parts, kind, state, attempts, code, reason, body FROM messages"
+        args: tuple[Any, ...] = ()
+        if channel is not None:
+            query += " WHERE channel = ?"
+            args = (channel,)
+        with self._lock:
+            rows = self._db.execute(query + " ORDER BY id", args).fetchall()
+        keys = ("id", "channel", "part", "parts", "kind", "state", "attempts", "code", "reason", "body")
+        return [dict(zip(keys, r, strict=True)) for r in rows]
+
+    def prune(self, before: float) -> int:
+        """Forget finished messages and notifications older than ``before``; returns rows removed."""
+        with self._lock:
+            n = self._db.execute(
+                "DELETE FROM messages WHERE state != 'pending' AND done_at < ?", (before,)
+            ).rowcount
+            n += self._db.execute(
+                "DELETE FROM notifications WHERE received_at < ? AND id NOT IN"
+                " (SELECT notification_id FROM messages)",
+                (before,),
+            ).rowcount
+        return n
+
+    def _update(self, sql: str, args: tuple[Any, ...]) -> None:
+        with self._lock:
+            self._db.execute(sql, args)
