@@ -128,6 +128,16 @@ class RenderStats:
 def compile_templates(bot: Bot, channel: Channel, overrides: bool = True) -> Templates:
     """Compile the channel's templates (overrides over the bot defaults). Raises ConfigError on syntax errors."""
     sources = {**bot.default_templates, **(channel.templates if overrides else {})}
+    key = (bot.type, sources["title"], sources["alert"], not overrides)
+    if key not in _COMPILED:  # jinja2 compilation costs tens of ms: once per distinct source
+        _COMPILED[key] = _compile(bot, channel, sources, not overrides)
+    return _COMPILED[key]
+
+
+_COMPILED: dict[tuple[str, str, str, bool], Templates] = {}
+
+
+def _compile(bot: Bot, channel: Channel, sources: Mapping[str, str], fallback: bool) -> Templates:
     escape = bot.markup.escape
 
     def finalize(value: Any) -> str:
@@ -144,7 +154,7 @@ def compile_templates(bot: Bot, channel: Channel, overrides: bool = True) -> Tem
         return Templates(
             title=text_env.from_string(sources["title"]),
             alert=markup_env.from_string(sources["alert"]),
-            fallback=not overrides,
+            fallback=fallback,
         )
     except jinja2.TemplateSyntaxError as exc:
         raise ConfigError(f"channels.{channel.name}.templates: line {exc.lineno}: {exc.message}") from None
@@ -221,7 +231,7 @@ def render(
     base = am_url or n.external_url
     try:
         return _render(n, channel, bot, base, templates, stats)
-    except (jinja2.TemplateError, TypeError, ValueError, KeyError, AttributeError):
+    except Exception:  # any failure of an override template: fall back to the built-in ones (counted)
         if templates.fallback:
             raise
         if stats is not None:
@@ -318,7 +328,7 @@ def validate(bot: Bot, channel: Channel, samples: Sequence[dict[str, Any]], am_u
             messages = _render(
                 parse_payload(doc), channel, bot, am_url or "http://alertmanager.invalid", templates
             )
-        except (jinja2.TemplateError, TypeError, ValueError, KeyError, AttributeError) as exc:
+        except Exception as exc:
             raise ConfigError(
                 f"channels.{channel.name}.templates: sample {i}: {type(exc).__name__}: {exc}"
             ) from None
