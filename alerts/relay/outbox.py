@@ -62,6 +62,20 @@ class Pending:
 
 
 @dataclass(frozen=True)
+class Incoming:
+    """One notification to store: its dedup ``digest``, and messages as ``(part, parts, kind, body)``."""
+
+    channel: str
+    bot: str
+    group_key: str
+    digest: str
+    alerts: int
+    messages: tuple[tuple[int, int, str, dict[str, Any]], ...]
+    now: float
+    window: float
+
+
+@dataclass(frozen=True)
 class Enqueued:
     """What ``enqueue`` stored: ``duplicate`` means the same notification was seen within the window and
     nothing was stored; ``skipped`` counts parts already queued or delivered with the same body."""
@@ -111,55 +125,57 @@ class Outbox:
         now: float,
         window: float,
     ) -> Enqueued:
-        """Store one notification and its messages ``(part, parts, kind, body)`` in one transaction, unless
-        the same (channel, digest) arrived within ``window`` seconds. Raises sqlite3.Error if not stored."""
+        """Store one notification (see ``enqueue_many``)."""
+        return self.enqueue_many(
+            [Incoming(channel, bot, group_key, digest, alerts, tuple(messages), now, window)]
+        )[0]
+
+    def enqueue_many(self, items: Sequence[Incoming]) -> list[Enqueued]:
+        """Store notifications and their messages in ONE transaction (one fsync for the batch: group commit),
+        skipping a notification whose (channel, digest) arrived within its window, and parts whose body was
+        queued or delivered within it. Raises sqlite3.Error if nothing was stored."""
         with self._lock:
             db = self._db
             db.execute("BEGIN IMMEDIATE")
             try:
-                seen = db.execute(
-                    "SELECT 1 FROM notifications WHERE channel = ? AND digest = ? AND received_at >= ? LIMIT 1",
-                    (channel, digest, now - window),
-                ).fetchone()
-                if seen:
-                    db.execute("COMMIT")
-                    return Enqueued(duplicate=True, stored=0, skipped=0)
-                nid = db.execute(
-                    "INSERT INTO notifications (channel, group_key, digest, alerts, received_at) VALUES (?,?,?,?,?)",
-                    (channel, group_key, digest, alerts, now),
-                ).lastrowid
-                stored = skipped = 0
-                for part, parts, kind, body in messages:
-                    digest_body = body_hash(body)
-                    again = db.execute(
-                        "SELECT 1 FROM messages WHERE channel = ? AND body_hash = ? AND enqueued_at >= ?"
-                        " AND state != 'failed' LIMIT 1",
-                        (channel, digest_body, now - window),
-                    ).fetchone()
-                    if again:
-                        skipped += 1
-                        continue
-                    db.execute(
-                        "INSERT INTO messages (notification_id, channel, bot, part, parts, kind, body, body_hash,"
-                        " state, enqueued_at, next_attempt_at) VALUES (?,?,?,?,?,?,?,?,'pending',?,?)",
-                        (
-                            nid,
-                            channel,
-                            bot,
-                            part,
-                            parts,
-                            kind,
-                            json.dumps(body, ensure_ascii=False),
-                            digest_body,
-                            now,
-                            now,
-                        ),
-                    )
-                    stored += 1
+                results = [self._insert(db, item) for item in items]
                 db.execute("COMMIT")
             except BaseException:
                 db.execute("ROLLBACK")
                 raise
+        return results
+
+    @staticmethod
+    def _insert(db: sqlite3.Connection, it: Incoming) -> Enqueued:
+        since = it.now - it.window
+        seen = db.execute(
+            "SELECT 1 FROM notifications WHERE channel = ? AND digest = ? AND received_at >= ? LIMIT 1",
+            (it.channel, it.digest, since),
+        ).fetchone()
+        if seen:
+            return Enqueued(duplicate=True, stored=0, skipped=0)
+        nid = db.execute(
+            "INSERT INTO notifications (channel, group_key, digest, alerts, received_at) VALUES (?,?,?,?,?)",
+            (it.channel, it.group_key, it.digest, it.alerts, it.now),
+        ).lastrowid
+        stored = skipped = 0
+        for part, parts, kind, body in it.messages:
+            digest_body = body_hash(body)
+            again = db.execute(
+                "SELECT 1 FROM messages WHERE channel = ? AND body_hash = ? AND enqueued_at >= ?"
+                " AND state != 'failed' LIMIT 1",
+                (it.channel, digest_body, since),
+            ).fetchone()
+            if again:
+                skipped += 1
+                continue
+            db.execute(
+                "INSERT INTO messages (notification_id, channel, bot, part, parts, kind, body, body_hash,"
+                " state, enqueued_at, next_attempt_at) VALUES (?,?,?,?,?,?,?,?,'pending',?,?)",
+                (nid, it.channel, it.bot, part, parts, kind, json.dumps(body, ensure_ascii=False), digest_body,
+                 it.now, it.now),
+            )  # fmt: skip
+            stored += 1
         return Enqueued(duplicate=False, stored=stored, skipped=skipped)
 
     def next_pending(self, bot: str) -> Pending | None:
@@ -173,6 +189,14 @@ class Outbox:
         if row is None:
             return None
         return Pending(row[0], row[1], json.loads(row[2]), row[3], row[4], row[5], row[6], row[7])
+
+    def pending_count(self, bot: str) -> int:
+        """Messages of ``bot`` still waiting: the backlog new notifications must share the window with."""
+        with self._lock:
+            row = self._db.execute(
+                "SELECT COUNT(*) FROM messages WHERE bot = ? AND state = 'pending'", (bot,)
+            )
+            return int(row.fetchone()[0])
 
     def mark_delivered(self, message_id: int, now: float) -> None:
         self._update(

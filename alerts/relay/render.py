@@ -218,6 +218,15 @@ def title_context(n: Notification) -> dict[str, Any]:
     }
 
 
+def part_budget(channel: Channel, bot: Bot, backlog: int) -> int:
+    """Parts a new notification may use: ``max_parts``, reduced by the bot's backlog so that queued plus new
+    messages stay within one window of the bot's longest rate limit (WeCom 20/min, Feishu 100/min); never
+    below 1. What does not fit is summarised ("N more alerts") instead of queueing minutes of messages."""
+    limits = channel.rate_limits or bot.default_limits
+    window = max(limits, key=lambda lim: lim.per_seconds).count if limits else channel.max_parts
+    return max(1, min(channel.max_parts, window - backlog))
+
+
 def render(
     n: Notification,
     channel: Channel,
@@ -225,10 +234,14 @@ def render(
     am_url: str,
     templates: Templates,
     stats: RenderStats | None = None,
+    max_parts: int | None = None,
 ) -> list[OutMessage]:
-    """Split one notification into messages that each fit the bot's limit; at most ``channel.max_parts``
-    parts, the rest summarised as "N more alerts"; follow-ups (e.g. WeCom mobile mentions) come last."""
+    """Split one notification into messages that each fit the bot's limit; at most ``max_parts`` (default
+    ``channel.max_parts``) parts, the rest summarised as "N more alerts"; follow-ups (e.g. WeCom mobile
+    mentions) come last."""
     base = am_url or n.external_url
+    if max_parts is not None:
+        channel = replace(channel, max_parts=max_parts)
     try:
         return _render(n, channel, bot, base, templates, stats)
     except Exception:  # any failure of an override template: fall back to the built-in ones (counted)
@@ -274,21 +287,26 @@ def _render(
         return bot.fits(bot.assemble(layout_of(chunk, _WORST_MARKER, worst_overflow), channel))
 
     parts: list[list[tuple[str, str]]] = []
-    current: list[tuple[str, str]] = []
     i = 0
     while i < len(units) and len(parts) < channel.max_parts:
-        candidate = [*current, units[i]]
-        if fits(candidate):
-            current, i = candidate, i + 1
-        elif not current:
+        if not fits(units[i : i + 1]):
             status, block = units[i]
-            current = [(status, _truncate(block, lambda b, s=status: fits([(s, b)]), bot))]  # type: ignore[misc]
+            parts.append([(status, _truncate(block, lambda b, s=status: fits([(s, b)]), bot))])  # type: ignore[misc]
             i += 1
-        else:
-            parts.append(current)
-            current = []
-    if current and len(parts) < channel.max_parts:
-        parts.append(current)
+            continue
+        # Largest j with units[i:j] fitting: size grows with j, so gallop then bisect (O(log k) assemblies).
+        lo, step = i + 1, 1
+        while lo + step <= len(units) and fits(units[i : lo + step]):
+            lo, step = lo + step, step * 2
+        hi = min(len(units), lo + step - 1)
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            if fits(units[i:mid]):
+                lo = mid
+            else:
+                hi = mid - 1
+        parts.append(units[i:lo])
+        i = lo
     rest = units[i:]
     if not parts:  # nothing fits at all: still tell the group something is happening
         parts = [[]]

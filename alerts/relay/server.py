@@ -11,7 +11,7 @@ import logging
 import sqlite3
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
@@ -19,13 +19,53 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from alerts.relay.bots import BOTS
 from alerts.relay.config import Auth, ConfigError, Settings
 from alerts.relay.metrics import OutboxCollector, RelayMetrics
-from alerts.relay.outbox import Outbox
-from alerts.relay.render import Bot, RenderStats, Templates, compile_templates, render, validate
+from alerts.relay.outbox import Enqueued, Incoming, Outbox
+from alerts.relay.render import Bot, RenderStats, Templates, compile_templates, part_budget, render, validate
 from alerts.relay.samples import SAMPLES
 from alerts.relay.sender import Sender, bot_id
 from alerts.relay.webhook import PayloadError, parse_body
 
 log = logging.getLogger(__name__)
+
+
+class Committer:
+    """Group commit: requests arriving while a transaction runs are stored together in the next one, so
+    concurrent webhooks share one fsync. Each caller still gets its answer only after its commit."""
+
+    def __init__(self, outbox: Outbox, max_batch: int = 256) -> None:
+        self._outbox = outbox
+        self._max_batch = max_batch
+        self._queue: asyncio.Queue[tuple[Incoming, asyncio.Future[Enqueued]]] | None = None
+        self._task: asyncio.Task[None] | None = None
+
+    async def submit(self, item: Incoming) -> Enqueued:
+        if self._queue is None:
+            self._queue = asyncio.Queue()
+            self._task = asyncio.create_task(self._run(self._queue), name="relay-outbox-committer")
+        future: asyncio.Future[Enqueued] = asyncio.get_running_loop().create_future()
+        await self._queue.put((item, future))
+        return await future
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+
+    async def _run(self, queue: asyncio.Queue[tuple[Incoming, asyncio.Future[Enqueued]]]) -> None:
+        while True:
+            batch = [await queue.get()]
+            while not queue.empty() and len(batch) < self._max_batch:
+                batch.append(queue.get_nowait())
+            try:
+                results = await asyncio.to_thread(self._outbox.enqueue_many, [item for item, _ in batch])
+            except Exception as exc:  # every caller of the failed batch answers 503
+                for _, future in batch:
+                    if not future.done():
+                        future.set_exception(exc)
+                continue
+            for (_, future), result in zip(batch, results, strict=True):
+                if not future.done():
+                    future.set_result(result)
 
 
 @dataclass
@@ -39,6 +79,10 @@ class Relay:
     templates: Mapping[str, Templates]
     bots: Mapping[str, Bot]
     wall: Callable[[], float] = time.time
+    committer: Committer = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.committer = Committer(self.outbox)
 
 
 RELAY_KEY: web.AppKey[Relay] = web.AppKey("relay", Relay)
@@ -99,6 +143,7 @@ def build_app(relay: Relay) -> web.Application:
         await relay.sender.start()
         yield
         await relay.sender.stop()
+        await relay.committer.stop()
         relay.outbox.close()
 
     app.cleanup_ctx.append(lifecycle)
@@ -155,24 +200,31 @@ async def _receive(request: web.Request) -> web.Response:
         metrics.rejected.labels("malformed").inc()
         return _error(400, str(exc))
     bot = relay.bots[channel.type]
+    bid = bot_id(channel)
     stats = RenderStats()
-    messages = render(notification, channel, bot, settings.alertmanager_url, relay.templates[name], stats)
+    try:
+        backlog = await asyncio.to_thread(relay.outbox.pending_count, bid)
+    except sqlite3.Error as exc:
+        metrics.rejected.labels("store_failed").inc()
+        return _error(503, f"could not store the notification: {exc}")
+    budget = part_budget(channel, bot, backlog)
+    messages = render(
+        notification, channel, bot, settings.alertmanager_url, relay.templates[name], stats, budget
+    )
     if stats.fallbacks:
         metrics.fallbacks.labels(name).inc(stats.fallbacks)
-    bid = bot_id(channel)
-    rows = [(m.part, m.parts, m.kind, m.body) for m in messages]
+    incoming = Incoming(
+        channel=name,
+        bot=bid,
+        group_key=notification.group_key,
+        digest=notification.digest(),
+        alerts=len(notification.alerts),
+        messages=tuple((m.part, m.parts, m.kind, m.body) for m in messages),
+        now=relay.wall(),
+        window=settings.dedup_window_seconds,
+    )
     try:
-        result = await asyncio.to_thread(
-            relay.outbox.enqueue,
-            name,
-            bid,
-            notification.group_key,
-            notification.digest(),
-            len(notification.alerts),
-            rows,
-            relay.wall(),
-            settings.dedup_window_seconds,
-        )
+        result = await relay.committer.submit(incoming)
     except (sqlite3.Error, OSError) as exc:
         metrics.rejected.labels("store_failed").inc()
         log.error("outbox write failed, answering 503 so Alertmanager retries: %s", exc)

@@ -10,9 +10,10 @@ from collections import Counter
 
 import pytest
 
+from alerts.relay import metrics as m
 from alerts.relay.config import RateLimit
 from tests.relay.fakebots import FakeBot, FakeFeishu, FakeWeCom
-from tests.relay.harness import settings_for, start_relay
+from tests.relay.harness import metric_value, settings_for, start_relay
 from tests.relay.test_delivery import big_group
 
 GROUPS, PER_GROUP = 200, 10
@@ -60,6 +61,7 @@ async def test_burst_2000_alerts_200_groups_nothing_lost_nothing_duplicated(tmp_
         assert statuses == [200] * GROUPS
         await h.settle(timeout=120)
         rows = h.relay.outbox.messages()
+        text = (await h.get("/metrics"))[1]
     finally:
         await h.close()
         await fake.stop()
@@ -67,8 +69,11 @@ async def test_burst_2000_alerts_200_groups_nothing_lost_nothing_duplicated(tmp_
     assert {r["state"] for r in rows} == {"delivered"}
     assert len(fake.accepted) == len(rows)
     seen = Counter(a for body in fake.accepted for a in alert_ids(body))
-    assert len(seen) == GROUPS * PER_GROUP  # nothing lost
+    text_of = [json.dumps(body, ensure_ascii=False) for body in fake.accepted]
+    summarised = sum(int(n) for t in text_of for n in re.findall(r"… (\d+) more alerts", t))
+    assert len(seen) + summarised == GROUPS * PER_GROUP  # nothing lost: each alert listed or counted
     assert set(seen.values()) == {1}  # nothing duplicated
+    assert summarised == metric_value(text, m.SUMMARISED, channel="ch")
     for body in fake.accepted:
         if kind == "wecom":
             assert len(body["markdown"]["content"].encode()) <= 4096
