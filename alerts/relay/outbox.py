@@ -109,9 +109,14 @@ class Outbox:
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=FULL")
         self._db.executescript(SCHEMA)
+        # Reads for metrics and the part budget use their own connection: in WAL mode they never wait for
+        # the writer's fsync, so they do not serialise incoming webhooks behind each commit.
+        self._read_lock = threading.Lock()
+        self._reader = sqlite3.connect(path, isolation_level=None, check_same_thread=False, timeout=30)
 
     def close(self) -> None:
-        with self._lock:
+        with self._lock, self._read_lock:
+            self._reader.close()
             self._db.close()
 
     def enqueue(
@@ -192,8 +197,8 @@ class Outbox:
 
     def pending_count(self, bot: str) -> int:
         """Messages of ``bot`` still waiting: the backlog new notifications must share the window with."""
-        with self._lock:
-            row = self._db.execute(
+        with self._read_lock:
+            row = self._reader.execute(
                 "SELECT COUNT(*) FROM messages WHERE bot = ? AND state = 'pending'", (bot,)
             )
             return int(row.fetchone()[0])
@@ -225,8 +230,8 @@ class Outbox:
             ]
 
     def stats(self) -> list[QueueStats]:
-        with self._lock:
-            rows = self._db.execute(
+        with self._read_lock:
+            rows = self._reader.execute(
                 "SELECT channel, SUM(state='pending'), MIN(CASE WHEN state='pending' THEN enqueued_at END),"
                 " SUM(state='delivered'), SUM(state='failed') FROM messages GROUP BY channel ORDER BY channel"
             ).fetchall()
