@@ -236,3 +236,12 @@ def test_hostile_text_survives_and_injects_nothing(labels, summary):
     assert len(LINK.findall(lark)) == lark.count("](") == 1
     for value in [summary, *labels.values()]:
         assert value.strip() in html.unescape(lark)
+
+
+def test_part_budget_shrinks_with_the_bots_backlog():
+    from alerts.relay.render import part_budget
+
+    s = settings_of(channels())
+    w, f = s.channels["w"], s.channels["f"]
+    assert [part_budget(w, wecom.BOT, b) for b in (0, 15, 17, 19, 20, 500)] == [5, 5, 3, 1, 1, 1]
+    assert [part_budget(f, feishu.BOT, b) for b in (0, 97, 200)] == [5, 3, 1]
