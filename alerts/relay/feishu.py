@@ -156,6 +156,8 @@ class FeishuBot:
             return Outcome("ok", "0", msg)
         if code == CODE_FREQUENCY_LIMITED or (code == CODE_BAD_REQUEST and "too many" in msg.lower()):
             return Outcome("rate_limited", str(code), msg)
+        if code == 19021:
+            msg += " (check the signing secret and the relay host's clock: Feishu accepts +-1 h)"
         return Outcome("permanent", str(code), msg)
 
 

@@ -221,6 +221,14 @@ class Outbox:
             (now, code, reason, message_id),
         )
 
+    def rebind(self, channel: str, bot: str) -> int:
+        """Point the channel's pending messages at ``bot`` (its webhook URL changed across a restart)."""
+        with self._lock:
+            return self._db.execute(
+                "UPDATE messages SET bot = ? WHERE channel = ? AND state = 'pending' AND bot != ?",
+                (bot, channel, bot),
+            ).rowcount
+
     def pending_bots(self) -> list[tuple[str, str]]:
         """(bot, channel) pairs with pending messages: what a restart must resume."""
         with self._lock:

@@ -60,6 +60,7 @@ class Sender:
         self._limiters: dict[str, SlidingWindowLimiter] = {}
         self._tasks: list[asyncio.Task[None]] = []
         self._session: aiohttp.ClientSession | None = None
+        self._retention = max(7 * 86400.0, 2 * max_age)
         for ch in self._channels.values():
             bid = bot_id(ch)
             if bid not in self._limiters:
@@ -71,6 +72,8 @@ class Sender:
 
     async def start(self) -> None:
         self._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=self._timeout))
+        for ch in self._channels.values():
+            await asyncio.to_thread(self._outbox.rebind, ch.name, bot_id(ch))
         bots = set(self._limiters)
         for bid, _channel in await asyncio.to_thread(self._outbox.pending_bots):
             bots.add(bid)  # pending for a bot no longer configured: its loop records channel_removed
@@ -78,6 +81,18 @@ class Sender:
             self._wake[bid] = asyncio.Event()
             self._wake[bid].set()
             self._tasks.append(asyncio.create_task(self._loop(bid), name=f"relay-sender-{bid}"))
+        self._tasks.append(asyncio.create_task(self._prune(), name="relay-outbox-prune"))
+
+    async def _prune(self) -> None:
+        """Hourly: forget finished messages older than the retention (7 days, or twice the delivery age)."""
+        while True:
+            try:
+                removed = await asyncio.to_thread(self._outbox.prune, self._wall() - self._retention)
+                if removed:
+                    log.info("outbox: pruned %d finished rows", removed)
+            except Exception:
+                log.exception("outbox prune")
+            await self._sleep(3600.0)
 
     async def stop(self) -> None:
         for t in self._tasks:

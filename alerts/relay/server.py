@@ -255,4 +255,8 @@ async def _readyz(request: web.Request) -> web.Response:
     relay: Relay = request.app[RELAY_KEY]
     if not relay.sender.running:
         return web.Response(status=503, text="sender not running\n")
+    try:
+        await asyncio.to_thread(relay.outbox.stats)
+    except sqlite3.Error as exc:
+        return web.Response(status=503, text=f"outbox unreadable: {exc}\n")
     return web.Response(text="ready\n")

@@ -352,3 +352,45 @@ async def test_mentions_wecom_markdown_and_mobile_followup_feishu_at(tmp_path, b
         "tag": "div",
         "text": {"tag": "lark_md", "content": "<at id=ou_18eac8abc></at> <at id=all></at>"},
     }
+
+
+async def test_identical_part_from_another_group_key_is_not_queued_twice(tmp_path, bots):
+    wecom, feishu = bots
+    h = await relay_for(tmp_path, wecom, feishu)
+    try:
+        doc = payload()
+        first = await h.post("oncall-wecom", doc)
+        doc["groupKey"] = '{}/{replica="b"}:{alertname="DemoAlert"}'  # e.g. an HA peer with another route
+        second = await h.post("oncall-wecom", doc)
+        await h.settle()
+    finally:
+        await h.close()
+    assert first[1] == {"status": "queued", "stored": 1, "skipped": 0}
+    assert second[1] == {"status": "queued", "stored": 0, "skipped": 1}
+    assert len(wecom.accepted) == 1
+
+
+async def test_hostile_labels_delivered_intact_over_http(tmp_path, bots):
+    import html
+
+    wecom, feishu = bots
+    nasty = 'a"b\\c\nd *e* _f_ `g` [h](http://x) </at><at id=all></at> <@all> 显存告警'
+    doc = payload()
+    doc["alerts"][0]["labels"]["pod"] = nasty
+    doc["alerts"][0]["annotations"]["summary"] = nasty
+    h = await relay_for(tmp_path, wecom, feishu)
+    try:
+        assert (await h.post("oncall-wecom", doc))[0] == 200
+        assert (await h.post("team-feishu", doc))[0] == 200
+        await h.settle()
+    finally:
+        await h.close()
+    assert wecom.codes() == ["0"] and feishu.codes() == ["0"]
+    content = wecom.accepted[0]["markdown"]["content"]
+    assert "<@" not in content and "](http://x)" not in content
+    assert 'a"b\\c\nd ＊e＊ _f_ ｀g｀ [h］(http://x) ＜/at＞＜at id=all＞＜/at＞ ＜@all＞ 显存告警' in content
+    lark = "\n".join(
+        e["text"]["content"] for e in feishu.accepted[0]["card"]["elements"] if e["tag"] == "div"
+    )
+    assert "<at" not in lark
+    assert nasty in html.unescape(lark)
