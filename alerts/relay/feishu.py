@@ -62,7 +62,7 @@ ALERT_TEMPLATE = """\
 {% endif %}{% if alert.extra_labels %}**labels**: {{ alert.extra_labels }}
 {% endif %}{% if alert.value or alert.description %}**value**: {{ alert.value or alert.description }}
 {% endif %}**started**: {{ alert.starts_at }}{% if alert.ends_at %}  **ended**: {{ alert.ends_at }}{% endif %}
-{% if alert.runbook_url or alert.silence_url %}{{ link("runbook", alert.runbook_url) }} {{ link("silence", alert.silence_url) }}{% endif %}"""
+{% if alert.runbook_url or alert.silence_url %}{% if alert.runbook_url %}{{ link("runbook", alert.runbook_url) }} {% endif %}{{ link("silence", alert.silence_url) }}{% endif %}"""
 
 # Header colour (card ``header.template``) by status and highest firing severity.
 COLOURS = {"critical": "red", "warning": "orange", "info": "blue"}
