@@ -207,3 +207,15 @@ def test_remediation_configmap_is_valid_and_dry_run(tmp_path: Path) -> None:
     s = parse(yaml.safe_load(text), tmp_path)
     assert s.guard.dry_run is True
     assert {r.action for r in s.rules} == {"drain", "reclaim", "resize"}
+
+
+def test_relay_configmap_is_valid(tmp_path: Path) -> None:
+    from alerts.relay.config import parse_settings
+
+    text = _localise(_configmap("xpuwatch-relay")["relay.yaml"], "/etc/xpuwatch-relay/secrets", tmp_path)
+    s = parse_settings(yaml.safe_load(text), base=tmp_path, env={})
+    assert set(s.channels) == {
+        "oncall-wecom",
+        "team-feishu",
+    }  # the receivers alerts/generated/alertmanager.yml posts to
+    assert s.channels["team-feishu"].secret == "s3cret" and s.auth.bearer_token == "s3cret"
