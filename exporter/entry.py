@@ -13,7 +13,14 @@ import sys
 from collections.abc import Sequence
 
 # Packages that own subcommands, in help order. A package not yet present is skipped.
-COMMAND_MODULES = ("exporter.cli", "alerts.cli", "dashboards.cli", "remediation.cli", "deploy.cli")
+COMMAND_MODULES = (
+    "exporter.cli",
+    "alerts.cli",
+    "alerts.relay.cli",
+    "dashboards.cli",
+    "remediation.cli",
+    "deploy.cli",
+)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -1,0 +1,71 @@
+"""`xpuwatch relay`: runs the Alertmanager -> WeCom/Feishu relay (hooked into the CLI by exporter/entry.py)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import signal
+from dataclasses import replace
+from typing import Any
+
+from aiohttp import web
+
+from alerts.relay.config import ConfigError, load_settings
+from alerts.relay.server import build_app, build_relay
+
+log = logging.getLogger(__name__)
+
+
+def add_commands(sub: Any) -> None:
+    relay = sub.add_parser("relay", help="relay Alertmanager webhooks to WeCom / Feishu group bots")
+    relay.add_argument("--config", required=True, help="channels YAML (see docs/relay.md)")
+    relay.add_argument("--listen-address", help="host:port to listen on (default from config, else :9852)")
+    relay.add_argument("--outbox", help="SQLite outbox path (default from config)")
+    relay.add_argument("--check", action="store_true", help="validate the config and templates, then exit")
+    relay.set_defaults(func=run)
+
+
+def split_address(address: str) -> tuple[str, int]:
+    """``:9852`` -> ("0.0.0.0", 9852); ``127.0.0.1:0`` -> ("127.0.0.1", 0)."""
+    host, _, port = address.rpartition(":")
+    return (host.strip("[]") or "0.0.0.0", int(port))
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        settings = load_settings(args.config)
+        if args.listen_address:
+            settings = replace(settings, listen_address=args.listen_address)
+        if args.outbox:
+            settings = replace(settings, outbox=args.outbox)
+        host, port = split_address(settings.listen_address)
+        if args.check:
+            from alerts.relay.server import check_settings
+
+            check_settings(settings)
+            print(f"config OK: {len(settings.channels)} channel(s)")
+            return 0
+        relay = build_relay(settings)
+    except (ConfigError, ValueError) as exc:
+        log.error("relay config: %s", exc)
+        return 2
+    asyncio.run(_serve(relay, host, port))
+    return 0
+
+
+async def _serve(relay: Any, host: str, port: int) -> None:
+    runner = web.AppRunner(build_app(relay))
+    await runner.setup()
+    site = web.TCPSite(runner, host, port)
+    await site.start()
+    bound = [s.getsockname() for s in site._server.sockets] if site._server else []  # type: ignore[union-attr,attr-defined]
+    # One parseable line so supervisors and tests can find the port when 0 was asked for.
+    print(f"relay listening on {bound[0][0]}:{bound[0][1]}" if bound else "relay listening", flush=True)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    await stop.wait()
+    log.info("relay stopping")
+    await runner.cleanup()

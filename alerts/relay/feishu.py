@@ -1,0 +1,172 @@
+"""Feishu (飞书) / Lark custom bot: interactive cards (card 1.0), signing, response classification.
+
+Follows the official "自定义机器人使用指南" (open.feishu.cn/document/client-docs/bot-v3/add-custom-bot):
+body <= 20 KB, 100 requests/minute and 5/second per bot, ``timestamp``+``sign`` in the body when signing
+is on (19021 on mismatch), keyword check on text values (19024), ``<at id=...></at>`` in ``lark_md`` by
+open_id/user_id or ``all``. Throttling: ``9499 "too many request"`` (HTTP 400, nightingale#1437) or ``11232``
+(HTTP 200); other non-zero codes are permanent (19021 sign, 19022 IP, 19024 keyword, 11246 invalid at user,
+9499 Bad Request).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from alerts.relay.config import Channel, ConfigError, RateLimit
+from alerts.relay.outcome import Outcome
+from alerts.relay.render import Layout, Markup
+from alerts.relay.signing import sign_body
+
+MAX_BODY_BYTES = 20 * 1024  # official guide: 请求体的数据大小不能超过 20 KB
+# Budget: 20,000 bytes (the stricter reading of "20 KB") minus room for "timestamp" and "sign".
+BODY_BUDGET_BYTES = 20_000 - 96
+LIMITS = (RateLimit(count=5, per_seconds=1.0), RateLimit(count=100, per_seconds=60.0))  # 5/s, 100/min
+CODE_FREQUENCY_LIMITED = 11232
+CODE_BAD_REQUEST = 9499  # msg "too many request" = throttled; "Bad Request" = malformed or oversize
+
+_OPEN_ID = re.compile(r"^ou_[A-Za-z0-9]{1,64}$")
+_USER_ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+# lark_md renders HTML character references (the card markdown doc's escape table), so every character that
+# can start markup is written as one: `<at>`, links, emphasis, strike-through and code cannot be injected.
+_ESCAPES = str.maketrans({c: f"&#{ord(c)};" for c in "&<>*_~[]()`\\#"})
+_URL_UNSAFE = str.maketrans({" ": "%20", "(": "%28", ")": "%29", "<": "%3C", ">": "%3E", "\n": "", "\r": ""})
+
+
+def escape(text: str) -> str:
+    """Make user text inert in lark_md (reversible with html.unescape)."""
+    return text.translate(_ESCAPES)
+
+
+def link(text: str, url: str) -> str:
+    return f"[{escape(text)}]({url.translate(_URL_UNSAFE)})"
+
+
+MARKUP = Markup(
+    escape=escape,
+    link=link,
+    atomic=re.compile(r"\[[^\]]*\]\([^)]*\)|<at[^>]*>.*?</at>|<font[^>]*>.*?</font>|&#\d+;", re.DOTALL),
+)
+
+TITLE_TEMPLATE = (
+    "[{% if firing %}FIRING:{{ firing }}{% endif %}{% if firing and resolved %} {% endif %}"
+    "{% if resolved %}RESOLVED:{{ resolved }}{% endif %}] {{ group }}"
+)
+ALERT_TEMPLATE = """\
+**{{ alert.alertname }}**{% if alert.severity %} · {{ alert.severity }}{% endif %}{% if alert.status == "resolved" %} · resolved{% endif %}
+{% if alert.summary %}{{ alert.summary }}
+{% endif %}{% if alert.identity %}**device**: {{ alert.identity }}
+{% endif %}{% if alert.extra_labels %}**labels**: {{ alert.extra_labels }}
+{% endif %}{% if alert.value or alert.description %}**value**: {{ alert.value or alert.description }}
+{% endif %}**started**: {{ alert.starts_at }}{% if alert.ends_at %}  **ended**: {{ alert.ends_at }}{% endif %}
+{% if alert.runbook_url or alert.silence_url %}{% if alert.runbook_url %}{{ link("runbook", alert.runbook_url) }} {% endif %}{{ link("silence", alert.silence_url) }}{% endif %}"""
+
+# Header colour (card ``header.template``) by status and highest firing severity.
+COLOURS = {"critical": "red", "warning": "orange", "info": "blue"}
+RESOLVED_COLOUR = "green"
+
+
+def header_colour(status: str, severity: str) -> str:
+    return RESOLVED_COLOUR if status == "resolved" else COLOURS.get(severity, "red")
+
+
+@dataclass(frozen=True)
+class FeishuBot:
+    """The Feishu custom-bot platform (see module docstring for the document it follows)."""
+
+    type: str = "feishu"
+    markup: Markup = MARKUP
+    default_limits: tuple[RateLimit, ...] = LIMITS
+
+    @property
+    def default_templates(self) -> dict[str, str]:
+        return {"title": TITLE_TEMPLATE, "alert": ALERT_TEMPLATE}
+
+    def check(self, channel: Channel) -> None:
+        m = channel.mentions
+        if m.users or m.mobiles:
+            raise ConfigError(
+                f"channels.{channel.name}.mentions: users/mobiles are WeCom-only; Feishu custom bots mention "
+                "by open_ids or user_ids"
+            )
+        for oid in m.open_ids:
+            if not _OPEN_ID.match(oid):
+                raise ConfigError(
+                    f"channels.{channel.name}.mentions.open_ids: {oid!r} is not an open_id (ou_...)"
+                )
+        for uid in m.user_ids:
+            if not _USER_ID.match(uid):
+                raise ConfigError(f"channels.{channel.name}.mentions.user_ids: {uid!r} is not a user_id")
+
+    def assemble(self, layout: Layout, channel: Channel) -> dict[str, Any]:
+        elements: list[dict[str, Any]] = []
+        for section in layout.sections:
+            if elements:
+                elements.append({"tag": "hr"})
+            label = f"**{section.status.capitalize()} ({section.total})**"
+            elements.append(_div(label))
+            elements.extend(_div(block) for block in section.blocks)
+        if layout.overflow:
+            elements.append(_div(layout.overflow))
+        if layout.mention:
+            m = channel.mentions
+            ids = [*m.open_ids, *m.user_ids, *(["all"] if m.all else [])]
+            elements.append(_div(" ".join(f"<at id={i}></at>" for i in ids)))
+        note = " · ".join(x for x in ("xpuwatch relay", layout.marker.strip(), channel.keyword) if x)
+        elements.append({"tag": "note", "elements": [{"tag": "plain_text", "content": note}]})
+        return {
+            "msg_type": "interactive",
+            "card": {
+                "config": {"wide_screen_mode": True},
+                "header": {
+                    "title": {"tag": "plain_text", "content": f"{layout.title}{layout.marker}"},
+                    "template": header_colour(layout.status, layout.severity),
+                },
+                "elements": elements,
+            },
+        }
+
+    def fits(self, body: dict[str, Any]) -> bool:
+        return len(_dumps(body)) <= BODY_BUDGET_BYTES
+
+    def followups(self, layout: Layout, channel: Channel) -> list[dict[str, Any]]:
+        return []
+
+    def serialise(self, body: dict[str, Any], channel: Channel, now: float | None = None) -> bytes:
+        """Signed (when the channel has a secret) UTF-8 JSON, the exact bytes sent."""
+        return _dumps(sign_body(body, channel.secret, time.time() if now is None else now))
+
+    def classify(self, http_status: int, payload: bytes) -> Outcome:
+        if http_status == 429:
+            return Outcome("rate_limited", "http_429", "HTTP 429")
+        if http_status >= 500:
+            return Outcome("retry", f"http_{http_status}", f"HTTP {http_status}")
+        try:
+            doc = json.loads(payload)
+            code = int(doc.get("code", doc.get("StatusCode")))
+            msg = str(doc.get("msg", doc.get("StatusMessage", "")))
+        except (ValueError, TypeError, AttributeError):
+            if http_status not in (200, 400):
+                return Outcome("permanent", f"http_{http_status}", payload[:200].decode(errors="replace"))
+            return Outcome("retry", "bad_response", payload[:200].decode(errors="replace"))
+        if code == 0:
+            return Outcome("ok", "0", msg)
+        if code == CODE_FREQUENCY_LIMITED or (code == CODE_BAD_REQUEST and "too many" in msg.lower()):
+            return Outcome("rate_limited", str(code), msg)
+        if code == 19021:
+            msg += " (check the signing secret and the relay host's clock: Feishu accepts +-1 h)"
+        return Outcome("permanent", str(code), msg)
+
+
+def _div(content: str) -> dict[str, Any]:
+    return {"tag": "div", "text": {"tag": "lark_md", "content": content}}
+
+
+def _dumps(body: dict[str, Any]) -> bytes:
+    return json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode()
+
+
+BOT = FeishuBot()

@@ -1,0 +1,262 @@
+"""HTTP edge: aiohttp app receiving Alertmanager webhooks on POST /alertmanager/{channel}, plus /metrics,
+/healthz and /readyz. A notification is answered 200 only once its messages are committed to the outbox."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+import hmac
+import logging
+import sqlite3
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+
+from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from alerts.relay.bots import BOTS
+from alerts.relay.config import Auth, ConfigError, Settings
+from alerts.relay.metrics import OutboxCollector, RelayMetrics
+from alerts.relay.outbox import Enqueued, Incoming, Outbox
+from alerts.relay.render import Bot, RenderStats, Templates, compile_templates, part_budget, render, validate
+from alerts.relay.samples import SAMPLES
+from alerts.relay.sender import Sender, bot_id
+from alerts.relay.webhook import PayloadError, parse_body
+
+log = logging.getLogger(__name__)
+
+
+class Committer:
+    """Group commit: requests arriving while a transaction runs are stored together in the next one, so
+    concurrent webhooks share one fsync. Each caller still gets its answer only after its commit."""
+
+    def __init__(self, outbox: Outbox, max_batch: int = 256) -> None:
+        self._outbox = outbox
+        self._max_batch = max_batch
+        self._queue: asyncio.Queue[tuple[Incoming, asyncio.Future[Enqueued]]] | None = None
+        self._task: asyncio.Task[None] | None = None
+
+    async def submit(self, item: Incoming) -> Enqueued:
+        if self._queue is None:
+            self._queue = asyncio.Queue()
+            self._task = asyncio.create_task(self._run(self._queue), name="relay-outbox-committer")
+        future: asyncio.Future[Enqueued] = asyncio.get_running_loop().create_future()
+        await self._queue.put((item, future))
+        return await future
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+
+    async def _run(self, queue: asyncio.Queue[tuple[Incoming, asyncio.Future[Enqueued]]]) -> None:
+        while True:
+            batch = [await queue.get()]
+            while not queue.empty() and len(batch) < self._max_batch:
+                batch.append(queue.get_nowait())
+            try:
+                results = await asyncio.to_thread(self._outbox.enqueue_many, [item for item, _ in batch])
+            except Exception as exc:  # every caller of the failed batch answers 503
+                for _, future in batch:
+                    if not future.done():
+                        future.set_exception(exc)
+                continue
+            for (_, future), result in zip(batch, results, strict=True):
+                if not future.done():
+                    future.set_result(result)
+
+
+@dataclass
+class Relay:
+    """Everything one running relay holds: settings, compiled templates, outbox, metrics and sender."""
+
+    settings: Settings
+    outbox: Outbox
+    metrics: RelayMetrics
+    sender: Sender
+    templates: Mapping[str, Templates]
+    bots: Mapping[str, Bot]
+    wall: Callable[[], float] = time.time
+    committer: Committer = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.committer = Committer(self.outbox)
+
+
+RELAY_KEY: web.AppKey[Relay] = web.AppKey("relay", Relay)
+
+
+def check_settings(settings: Settings, bots: Mapping[str, Bot] = BOTS) -> dict[str, Templates]:
+    """Start-up validation of every channel (mentions, templates on the sample payloads). Raises ConfigError."""
+    compiled = {}
+    for name, channel in settings.channels.items():
+        bot = bots[channel.type]
+        validate(bot, channel, SAMPLES, settings.alertmanager_url)
+        compiled[name] = compile_templates(bot, channel)
+    return compiled
+
+
+def build_relay(
+    settings: Settings,
+    bots: Mapping[str, Bot] = BOTS,
+    clock: Callable[[], float] = time.monotonic,
+    wall: Callable[[], float] = time.time,
+    sleep: Callable[[float], object] = asyncio.sleep,
+) -> Relay:
+    """Validate the settings, open the outbox and prepare the sender (not started). Raises ConfigError."""
+    templates = check_settings(settings, bots)
+    try:
+        outbox = Outbox(settings.outbox)
+    except sqlite3.Error as exc:
+        raise ConfigError(f"outbox {settings.outbox}: {exc}") from None
+    metrics = RelayMetrics()
+    metrics.registry.register(OutboxCollector(outbox, wall))
+    sender = Sender(
+        outbox,
+        settings.channels,
+        bots,
+        metrics,
+        settings.retry,
+        settings.request_timeout_seconds,
+        settings.max_delivery_age_seconds,
+        clock=clock,
+        wall=wall,
+        sleep=sleep,  # type: ignore[arg-type]
+    )
+    return Relay(settings, outbox, metrics, sender, templates, bots, wall)
+
+
+def build_app(relay: Relay) -> web.Application:
+    """The aiohttp application; starts and stops the sender with the app."""
+    app = web.Application(client_max_size=relay.settings.max_body_bytes + 1)
+    app[RELAY_KEY] = relay
+    app.router.add_post("/alertmanager/{channel}", _receive)
+    app.router.add_get("/metrics", _metrics)
+    for path in ("/healthz", "/-/healthy"):
+        app.router.add_get(path, _healthz)
+    for path in ("/readyz", "/-/ready"):
+        app.router.add_get(path, _readyz)
+
+    async def lifecycle(app: web.Application):  # type: ignore[no-untyped-def]
+        await relay.sender.start()
+        yield
+        await relay.sender.stop()
+        await relay.committer.stop()
+        relay.outbox.close()
+
+    app.cleanup_ctx.append(lifecycle)
+    return app
+
+
+def authorized(auth: Auth, header: str) -> bool:
+    """Bearer token or basic credentials, compared in constant time."""
+    scheme, _, value = header.partition(" ")
+    scheme = scheme.lower()
+    if scheme == "bearer" and auth.bearer_token:
+        return hmac.compare_digest(value.strip().encode(), auth.bearer_token.encode())
+    if scheme == "basic" and auth.basic_username:
+        try:
+            user, _, password = base64.b64decode(value.strip(), validate=True).decode().partition(":")
+        except (binascii.Error, UnicodeDecodeError):
+            return False
+        ok_user = hmac.compare_digest(user.encode(), auth.basic_username.encode())
+        ok_password = hmac.compare_digest(password.encode(), auth.basic_password.encode())
+        return ok_user & ok_password
+    return False
+
+
+def _error(status: int, reason: str) -> web.Response:
+    return web.json_response({"status": "error", "error": reason}, status=status)
+
+
+async def _receive(request: web.Request) -> web.Response:
+    relay: Relay = request.app[RELAY_KEY]
+    settings, metrics = relay.settings, relay.metrics
+    if not authorized(settings.auth, request.headers.get("Authorization", "")):
+        metrics.rejected.labels("unauthorized").inc()
+        resp = _error(401, "missing or wrong credentials")
+        resp.headers["WWW-Authenticate"] = 'Bearer realm="xpuwatch-relay", Basic realm="xpuwatch-relay"'
+        return resp
+    name = request.match_info["channel"]
+    channel = settings.channels.get(name)
+    if channel is None:
+        metrics.rejected.labels("unknown_channel").inc()
+        return _error(404, f"unknown channel {name!r}; configured: {sorted(settings.channels)}")
+    limit = settings.max_body_bytes
+    if request.content_length is not None and request.content_length > limit:
+        metrics.rejected.labels("too_large").inc()
+        return _error(413, f"body of {request.content_length} bytes exceeds max_body_bytes={limit}")
+    body = bytearray()
+    async for chunk in request.content.iter_chunked(65536):
+        body += chunk
+        if len(body) > limit:
+            metrics.rejected.labels("too_large").inc()
+            return _error(413, f"body exceeds max_body_bytes={limit}")
+    try:
+        notification = parse_body(bytes(body))
+    except PayloadError as exc:
+        metrics.rejected.labels("malformed").inc()
+        return _error(400, str(exc))
+    bot = relay.bots[channel.type]
+    bid = bot_id(channel)
+    stats = RenderStats()
+    try:
+        backlog = await asyncio.to_thread(relay.outbox.pending_count, bid)
+    except sqlite3.Error as exc:
+        metrics.rejected.labels("store_failed").inc()
+        return _error(503, f"could not store the notification: {exc}")
+    budget = part_budget(channel, bot, backlog)
+    messages = render(
+        notification, channel, bot, settings.alertmanager_url, relay.templates[name], stats, budget
+    )
+    if stats.fallbacks:
+        metrics.fallbacks.labels(name).inc(stats.fallbacks)
+    incoming = Incoming(
+        channel=name,
+        bot=bid,
+        group_key=notification.group_key,
+        digest=notification.digest(),
+        alerts=len(notification.alerts),
+        messages=tuple((m.part, m.parts, m.kind, m.body) for m in messages),
+        now=relay.wall(),
+        window=settings.dedup_window_seconds,
+    )
+    try:
+        result = await relay.committer.submit(incoming)
+    except (sqlite3.Error, OSError) as exc:
+        metrics.rejected.labels("store_failed").inc()
+        log.error("outbox write failed, answering 503 so Alertmanager retries: %s", exc)
+        return _error(503, f"could not store the notification: {exc}")
+    if result.duplicate:
+        metrics.deduplicated.labels(name).inc()
+        return web.json_response({"status": "duplicate", "stored": 0})
+    metrics.received.labels(name).inc()
+    metrics.alerts_received.labels(name).inc(len(notification.alerts))
+    metrics.enqueued.labels(name).inc(result.stored)
+    if stats.summarised:
+        metrics.summarised.labels(name).inc(stats.summarised)
+    relay.sender.notify(bid)
+    return web.json_response({"status": "queued", "stored": result.stored, "skipped": result.skipped})
+
+
+async def _metrics(request: web.Request) -> web.Response:
+    relay: Relay = request.app[RELAY_KEY]
+    data = await asyncio.to_thread(generate_latest, relay.metrics.registry)
+    return web.Response(body=data, headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+
+async def _healthz(request: web.Request) -> web.Response:
+    return web.Response(text="ok\n")
+
+
+async def _readyz(request: web.Request) -> web.Response:
+    relay: Relay = request.app[RELAY_KEY]
+    if not relay.sender.running:
+        return web.Response(status=503, text="sender not running\n")
+    try:
+        await asyncio.to_thread(relay.outbox.stats)
+    except sqlite3.Error as exc:
+        return web.Response(status=503, text=f"outbox unreadable: {exc}\n")
+    return web.Response(text="ready\n")

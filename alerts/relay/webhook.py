@@ -1,0 +1,170 @@
+"""Inbound edge: parses an Alertmanager webhook body (version 4, also legacy 3) into frozen dataclasses.
+
+Shape per Alertmanager 0.25 ``docs/configuration.md`` ``<webhook_config>`` and ``notify/webhook/webhook.go``
+(see docs/relay.md). Optional fields (``fingerprint``, ``truncatedAlerts``, ``groupKey``) may be absent in
+older or hand-made payloads; they are derived so the relay can still deduplicate.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any, Literal
+
+Status = Literal["firing", "resolved"]
+SUPPORTED_VERSIONS = ("4", "3")
+_ZERO_TIME_YEAR = 1  # Go's zero time "0001-01-01T00:00:00Z": Alertmanager sets it as endsAt of firing alerts
+_FRACTION = re.compile(r"(\.\d{6})\d+")
+
+
+class PayloadError(ValueError):
+    """The body is not a usable Alertmanager webhook payload; the message says why (sent back with 400)."""
+
+
+@dataclass(frozen=True)
+class Alert:
+    """One alert of a group. ``ends_at`` is None for firing alerts (Alertmanager sends Go's zero time)."""
+
+    status: Status
+    labels: dict[str, str]
+    annotations: dict[str, str]
+    starts_at: datetime | None
+    ends_at: datetime | None
+    generator_url: str
+    fingerprint: str
+
+
+@dataclass(frozen=True)
+class Notification:
+    """One Alertmanager notification: every alert of one group (``group_key``) at one flush."""
+
+    version: str
+    receiver: str
+    status: Status
+    group_key: str
+    group_labels: dict[str, str]
+    common_labels: dict[str, str]
+    common_annotations: dict[str, str]
+    external_url: str
+    truncated_alerts: int
+    alerts: tuple[Alert, ...]
+
+    @property
+    def firing(self) -> tuple[Alert, ...]:
+        return tuple(a for a in self.alerts if a.status == "firing")
+
+    @property
+    def resolved(self) -> tuple[Alert, ...]:
+        return tuple(a for a in self.alerts if a.status == "resolved")
+
+    def digest(self) -> str:
+        """Identity of this notification for deduplication: groupKey + sorted (fingerprint, status) pairs."""
+        pairs = sorted(f"{a.fingerprint}:{a.status}" for a in self.alerts)
+        raw = json.dumps([self.group_key, pairs], separators=(",", ":"))
+        return hashlib.sha256(raw.encode()).hexdigest()
+
+
+def parse_body(body: bytes) -> Notification:
+    """Decode and validate a webhook body. Raises PayloadError with a human-readable reason."""
+    try:
+        doc = json.loads(body)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise PayloadError(f"body is not JSON: {exc}") from None
+    return parse_payload(doc)
+
+
+def parse_payload(doc: Any) -> Notification:
+    """Validate a decoded webhook document. Raises PayloadError."""
+    if not isinstance(doc, dict):
+        raise PayloadError("body must be a JSON object")
+    version = doc.get("version")
+    if not isinstance(version, str) or version not in SUPPORTED_VERSIONS:
+        raise PayloadError(f"unsupported version {version!r}; expected one of {list(SUPPORTED_VERSIONS)}")
+    raw_alerts = doc.get("alerts")
+    if not isinstance(raw_alerts, list) or not raw_alerts:
+        raise PayloadError("'alerts' must be a non-empty list")
+    alerts = tuple(_parse_alert(i, a) for i, a in enumerate(raw_alerts))
+    group_labels = _str_map(doc.get("groupLabels", {}), "groupLabels")
+    group_key = doc.get("groupKey")
+    if group_key is None:
+        inner = ", ".join(f'{k}="{v}"' for k, v in sorted(group_labels.items()))
+        group_key = "{}:{" + inner + "}"
+    if not isinstance(group_key, str):
+        raise PayloadError("'groupKey' must be a string")
+    truncated = doc.get("truncatedAlerts", 0)
+    if not isinstance(truncated, int) or isinstance(truncated, bool) or truncated < 0:
+        raise PayloadError("'truncatedAlerts' must be a non-negative integer")
+    status = doc.get("status", "firing" if any(a.status == "firing" for a in alerts) else "resolved")
+    if status not in ("firing", "resolved"):
+        raise PayloadError(f"'status' must be firing or resolved, got {status!r}")
+    return Notification(
+        version=version,
+        receiver=_str(doc.get("receiver", ""), "receiver"),
+        status=status,
+        group_key=group_key,
+        group_labels=group_labels,
+        common_labels=_str_map(doc.get("commonLabels", {}), "commonLabels"),
+        common_annotations=_str_map(doc.get("commonAnnotations", {}), "commonAnnotations"),
+        external_url=_str(doc.get("externalURL", ""), "externalURL"),
+        truncated_alerts=truncated,
+        alerts=alerts,
+    )
+
+
+def parse_time(value: str, where: str) -> datetime | None:
+    """RFC 3339 (nanosecond fractions allowed) -> aware datetime; Go's zero time -> None."""
+    try:
+        parsed = datetime.fromisoformat(_FRACTION.sub(r"\1", value.replace("Z", "+00:00")))
+    except ValueError:
+        raise PayloadError(f"{where}: not an RFC 3339 time: {value!r}") from None
+    if parsed.tzinfo is None:
+        parsed = parsed.replace(tzinfo=UTC)
+    return None if parsed.year == _ZERO_TIME_YEAR else parsed
+
+
+def _parse_alert(index: int, raw: Any) -> Alert:
+    where = f"alerts[{index}]"
+    if not isinstance(raw, dict):
+        raise PayloadError(f"{where} must be an object")
+    status = raw.get("status")
+    if status not in ("firing", "resolved"):
+        raise PayloadError(f"{where}.status must be firing or resolved, got {status!r}")
+    labels = _str_map(raw.get("labels"), f"{where}.labels")
+    if not labels:
+        raise PayloadError(f"{where}.labels must be a non-empty object")
+    starts = raw.get("startsAt")
+    ends = raw.get("endsAt", "0001-01-01T00:00:00Z")
+    starts_at = parse_time(_str(starts, f"{where}.startsAt"), f"{where}.startsAt") if starts else None
+    ends_at = parse_time(_str(ends, f"{where}.endsAt"), f"{where}.endsAt") if ends else None
+    fingerprint = raw.get("fingerprint")
+    if fingerprint is None:
+        canon = json.dumps(sorted(labels.items()), separators=(",", ":"))
+        fingerprint = hashlib.sha256(canon.encode()).hexdigest()[:16]
+    return Alert(
+        status=status,
+        labels=labels,
+        annotations=_str_map(raw.get("annotations", {}), f"{where}.annotations"),
+        starts_at=starts_at,
+        ends_at=None if status == "firing" else ends_at,
+        generator_url=_str(raw.get("generatorURL", ""), f"{where}.generatorURL"),
+        fingerprint=_str(fingerprint, f"{where}.fingerprint"),
+    )
+
+
+def _str(value: Any, where: str) -> str:
+    if not isinstance(value, str):
+        raise PayloadError(f"{where} must be a string")
+    return value
+
+
+def _str_map(value: Any, where: str) -> dict[str, str]:
+    if value is None:
+        value = {}
+    if not isinstance(value, dict) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in value.items()
+    ):
+        raise PayloadError(f"{where} must be an object of string values")
+    return dict(value)
