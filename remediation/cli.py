@@ -1,0 +1,126 @@
+"""``xpuwatch remediate``: load the config, elect a leader, serve the webhook, tick running work."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import dataclasses
+import json
+import logging
+import signal
+from typing import Any
+
+from .settings import ConfigError, Settings, load
+
+log = logging.getLogger(__name__)
+
+
+def add_commands(sub: Any) -> None:
+    p = sub.add_parser(
+        "remediate",
+        help="run the remediation controller (dry-run unless --apply)",
+        description="Receive Alertmanager webhooks and reclaim idle notebooks, resize slices, drain faulty "
+        "accelerators, within guardrails. Dry-run (Events, audit, messages only) unless --apply.",
+    )
+    p.add_argument("--config", required=True, help="YAML config (see docs/remediation.md)")
+    p.add_argument("--apply", action="store_true", help="act for real (default: dry-run)")
+    p.add_argument(
+        "--check", action="store_true", help="validate the config, print the effective settings, exit"
+    )
+    p.add_argument("--listen", default=None, help="host:port, overrides webhook.listen_host/listen_port")
+    p.set_defaults(func=run)
+
+
+def effective(settings: Settings, apply: bool, listen: str | None) -> Settings:
+    """Apply CLI overrides: dry-run stays on unless ``--apply`` (or the config says dry_run: false)."""
+    guard = dataclasses.replace(settings.guard, dry_run=settings.guard.dry_run and not apply)
+    webhook = settings.webhook
+    if listen:
+        host, _, port = listen.rpartition(":")
+        webhook = dataclasses.replace(webhook, listen_host=host or "0.0.0.0", listen_port=int(port))
+    return dataclasses.replace(settings, guard=guard, webhook=webhook)
+
+
+def describe(settings: Settings) -> str:
+    """Effective settings as JSON with secrets masked (kubeflow#7053: show what is really in force)."""
+    doc = dataclasses.asdict(settings)
+    for section, key in (
+        ("webhook", "bearer_token"),
+        ("webhook", "basic_password_hash"),
+        ("reclaim", "hub_token"),
+    ):
+        if doc[section].get(key):
+            doc[section][key] = "***"
+    return json.dumps(doc, indent=2, default=str)
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        settings = effective(load(args.config), args.apply, args.listen)
+    except (ConfigError, ValueError) as exc:
+        log.error("config: %s", exc)
+        return 2
+    if args.check:
+        print(describe(settings))
+        return 0
+    log.info("remediation controller starting in %s mode", "dry-run" if settings.guard.dry_run else "APPLY")
+    return asyncio.run(serve(settings))
+
+
+async def serve(settings: Settings) -> int:
+    # Imported here: every `xpuwatch` subcommand imports this module, and the Kubernetes client is slow
+    # to import.
+    import aiohttp
+    from aiohttp import web
+
+    from .alert import now_utc
+    from .audit import Audit
+    from .controller import Controller
+    from .jupyterhub import Hub
+    from .kube import Kube
+    from .lease import Elector
+    from .telemetry import Telemetry
+    from .webhook import build_app
+
+    kube = await Kube.connect(settings.kube, instance=settings.leader.identity)
+    telemetry = Telemetry()
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    async with aiohttp.ClientSession() as session:
+        hub = None
+        if settings.reclaim.hub_api_url and settings.reclaim.hub_token:
+            hub = Hub(
+                session,
+                settings.reclaim.hub_api_url,
+                settings.reclaim.hub_token,
+                settings.reclaim.hub_timeout_seconds,
+            )
+        elector = Elector(
+            kube, settings.leader, on_change=lambda lead: telemetry.leader.set(1 if lead else 0)
+        )
+        ctl = Controller(
+            settings, kube, session, now_utc, Audit(settings.audit_path), telemetry, hub, elector
+        )
+        runner = web.AppRunner(build_app(ctl))
+        await runner.setup()
+        await web.TCPSite(runner, settings.webhook.listen_host, settings.webhook.listen_port).start()
+
+        async def ticker() -> None:
+            while not stop.is_set():
+                try:
+                    await ctl.tick()
+                except Exception:  # one bad pass never stops the loop
+                    log.exception("tick failed")
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(stop.wait(), settings.tick_seconds)
+
+        tasks = [asyncio.create_task(elector.run(now_utc, stop)), asyncio.create_task(ticker())]
+        await stop.wait()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        await elector.release(now_utc())
+        await runner.cleanup()
+    await kube.close()
+    return 0

@@ -1,0 +1,408 @@
+"""Controller: alert -> state read -> policy.decide -> guard.check -> action step -> audit, Event, metrics.
+
+Also the ``tick`` that resumes and follows running work from the objects' annotations (drain notice
+periods and PDB retries, MIG state, reclaim grace periods, lifting healthy faults), so a restarted or
+newly elected controller continues instead of repeating. Everything runs under one lock: decisions are
+serialized, which is what makes the blast-radius cap exact under a storm of concurrent webhooks.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import deque
+from collections.abc import Callable, Iterable
+from datetime import datetime
+
+import aiohttp
+
+from . import guard, policy
+from .actions import Context, Outcome, drain, reclaim, resize
+from .alert import Alert
+from .audit import Audit
+from .guard import FleetView, Verdict
+from .jupyterhub import Hub, ProbeError
+from .kube import Kube, KubeError, NodeView, ObjectRef
+from .lease import Elector
+from .notice import payload, send
+from .policy import Decision, HistoryEntry, Target, TargetState
+from .progress import RECLAIM_LABEL, decode, key_for, last_time, unstamp
+from .settings import Settings
+from .telemetry import Telemetry
+
+log = logging.getLogger(__name__)
+
+
+class NotLeader(Exception):
+    """This replica does not hold the Lease; the webhook answers 503 so Alertmanager retries."""
+
+
+class Unavailable(Exception):
+    """The API server could not be read; the webhook answers 503 so Alertmanager retries."""
+
+
+def _disrupted(nodes: Iterable[NodeView]) -> frozenset[str]:
+    return frozenset(
+        n.name for n in nodes if key_for("drain") in n.annotations or key_for("resize") in n.annotations
+    )
+
+
+class Controller:
+    def __init__(
+        self,
+        settings: Settings,
+        kube: Kube,
+        session: aiohttp.ClientSession,
+        clock: Callable[[], datetime],
+        audit: Audit | None = None,
+        telemetry: Telemetry | None = None,
+        hub: Hub | None = None,
+        elector: Elector | None = None,
+    ) -> None:
+        self.settings = settings
+        self.kube = kube
+        self.session = session
+        self.clock = clock
+        self.audit = audit or Audit(settings.audit_path)
+        self.telemetry = telemetry or Telemetry()
+        self.elector = elector
+        self.history: deque[HistoryEntry] = deque(maxlen=10000)
+        self.view = FleetView(0, frozenset(), None)
+        self.lock = asyncio.Lock()
+        self._refusal_events: dict[tuple[str, str], datetime] = {}
+        self.ctx = Context(kube, settings, session, hub, self.report)
+
+    @property
+    def mode(self) -> str:
+        return "dry-run" if self.settings.guard.dry_run else "apply"
+
+    def leading(self, now: datetime) -> bool:
+        return self.elector is None or self.elector.is_leader(now)
+
+    # -- reporting --------------------------------------------------------------------------------
+    async def report(
+        self, action: str, step: str, ref: ObjectRef, out: Outcome, now: datetime, reason: str, warning: bool
+    ) -> None:
+        """One step: audit line, Kubernetes Event, metric. An Event that cannot be written is counted,
+        never fatal."""
+        mode = self.mode
+        self.telemetry.actions.labels(action, out.result, mode).inc()
+        self.audit.write(
+            now,
+            "step",
+            action=action,
+            step=step,
+            mode=mode,
+            result=out.result,
+            detail=out.detail,
+            object={"kind": ref.kind, "namespace": ref.namespace, "name": ref.name},
+        )
+        try:
+            await self.kube.emit_event(
+                ref, reason, f"[{mode}] {out.detail}", now, "Warning" if warning else "Normal"
+            )
+        except KubeError as exc:
+            self.telemetry.errors.labels("events").inc()
+            log.warning("event %s on %s/%s not written: %s", reason, ref.kind, ref.name, exc)
+
+    # -- fleet view -------------------------------------------------------------------------------
+    async def refresh_view(self, now: datetime) -> list[NodeView]:
+        nodes = await self.kube.list_nodes()
+        self.view = FleetView(len(nodes), _disrupted(nodes), now)
+        self.telemetry.disrupted.set(len(self.view.disrupted))
+        return nodes
+
+    # -- alerts -----------------------------------------------------------------------------------
+    async def handle(self, alerts: list[Alert]) -> list[dict[str, str]]:
+        """Handle one webhook's alerts in order; returns a summary per alert. Raises ``NotLeader`` or
+        ``Unavailable`` (nothing acted on after that point; Alertmanager resends the whole group)."""
+        out = []
+        async with self.lock:
+            for alert in alerts:
+                self.telemetry.alerts.labels(alert.status).inc()
+                now = self.clock()
+                if not self.leading(now):
+                    self.telemetry.refusals.labels("not_leader").inc()
+                    raise NotLeader()
+                out.append(await self._handle_one(alert, now))
+        return out
+
+    async def _state(self, action: str, t: Target | None) -> TargetState:
+        if t is None or not t.name:
+            return TargetState()
+        try:
+            if t.kind == "node":
+                node = await self.kube.get_node(t.name)
+                ann = node.annotations
+            elif t.kind == "pod":
+                pod = await self.kube.get_pod(t.namespace, t.name)
+                if pod is None:
+                    return TargetState(exists=False)
+                ann = pod.annotations
+            else:
+                nb = await self.kube.get_notebook(t.namespace, t.name)
+                if nb is None:
+                    return TargetState(exists=False)
+                ann = (nb.get("metadata") or {}).get("annotations") or {}
+        except KubeError as exc:
+            if exc.status == 404:
+                return TargetState(exists=False)
+            self.telemetry.errors.labels("apiserver").inc()
+            raise Unavailable(str(exc)) from None
+        return TargetState(decode(action, ann.get(key_for(action))), last_time(ann, action))
+
+    async def _handle_one(self, alert: Alert, now: datetime) -> dict[str, str]:
+        probe = policy.decide(alert, TargetState(), tuple(self.history), now, self.settings)
+        if probe.action == "none":
+            self.telemetry.decisions.labels("none", "ignore").inc()
+            return {"alert": alert.key, "action": "none", "step": "ignore", "detail": probe.reason}
+        if probe.disrupts_node and self.view.observed_at is not None:
+            # In a storm most alerts hit the cap; the guard can tell that without reading the object
+            # (a node with running work is in view.disrupted, so an unread state could only allow more).
+            early = guard.check(
+                probe, alert, TargetState(), self.view, tuple(self.history), now, self.settings.guard
+            )
+            if early.reason == "cap":
+                self.telemetry.decisions.labels(probe.action, probe.step).inc()
+                self._audit_decision(alert, probe, early, now)
+                return await self._refuse(probe, early, now)
+        state = await self._state(probe.action, probe.target)
+        d = policy.decide(alert, state, tuple(self.history), now, self.settings)
+        self.telemetry.decisions.labels(d.action, d.step).inc()
+        if d.step in ("ignore", "wait"):
+            return {"alert": alert.key, "action": d.action, "step": d.step, "detail": d.reason}
+        if d.disrupts_node and (
+            self.view.observed_at is None
+            or (now - self.view.observed_at).total_seconds() > self.settings.guard.max_view_age_seconds
+        ):
+            try:
+                await self.refresh_view(now)
+            except KubeError as exc:
+                self.telemetry.errors.labels("apiserver").inc()
+                raise Unavailable(str(exc)) from None
+        v = guard.check(d, alert, state, self.view, tuple(self.history), now, self.settings.guard)
+        self._audit_decision(alert, d, v, now)
+        if not v.allowed:
+            return await self._refuse(d, v, now)
+        if v.mode == "dry-run":
+            return await self._dry_run(d, now)
+        try:
+            out = await self._execute(d, state, now)
+        except KubeError as exc:
+            self.telemetry.errors.labels("apiserver").inc()
+            out = Outcome("failed", f"API server: {exc}")
+            self.telemetry.actions.labels(d.action, "failed", "apply").inc()
+            self.audit.write(
+                now, "step", action=d.action, step=d.step, mode="apply", result="failed", detail=out.detail
+            )
+        if out.result == "ok" or (d.step in ("start", "extend") and out.result == "blocked"):
+            self.history.append(
+                HistoryEntry(d.alert_key, d.action, d.step, d.target.key if d.target else "", now, "apply")
+            )
+        if d.disrupts_node and d.target and out.result in ("ok", "blocked"):
+            self.view = FleetView(
+                self.view.nodes_total, self.view.disrupted | {d.target.node}, self.view.observed_at
+            )
+            self.telemetry.disrupted.set(len(self.view.disrupted))
+        return {
+            "alert": alert.key,
+            "action": d.action,
+            "step": d.step,
+            "result": out.result,
+            "detail": out.detail,
+        }
+
+    def _audit_decision(self, alert: Alert, d: Decision, v: Verdict, now: datetime) -> None:
+        self.audit.write(
+            now,
+            "decision",
+            alert=alert.key,
+            alertname=alert.name,
+            action=d.action,
+            step=d.step,
+            target=d.target.key if d.target else "",
+            reason=d.reason,
+            allowed=v.allowed,
+            mode=v.mode,
+            refusal=v.reason,
+            refusal_detail=v.detail,
+        )
+
+    async def _refuse(self, d: Decision, v: Verdict, now: datetime) -> dict[str, str]:
+        assert v.reason is not None
+        self.telemetry.refusals.labels(v.reason).inc()
+        # One Event per target and reason per cooldown: duplicates are Alertmanager's repeats, and a
+        # storm of refused alerts must not turn into a storm of Events on the API server.
+        key = (d.target.key if d.target else "", v.reason)
+        last = self._refusal_events.get(key)
+        quiet = last is not None and (now - last).total_seconds() < self.settings.guard.cooldown_seconds
+        if d.target and v.reason != "duplicate" and not quiet:
+            self._refusal_events[key] = now
+            ref = _ref(d.target)
+            try:
+                await self.kube.emit_event(
+                    ref,
+                    "RemediationRefused",
+                    f"{d.action} {d.step} refused ({v.reason}): {v.detail}",
+                    now,
+                    "Warning",
+                )
+            except KubeError:
+                self.telemetry.errors.labels("events").inc()
+        return {
+            "alert": d.alert_key,
+            "action": d.action,
+            "step": d.step,
+            "refused": v.reason,
+            "detail": v.detail,
+        }
+
+    async def _dry_run(self, d: Decision, now: datetime) -> dict[str, str]:
+        detail = f"would {d.step} {d.action} on {d.target.key if d.target else '?'}: {d.reason}"
+        if d.action == "resize" and d.step == "recommend":
+            out = await resize.recommend(self.ctx, d, now, dry_run=True)
+            detail = f"would recommend: {out.detail}"
+        elif d.action == "reclaim" and d.step == "notify" and d.target:
+            # Reads only: say whether the notebook's own activity would let the reclaim go ahead.
+            try:
+                last = await reclaim.last_activity(self.ctx, d.params, d.target)
+                seen = "a kernel is busy" if last is None else f"last activity {last:%Y-%m-%dT%H:%M:%SZ}"
+            except ProbeError as exc:
+                seen = f"activity probe failed ({exc}), would not act"
+            detail = f"{detail}; {seen}"
+        await self.report(
+            d.action,
+            d.step,
+            _ref(d.target) if d.target else ObjectRef("Node", ""),
+            Outcome("ok", detail),
+            now,
+            "DryRun",
+            False,
+        )
+        labels = {
+            "node": d.target.node if d.target else "",
+            "namespace": d.target.namespace if d.target else "",
+        }
+        await send(
+            self.session,
+            self.settings.notify_url,
+            payload(labels, f"[dry-run] {d.action} {d.step}", detail, now),
+        )
+        self.history.append(
+            HistoryEntry(d.alert_key, d.action, d.step, d.target.key if d.target else "", now, "dry-run")
+        )
+        return {
+            "alert": d.alert_key,
+            "action": d.action,
+            "step": d.step,
+            "result": "dry-run",
+            "detail": detail,
+        }
+
+    async def _execute(self, d: Decision, state: TargetState, now: datetime) -> Outcome:
+        assert d.target is not None
+        p = state.progress
+        if d.action == "reclaim":
+            if d.step == "notify":
+                return await reclaim.notify(self.ctx, d, now)
+            if d.step == "stop" and p:
+                return await reclaim.stop(self.ctx, d.target, p, now)
+            if d.step == "cancel":
+                return await reclaim.cancel(self.ctx, d.target, now, d.reason)
+        if d.action == "drain":
+            if d.step == "start":
+                return await drain.start(self.ctx, d, now)
+            if d.step == "extend" and p:
+                return await drain.extend(self.ctx, d, now, p)
+            if d.step == "healthy" and p:
+                return await drain.healthy(self.ctx, d, now, p)
+        if d.action == "resize":
+            if d.step == "recommend":
+                return await resize.recommend(self.ctx, d, now, dry_run=False)
+            if d.step == "start":
+                return await resize.start(self.ctx, d, now)
+        return Outcome("skipped", f"no executor for {d.action}/{d.step}")
+
+    # -- the resume/follow loop -------------------------------------------------------------------
+    async def tick(self) -> list[dict[str, str]]:
+        """One pass over running work (leader only; dry-run has no running work). Returns summaries."""
+        now = self.clock()
+        done: list[dict[str, str]] = []
+        if not self.leading(now):
+            return done
+        async with self.lock:
+            try:
+                nodes = await self.refresh_view(now)
+            except KubeError as exc:
+                self.telemetry.errors.labels("apiserver").inc()
+                log.warning("tick: cannot list nodes: %s", exc)
+                return done
+            if self.settings.guard.dry_run:
+                return done
+            for node in nodes:
+                for action, mod in (("drain", drain), ("resize", resize)):
+                    p = mod.progress_of(node)
+                    if p is None:
+                        continue
+                    try:
+                        out = await mod.advance(self.ctx, node, p, now)
+                    except KubeError as exc:
+                        self.telemetry.errors.labels("apiserver").inc()
+                        out = Outcome("failed", str(exc))
+                    done.append(
+                        {
+                            "target": f"node/{node.name}",
+                            "action": action,
+                            "result": out.result,
+                            "detail": out.detail,
+                        }
+                    )
+            done += await self._tick_reclaim(now)
+            await self.refresh_view(now)
+        return done
+
+    async def _tick_reclaim(self, now: datetime) -> list[dict[str, str]]:
+        done: list[dict[str, str]] = []
+        sel = f"{RECLAIM_LABEL}=true"
+        try:
+            found: list[tuple[Target, object]] = [
+                (Target("pod", q.name, q.namespace, q.node), q.annotations)
+                for q in await self.kube.pods_labelled(sel)
+            ]
+            try:
+                for nb in await self.kube.notebooks_labelled(sel):
+                    meta = nb.get("metadata") or {}
+                    found.append(
+                        (
+                            Target("notebook", meta.get("name", ""), meta.get("namespace", "")),
+                            meta.get("annotations"),
+                        )
+                    )
+            except KubeError as exc:
+                if exc.status != 404:  # 404: the Notebook CRD is not installed
+                    raise
+        except KubeError as exc:
+            self.telemetry.errors.labels("apiserver").inc()
+            log.warning("tick: cannot list reclaim candidates: %s", exc)
+            return done
+        for t, ann in found:
+            p = reclaim.progress_of(ann)
+            if p is None or p.phase != "notified":
+                continue
+            deadline = unstamp(p.data.get("deadline"))
+            if deadline is None or now < deadline:
+                continue
+            try:
+                out = await reclaim.stop(self.ctx, t, p, now)
+            except KubeError as exc:
+                out = Outcome("failed", str(exc))
+            done.append({"target": t.key, "action": "reclaim", "result": out.result, "detail": out.detail})
+        return done
+
+
+def _ref(t: Target) -> ObjectRef:
+    if t.kind == "node":
+        return ObjectRef("Node", t.name)
+    if t.kind == "notebook":
+        return ObjectRef("Notebook", t.name, t.namespace, api_version="kubeflow.org/v1")
+    return ObjectRef("Pod", t.name, t.namespace)

@@ -1,0 +1,304 @@
+"""Remediation settings: the YAML config file parsed once at the edge into frozen dataclasses.
+
+Every field has a default that is safe on a real cluster: dry-run on, one node disrupted at a time,
+resize in ``recommend`` mode, ``kube-system`` protected. ``load`` raises ``ConfigError`` with the path of
+the offending key; nothing downstream re-validates.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+
+ActionName = Literal["reclaim", "resize", "drain"]
+ACTIONS: tuple[ActionName, ...] = ("reclaim", "resize", "drain")
+EvictionMode = Literal["immediate", "after-notice", "wait-for-completion"]
+EVICTION_MODES: tuple[EvictionMode, ...] = ("immediate", "after-notice", "wait-for-completion")
+
+
+class ConfigError(ValueError):
+    """The config file is unreadable or a key has a wrong type or value; the message names the key."""
+
+
+@dataclass(frozen=True)
+class Rule:
+    """One policy rule: alerts whose ``action`` label equals ``action`` (and, when ``alertnames`` is not
+    empty, whose alertname is listed) are handled by that action with ``params``."""
+
+    action: ActionName
+    alertnames: tuple[str, ...] = ()
+    params: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class WebhookSettings:
+    """The receiver's HTTP side. ``bearer_token`` / ``basic_*`` come from files (never inline in YAML);
+    with neither set every request is accepted (documented as test-only)."""
+
+    listen_host: str = "0.0.0.0"
+    listen_port: int = 9853  # contract: remediation controller default port
+    bearer_token: str | None = None
+    basic_user: str | None = None
+    basic_password_hash: bytes | None = None  # bcrypt hash, as the relay stores it
+    max_body_bytes: int = 1 << 20  # Alertmanager groups of a few hundred alerts stay well under 1 MiB
+
+
+@dataclass(frozen=True)
+class GuardSettings:
+    """What the guard refuses. Caps follow NHC ``maxUnhealthy`` / NVSentinel's circuit breaker: the lower
+    of ``max_disrupted_nodes`` and ``floor(max_disrupted_ratio * fleet)`` nodes may be disrupted at once."""
+
+    dry_run: bool = True
+    max_disrupted_nodes: int = 1
+    max_disrupted_ratio: float = 0.1
+    cooldown_seconds: float = 3600.0  # per target, after an action finished or was started
+    protected_namespaces: tuple[str, ...] = ("kube-system", "kube-public", "kube-node-lease", "gpu-operator")
+    max_view_age_seconds: float = 300.0  # fleet view older than this = stale data, no disruptive action
+    max_clock_skew_seconds: float = 300.0  # an alert starting further in the future is bogus
+
+
+@dataclass(frozen=True)
+class ReclaimSettings:
+    """Idle-notebook reclaim. ``idle_seconds``: no notebook activity for this long counts as idle (the
+    GPU side is the alert itself). ``grace_seconds``: notice-to-stop delay."""
+
+    idle_seconds: float = 3600.0
+    grace_seconds: float = 1800.0
+    hub_api_url: str | None = None  # e.g. http://hub:8081/hub/api
+    hub_token: str | None = None  # scopes: list:users read:users:activity read:servers delete:servers
+    hub_timeout_seconds: float = 10.0
+    # Kubeflow activity probe (notebook-controller culler): {namespace} {name} are filled in.
+    kernels_url: str = "http://{name}.{namespace}.svc.cluster.local/notebook/{namespace}/{name}/api/kernels"
+
+
+@dataclass(frozen=True)
+class ResizeSettings:
+    """Slice resize. ``mode``: ``recommend`` (Event + annotation + message) or ``apply`` (only if a rule's
+    params also say ``mode: apply``). ``config_name``: mig-parted config name for a target profile."""
+
+    mode: Literal["recommend", "apply"] = "recommend"
+    config_name: str = "all-{profile}"  # mig-parted config-default.yaml names, e.g. all-1g.20gb
+    state_timeout_seconds: float = 900.0
+    eviction_grace_seconds: int = 300
+
+
+@dataclass(frozen=True)
+class DrainSettings:
+    """Faulty-card drain. Namespace modes override ``default_mode``; ``notice_seconds`` is the
+    after-notice delay; ``completion_timeout_seconds`` bounds wait-for-completion (then evict)."""
+
+    default_mode: EvictionMode = "after-notice"
+    namespace_modes: Mapping[str, EvictionMode] = field(default_factory=dict)
+    notice_seconds: float = 600.0
+    completion_timeout_seconds: float = 86400.0
+    healthy_for_seconds: float = 3600.0
+    eviction_grace_seconds: int = 300
+
+
+@dataclass(frozen=True)
+class LeaderSettings:
+    """Leader election on a coordination.k8s.io/v1 Lease (client-go defaults 15 s / 10 s / 2 s)."""
+
+    lease_name: str = "xpuwatch-remediation"
+    lease_namespace: str = "xpuwatch"
+    identity: str = field(default_factory=lambda: os.environ.get("POD_NAME") or socket.gethostname())
+    lease_duration_seconds: int = 15
+    renew_deadline_seconds: float = 10.0
+    retry_period_seconds: float = 2.0
+
+
+@dataclass(frozen=True)
+class KubeSettings:
+    """How to reach the API server: ``host`` (tests, ``kubectl proxy``), else in-cluster, else kubeconfig."""
+
+    host: str | None = None
+    kubeconfig: str | None = None
+    component: str = "xpuwatch-remediation"
+
+
+@dataclass(frozen=True)
+class Settings:
+    """The whole controller config. ``tick_seconds``: period of the resume/follow loop."""
+
+    rules: tuple[Rule, ...] = ()
+    webhook: WebhookSettings = field(default_factory=WebhookSettings)
+    guard: GuardSettings = field(default_factory=GuardSettings)
+    reclaim: ReclaimSettings = field(default_factory=ReclaimSettings)
+    resize: ResizeSettings = field(default_factory=ResizeSettings)
+    drain: DrainSettings = field(default_factory=DrainSettings)
+    leader: LeaderSettings = field(default_factory=LeaderSettings)
+    kube: KubeSettings = field(default_factory=KubeSettings)
+    audit_path: str | None = None  # JSON lines; None = stdout
+    tick_seconds: float = 10.0
+    # Relay channel for notices and recommendations (contract: http://<relay>:9852/alertmanager/<channel>).
+    notify_url: str | None = None
+
+
+def _read_secret(base: Path, value: Any, key: str) -> str:
+    if not isinstance(value, str) or not value:
+        raise ConfigError(f"{key}: expected a file path")
+    path = (base / value) if not os.path.isabs(value) else Path(value)
+    try:
+        return path.read_text().strip()
+    except OSError as exc:
+        raise ConfigError(f"{key}: cannot read {path}: {exc.strerror}") from None
+
+
+def _section(cls: type, raw: Any, key: str, overrides: Mapping[str, Any] | None = None) -> Any:
+    if raw is None:
+        raw = {}
+    if not isinstance(raw, Mapping):
+        raise ConfigError(f"{key}: expected a mapping")
+    known = {f.name: f for f in fields(cls)}
+    kwargs: dict[str, Any] = dict(overrides or {})
+    for name, value in raw.items():
+        if name in kwargs:
+            continue
+        if name not in known:
+            raise ConfigError(f"{key}.{name}: unknown key")
+        default = getattr(cls(), name)
+        if isinstance(default, bool):
+            if not isinstance(value, bool):
+                raise ConfigError(f"{key}.{name}: expected true/false")
+        elif isinstance(default, int | float) and not isinstance(default, bool):
+            if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
+                raise ConfigError(f"{key}.{name}: expected a non-negative number")
+            value = type(default)(value)
+        elif isinstance(default, tuple):
+            if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+                raise ConfigError(f"{key}.{name}: expected a list of strings")
+            value = tuple(value)
+        elif default is not None and isinstance(default, str) and not isinstance(value, str):
+            raise ConfigError(f"{key}.{name}: expected a string")
+        kwargs[name] = value
+    return cls(**kwargs)
+
+
+def parse(raw: Any, base: Path = Path(".")) -> Settings:
+    """Build ``Settings`` from a parsed YAML mapping; relative secret paths resolve against ``base``."""
+    if raw is None:
+        raw = {}
+    if not isinstance(raw, Mapping):
+        raise ConfigError("top level: expected a mapping")
+    unknown = set(raw) - {
+        "rules",
+        "webhook",
+        "guard",
+        "reclaim",
+        "resize",
+        "drain",
+        "leader",
+        "kube",
+        "audit_path",
+        "tick_seconds",
+        "notify_url",
+    }
+    if unknown:
+        raise ConfigError(f"{sorted(unknown)[0]}: unknown key")
+
+    rules = []
+    raw_rules = raw.get("rules") or []
+    if not isinstance(raw_rules, list):
+        raise ConfigError("rules: expected a list")
+    for i, r in enumerate(raw_rules):
+        if not isinstance(r, Mapping) or r.get("action") not in ACTIONS:
+            raise ConfigError(f"rules[{i}].action: expected one of {', '.join(ACTIONS)}")
+        names = r.get("alertnames") or []
+        if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+            raise ConfigError(f"rules[{i}].alertnames: expected a list of strings")
+        params = r.get("params") or {}
+        if not isinstance(params, Mapping):
+            raise ConfigError(f"rules[{i}].params: expected a mapping")
+        rules.append(Rule(action=r["action"], alertnames=tuple(names), params=dict(params)))
+
+    wh = dict(raw.get("webhook") or {})
+    wh_over: dict[str, Any] = {}
+    if "bearer_token_file" in wh:
+        wh_over["bearer_token"] = _read_secret(base, wh.pop("bearer_token_file"), "webhook.bearer_token_file")
+    if "basic_password_hash_file" in wh:
+        wh_over["basic_password_hash"] = _read_secret(
+            base, wh.pop("basic_password_hash_file"), "webhook.basic_password_hash_file"
+        ).encode()
+    if "basic_user" in wh:
+        wh_over["basic_user"] = str(wh.pop("basic_user"))
+    if ("basic_user" in wh_over) != ("basic_password_hash" in wh_over):
+        raise ConfigError("webhook: basic_user and basic_password_hash_file go together")
+    for secret in ("bearer_token", "basic_password_hash"):
+        if secret in wh:
+            raise ConfigError(f"webhook.{secret}: give {secret}_file, secrets are not inlined")
+    webhook = _section(WebhookSettings, wh, "webhook", wh_over)
+
+    rc = dict(raw.get("reclaim") or {})
+    rc_over: dict[str, Any] = {}
+    if "hub_token_file" in rc:
+        rc_over["hub_token"] = _read_secret(base, rc.pop("hub_token_file"), "reclaim.hub_token_file")
+    if "hub_token" in rc:
+        raise ConfigError("reclaim.hub_token: give hub_token_file, secrets are not inlined")
+    for k in ("hub_api_url",):
+        if k in rc:
+            if not isinstance(rc[k], str):
+                raise ConfigError(f"reclaim.{k}: expected a URL")
+            rc_over[k] = rc.pop(k)
+    reclaim = _section(ReclaimSettings, rc, "reclaim", rc_over)
+
+    rs = dict(raw.get("resize") or {})
+    if rs.get("mode", "recommend") not in ("recommend", "apply"):
+        raise ConfigError("resize.mode: expected recommend or apply")
+    resize = _section(ResizeSettings, rs, "resize")
+
+    dr = dict(raw.get("drain") or {})
+    if dr.get("default_mode", "after-notice") not in EVICTION_MODES:
+        raise ConfigError(f"drain.default_mode: expected one of {', '.join(EVICTION_MODES)}")
+    modes = dr.pop("namespace_modes", None) or {}
+    if not isinstance(modes, Mapping) or any(m not in EVICTION_MODES for m in modes.values()):
+        raise ConfigError(f"drain.namespace_modes: values must be one of {', '.join(EVICTION_MODES)}")
+    drain = _section(DrainSettings, dr, "drain", {"namespace_modes": dict(modes)})
+
+    guard = _section(GuardSettings, raw.get("guard"), "guard")
+    if not 0.0 <= guard.max_disrupted_ratio <= 1.0:
+        raise ConfigError("guard.max_disrupted_ratio: expected 0..1")
+    leader = _section(LeaderSettings, raw.get("leader"), "leader")
+    kube = _section(KubeSettings, raw.get("kube"), "kube")
+    for k in ("host", "kubeconfig"):
+        if getattr(kube, k) is not None and not isinstance(getattr(kube, k), str):
+            raise ConfigError(f"kube.{k}: expected a string")
+    audit_path = raw.get("audit_path")
+    if audit_path is not None and not isinstance(audit_path, str):
+        raise ConfigError("audit_path: expected a path")
+    notify_url = raw.get("notify_url")
+    if notify_url is not None and not isinstance(notify_url, str):
+        raise ConfigError("notify_url: expected a URL")
+    tick = raw.get("tick_seconds", 10.0)
+    if isinstance(tick, bool) or not isinstance(tick, int | float) or tick <= 0:
+        raise ConfigError("tick_seconds: expected a positive number")
+    return Settings(
+        rules=tuple(rules),
+        webhook=webhook,
+        guard=guard,
+        reclaim=reclaim,
+        resize=resize,
+        drain=drain,
+        leader=leader,
+        kube=kube,
+        audit_path=audit_path,
+        tick_seconds=float(tick),
+        notify_url=notify_url,
+    )
+
+
+def load(path: str | Path) -> Settings:
+    """Read and validate the YAML config at ``path``. Errors: ``ConfigError``."""
+    p = Path(path)
+    try:
+        raw = yaml.safe_load(p.read_text())
+    except OSError as exc:
+        raise ConfigError(f"{p}: {exc.strerror}") from None
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{p}: invalid YAML: {exc}") from None
+    return parse(raw, p.parent)

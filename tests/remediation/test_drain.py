@@ -1,0 +1,238 @@
+"""Drain end to end: webhook alert -> taint, notice, PDB-aware eviction, resume after a crash, lift."""
+
+from __future__ import annotations
+
+import json
+
+from remediation.actions.drain import ACK_ANNOTATION, TAINT_KEY
+from remediation.settings import DrainSettings, GuardSettings
+from tests.remediation.fakekube import FakeKube
+from tests.remediation.kit import alerts_of, am_alert, drain_labels, make_controller, make_settings
+
+UUID = "GPU-11111111-2222-3333-4444-555555555555"
+
+
+def seed(fake: FakeKube) -> None:
+    for i in range(10):
+        fake.add_node(f"gpu-{i}")
+    fake.add_pod("train", "job-0", "gpu-0", {"nvidia.com/gpu": "1"}, owner=("Job", "job"))
+    fake.add_pod("ml", "other-0", "gpu-0", {"nvidia.com/gpu": "1"})  # holds another device: untouched
+
+
+def taints(fake: FakeKube, node: str) -> list[dict[str, str]]:
+    return fake.get("nodes", node)["spec"].get("taints", [])  # type: ignore[index]
+
+
+def drain_state(fake: FakeKube, node: str) -> dict:
+    return json.loads(fake.get("nodes", node)["metadata"]["annotations"]["xpuwatch.io/drain"])  # type: ignore[index]
+
+
+async def test_immediate_drain_taints_and_evicts_only_the_holder(fake, kube, session, clock) -> None:
+    seed(fake)
+    ctl = make_controller(make_settings(drain=DrainSettings(default_mode="immediate")), kube, session, clock)
+    await ctl.refresh_view(clock())
+    res = await ctl.handle(alerts_of(am_alert(**drain_labels("gpu-0", UUID, namespace="train", pod="job-0"))))
+    assert res[0]["result"] == "ok"
+    assert taints(fake, "gpu-0") == [{"key": TAINT_KEY, "value": UUID, "effect": "NoSchedule"}]
+    assert fake.evictions == [("train", "job-0")]
+    assert fake.get("pods", "other-0", "ml") is not None
+    st = drain_state(fake, "gpu-0")
+    assert st["phase"] == "drained" and st["data"]["pods"]["train/job-0"]["state"] == "evicted"
+    assert fake.get("nodes", "gpu-0")["metadata"]["annotations"]["xpuwatch.io/faulty-accelerators"] == UUID  # type: ignore[index]
+    reasons = sorted(e["reason"] for e in fake.list("events"))
+    assert reasons == ["Evicted", "FaultyAcceleratorTainted"]
+
+
+async def test_after_notice_waits_then_evicts_and_retries_on_pdb(fake, kube, session, clock) -> None:
+    seed(fake)
+    fake.eviction_plan[("train", "job-0")] = [429, 500]
+    settings = make_settings(drain=DrainSettings(default_mode="after-notice", notice_seconds=600))
+    ctl = make_controller(settings, kube, session, clock)
+    await ctl.refresh_view(clock())
+    await ctl.handle(alerts_of(am_alert(**drain_labels("gpu-0", UUID, namespace="train", pod="job-0"))))
+    assert fake.evictions == []
+    pod = fake.get("pods", "job-0", "train")
+    assert pod["metadata"]["annotations"]["xpuwatch.io/eviction-notice"] == "2026-11-30T12:10:00Z"  # type: ignore[index]
+    clock.advance(300)
+    await ctl.tick()
+    assert [r for r in fake.requests if r[1].endswith("/eviction")] == []
+    clock.advance(300)
+    await ctl.tick()  # 429: PDB
+    assert drain_state(fake, "gpu-0")["data"]["pods"]["train/job-0"]["state"] == "blocked"
+    await ctl.tick()  # 500: two PDBs
+    assert drain_state(fake, "gpu-0")["data"]["pods"]["train/job-0"]["state"] == "error"
+    await ctl.tick()  # 201
+    assert fake.evictions == [("train", "job-0")]
+    assert drain_state(fake, "gpu-0")["phase"] == "drained"
+    assert ctl.telemetry.actions.labels("drain", "blocked", "apply")._value.get() == 2
+
+
+async def test_wait_for_completion_does_not_evict_a_finished_pod(fake, kube, session, clock) -> None:
+    seed(fake)
+    settings = make_settings(
+        drain=DrainSettings(namespace_modes={"train": "wait-for-completion"}, completion_timeout_seconds=3600)
+    )
+    ctl = make_controller(settings, kube, session, clock)
+    await ctl.refresh_view(clock())
+    await ctl.handle(alerts_of(am_alert(**drain_labels("gpu-0", UUID, namespace="train", pod="job-0"))))
+    fake.objects[("pods", "train", "job-0")]["status"]["phase"] = "Succeeded"
+    clock.advance(60)
+    await ctl.tick()
+    assert fake.evictions == []
+    assert drain_state(fake, "gpu-0")["data"]["pods"]["train/job-0"]["state"] == "completed"
+
+
+async def test_killed_mid_drain_resumes_without_repeating(fake, kube, session, clock) -> None:
+    seed(fake)
+    for i in range(3):
+        fake.add_pod("train", f"w-{i}", "gpu-0", {"nvidia.com/gpu": "1"})
+    fake.eviction_plan[("train", "w-2")] = [429]
+    settings = make_settings(drain=DrainSettings(default_mode="immediate"))
+    first = make_controller(settings, kube, session, clock)
+    await first.refresh_view(clock())
+    alert = am_alert(**drain_labels("gpu-0", UUID, namespace="train", pod="w-0"))
+    await first.handle(alerts_of(alert))
+    # A second fault record naming more holders arrives; w-2 is PDB-blocked, then the process dies.
+    more = am_alert(
+        fingerprint="fp2", **drain_labels("gpu-0", UUID.replace("1111", "9999"), namespace="train", pod="w-1")
+    )
+    await first.handle(alerts_of(more))
+    third = am_alert(
+        fingerprint="fp3", **drain_labels("gpu-0", UUID.replace("1111", "8888"), namespace="train", pod="w-2")
+    )
+    await first.handle(alerts_of(third))
+    assert fake.evictions == [("train", "w-0"), ("train", "w-1")]
+    del first  # killed: nothing in memory survives
+
+    second = make_controller(settings, kube, session, clock)
+    clock.advance(10)
+    # Alertmanager re-sends the whole group to the new process.
+    await second.handle(alerts_of(alert, more, third))
+    await second.tick()
+    assert fake.evictions == [("train", "w-0"), ("train", "w-1"), ("train", "w-2")]
+    evict_posts = [r for r in fake.requests if r[1].endswith("/eviction")]
+    assert len(evict_posts) == 4  # w-0, w-1, w-2 (429), w-2 (201): nothing repeated
+    assert len(taints(fake, "gpu-0")) == 1
+    assert drain_state(fake, "gpu-0")["phase"] == "drained"
+
+
+async def test_taint_lifted_after_healthy_for(fake, kube, session, clock) -> None:
+    seed(fake)
+    settings = make_settings(drain=DrainSettings(default_mode="immediate", healthy_for_seconds=3600))
+    ctl = make_controller(settings, kube, session, clock)
+    await ctl.refresh_view(clock())
+    await ctl.handle(alerts_of(am_alert(**drain_labels("gpu-0", UUID))))
+    clock.advance(600)
+    await ctl.handle(alerts_of(am_alert(status="resolved", **drain_labels("gpu-0", UUID))))
+    clock.advance(3599)
+    await ctl.tick()
+    assert len(taints(fake, "gpu-0")) == 1
+    clock.advance(1)
+    await ctl.tick()
+    assert taints(fake, "gpu-0") == []
+    ann = fake.get("nodes", "gpu-0")["metadata"]["annotations"]  # type: ignore[index]
+    assert "xpuwatch.io/drain" not in ann
+    assert json.loads(ann["xpuwatch.io/last-drain"])["why"] == "healthy since 2026-11-30T12:10:00Z"
+    assert ctl.view.disrupted == frozenset()
+
+
+async def test_explicit_ack_lifts_the_taint(fake, kube, session, clock) -> None:
+    seed(fake)
+    ctl = make_controller(make_settings(drain=DrainSettings(default_mode="immediate")), kube, session, clock)
+    await ctl.refresh_view(clock())
+    await ctl.handle(alerts_of(am_alert(**drain_labels("gpu-0", UUID))))
+    fake.objects[("nodes", "", "gpu-0")]["metadata"]["annotations"][ACK_ANNOTATION] = UUID  # kubectl annotate
+    await ctl.tick()
+    assert taints(fake, "gpu-0") == []
+    assert ACK_ANNOTATION not in fake.get("nodes", "gpu-0")["metadata"]["annotations"]  # type: ignore[index]
+
+
+async def test_taint_update_survives_a_concurrent_writer(fake, kube, session, clock) -> None:
+    """Another controller adds a taint between our read and our write: 409, re-read, both taints kept."""
+    seed(fake)
+    fake.objects[("nodes", "", "gpu-0")]["spec"]["taints"] = [
+        {"key": "other", "value": "x", "effect": "NoSchedule"}
+    ]
+    original = fake.patch
+    raced = False
+
+    def racing_patch(key, body, content_type):  # type: ignore[no-untyped-def]
+        nonlocal raced
+        if key == ("nodes", "", "gpu-0") and "spec" in body and not raced:
+            raced = True
+            node = fake.objects[key]
+            node["spec"]["taints"] = [
+                *node["spec"]["taints"],
+                {"key": "late", "value": "y", "effect": "NoSchedule"},
+            ]
+            fake._bump(node)
+        return original(key, body, content_type)
+
+    fake.patch = racing_patch  # type: ignore[method-assign]
+    ctl = make_controller(make_settings(drain=DrainSettings(default_mode="immediate")), kube, session, clock)
+    await ctl.refresh_view(clock())
+    await ctl.handle(alerts_of(am_alert(**drain_labels("gpu-0", UUID))))
+    assert [t["key"] for t in taints(fake, "gpu-0")] == ["other", "late", TAINT_KEY]
+
+
+async def test_protected_namespace_holder_is_not_evicted(fake, kube, session, clock) -> None:
+    seed(fake)
+    fake.add_pod("kube-system", "sys-0", "gpu-0", {"nvidia.com/gpu": "1"})
+    ctl = make_controller(make_settings(drain=DrainSettings(default_mode="immediate")), kube, session, clock)
+    await ctl.refresh_view(clock())
+    res = await ctl.handle(
+        alerts_of(am_alert(**drain_labels("gpu-0", UUID, namespace="kube-system", pod="sys-0")))
+    )
+    # The node is still tainted (no new work on a faulty card); the system pod is never evicted.
+    assert res[0]["result"] == "ok"
+    assert fake.evictions == []
+    assert len(taints(fake, "gpu-0")) == 1
+    pod_state = drain_state(fake, "gpu-0")["data"]["pods"]["kube-system/sys-0"]
+    assert (pod_state["state"], pod_state["why"]) == ("skipped", "protected namespace")
+
+
+async def test_dry_run_changes_nothing(fake, kube, session, clock) -> None:
+    seed(fake)
+    before = json.dumps(sorted((str(k), v) for k, v in fake.objects.items()), sort_keys=True)
+    settings = make_settings(guard=GuardSettings(dry_run=True, max_disrupted_nodes=5))
+    ctl = make_controller(settings, kube, session, clock)
+    await ctl.refresh_view(clock())
+    res = await ctl.handle(alerts_of(am_alert(**drain_labels("gpu-0", UUID, namespace="train", pod="job-0"))))
+    await ctl.tick()
+    events = fake.list("events")
+    for e in events:
+        del fake.objects[("events", e["metadata"]["namespace"], e["metadata"]["name"])]
+    assert json.dumps(sorted((str(k), v) for k, v in fake.objects.items()), sort_keys=True) == before
+    assert res[0]["result"] == "dry-run"
+    assert [e["reason"] for e in events] == ["DryRun"]
+    assert events[0]["message"].startswith("[dry-run] would start drain on node/gpu-0")
+    writes = [r for r in fake.requests if r[0] in ("PATCH", "PUT", "DELETE") or r[1].endswith("/eviction")]
+    assert writes == []
+    assert ctl.telemetry.actions.labels("drain", "ok", "dry-run")._value.get() == 1
+
+
+async def test_taint_stays_until_every_faulty_device_is_healthy(fake, kube, session, clock) -> None:
+    seed(fake)
+    other = UUID.replace("1111", "9999")
+    settings = make_settings(drain=DrainSettings(default_mode="immediate", healthy_for_seconds=600))
+    ctl = make_controller(settings, kube, session, clock)
+    await ctl.refresh_view(clock())
+    await ctl.handle(
+        alerts_of(
+            am_alert(**drain_labels("gpu-0", UUID)),
+            am_alert(fingerprint="fp2", **drain_labels("gpu-0", other)),
+        )
+    )
+    await ctl.handle(alerts_of(am_alert(status="resolved", **drain_labels("gpu-0", UUID))))
+    clock.advance(1200)
+    await ctl.tick()
+    assert len(taints(fake, "gpu-0")) == 1  # the second device is still faulty
+    await ctl.handle(
+        alerts_of(am_alert(status="resolved", fingerprint="fp2", **drain_labels("gpu-0", other)))
+    )
+    clock.advance(599)
+    await ctl.tick()
+    assert len(taints(fake, "gpu-0")) == 1
+    clock.advance(1)
+    await ctl.tick()
+    assert taints(fake, "gpu-0") == []

@@ -1,0 +1,94 @@
+"""Config file parsing: defaults are the safe ones; every bad key is named in the error."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from remediation.settings import ConfigError, Rule, load, parse
+
+
+def test_defaults_are_safe() -> None:
+    s = parse({})
+    assert s.guard.dry_run is True
+    assert (s.guard.max_disrupted_nodes, s.guard.max_disrupted_ratio) == (1, 0.1)
+    assert s.resize.mode == "recommend"
+    assert "kube-system" in s.guard.protected_namespaces
+    assert s.webhook.listen_port == 9853
+
+
+def test_full_file(tmp_path: Path) -> None:
+    (tmp_path / "token").write_text("abc\n")
+    (tmp_path / "hub").write_text("hubtok")
+    (tmp_path / "cfg.yaml").write_text(
+        """
+rules:
+  - {action: drain}
+  - {action: reclaim, alertnames: [AcceleratorIdleNotebook], params: {platform: kubeflow, grace_seconds: 60}}
+webhook: {bearer_token_file: token, max_body_bytes: 2048}
+guard: {dry_run: false, max_disrupted_nodes: 3, protected_namespaces: [prod]}
+reclaim: {hub_api_url: "http://hub:8081/hub/api", hub_token_file: hub}
+drain: {default_mode: immediate, namespace_modes: {train: wait-for-completion}}
+notify_url: http://relay:9852/alertmanager/team-feishu
+"""
+    )
+    s = load(tmp_path / "cfg.yaml")
+    assert s.rules[1] == Rule(
+        "reclaim", ("AcceleratorIdleNotebook",), {"platform": "kubeflow", "grace_seconds": 60}
+    )
+    assert (s.webhook.bearer_token, s.webhook.max_body_bytes) == ("abc", 2048)
+    assert (s.guard.dry_run, s.guard.max_disrupted_nodes, s.guard.protected_namespaces) == (
+        False,
+        3,
+        ("prod",),
+    )
+    assert s.reclaim.hub_token == "hubtok"
+    assert s.drain.namespace_modes == {"train": "wait-for-completion"}
+    assert s.notify_url == "http://relay:9852/alertmanager/team-feishu"
+
+
+@pytest.mark.parametrize(
+    ("raw", "msg"),
+    [
+        ([], "top level: expected a mapping"),
+        ({"nope": 1}, "nope: unknown key"),
+        ({"rules": [{"action": "reboot"}]}, "rules[0].action: expected one of reclaim, resize, drain"),
+        (
+            {"rules": [{"action": "drain", "alertnames": "X"}]},
+            "rules[0].alertnames: expected a list of strings",
+        ),
+        ({"guard": {"max_disrupted_nodes": -1}}, "guard.max_disrupted_nodes: expected a non-negative number"),
+        ({"guard": {"dry_run": "no"}}, "guard.dry_run: expected true/false"),
+        ({"guard": {"max_disrupted_ratio": 2}}, "guard.max_disrupted_ratio: expected 0..1"),
+        ({"guard": {"cap": 1}}, "guard.cap: unknown key"),
+        ({"webhook": {"bearer_token": "x"}}, "webhook.bearer_token: give bearer_token_file"),
+        ({"webhook": {"bearer_token_file": "/nonexistent/x"}}, "webhook.bearer_token_file: cannot read"),
+        ({"drain": {"default_mode": "now"}}, "drain.default_mode: expected one of"),
+        ({"drain": {"namespace_modes": {"a": "later"}}}, "drain.namespace_modes: values must be one of"),
+        ({"resize": {"mode": "yolo"}}, "resize.mode: expected recommend or apply"),
+        ({"tick_seconds": 0}, "tick_seconds: expected a positive number"),
+    ],
+)
+def test_errors_name_the_key(raw: object, msg: str) -> None:
+    with pytest.raises(ConfigError) as err:
+        parse(raw)
+    assert str(err.value).startswith(msg)
+
+
+def test_bad_yaml(tmp_path: Path) -> None:
+    (tmp_path / "c.yaml").write_text("rules: [")
+    with pytest.raises(ConfigError, match="invalid YAML"):
+        load(tmp_path / "c.yaml")
+
+
+def test_the_documented_example_parses() -> None:
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "remediation.md").read_text()
+    block = doc.split("## Configuration", 1)[1].split("```yaml", 1)[1].split("```", 1)[0]
+    import yaml
+
+    raw = yaml.safe_load(block)
+    for section, key in (("webhook", "bearer_token_file"), ("reclaim", "hub_token_file")):
+        raw[section].pop(key)  # secrets files do not exist here
+    s = parse(raw)
+    assert s.guard.dry_run is True and [r.action for r in s.rules] == ["drain", "reclaim", "resize"]
