@@ -143,11 +143,11 @@ class AlertWatch:
                 active = parse_time(str(a.get("activeAt", "")))
                 if active is not None:
                     console.first_hardware_alert = console.since_start(active)
-            console.line("alert", f"{state.upper():<9}{describe_alert(labels)}{note}")
+            console.line("alert", f"{state.upper():<10}{describe_alert(labels)}{note}")
         for key, state in self.seen.items():
             if key not in now:
                 word = "RESOLVED" if state == "firing" else "CLEARED"
-                console.line("alert", f"{word:<9}{describe_alert(dict(key))}")
+                console.line("alert", f"{word:<10}{describe_alert(dict(key))}")
         self.seen = now
 
     def alertmanager(self, alerts: list[dict[str, Any]], console: Console) -> None:
@@ -156,7 +156,7 @@ class AlertWatch:
                 self.inhibited.add(a["fingerprint"])
                 console.line(
                     "alert",
-                    f"{'INHIBITED':<9}{describe_alert(a['labels'])}  (a critical alert on the card speaks for it)",
+                    f"{'INHIBITED':<10}{describe_alert(a['labels'])}  (a critical alert on the card speaks for it)",
                 )
 
 
