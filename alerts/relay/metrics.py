@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import sqlite3
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 
 from prometheus_client import CollectorRegistry, Counter
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
-from alerts.relay.outbox import Outbox
+from alerts.relay.outbox import Outbox, QueueStats
 
 RECEIVED = "xpuwatch_relay_notifications_received_total"
 ALERTS_RECEIVED = "xpuwatch_relay_alerts_received_total"
@@ -76,12 +76,29 @@ class RelayMetrics:
             SUMMARISED, "Alerts summarised as 'N more alerts' instead of listed.", ("channel",)
         )
 
+    def prime(self, channels: Iterable[str]) -> None:
+        """Export zeros for every configured channel, so rate() and alerts see the series from the start."""
+        for ch in channels:
+            for c in (
+                self.received,
+                self.alerts_received,
+                self.deduplicated,
+                self.enqueued,
+                self.delivered,
+                self.fallbacks,
+                self.summarised,
+            ):
+                c.labels(ch)
+
 
 class OutboxCollector(Collector):
     """Queue depth and oldest pending age per channel, read from the outbox at scrape time."""
 
-    def __init__(self, outbox: Outbox, wall: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self, outbox: Outbox, channels: Iterable[str] = (), wall: Callable[[], float] = time.time
+    ) -> None:
         self._outbox = outbox
+        self._channels = tuple(channels)  # always exported, 0 when the outbox has nothing for them
         self._wall = wall
 
     def collect(self) -> Iterator[Metric]:
@@ -98,7 +115,9 @@ class OutboxCollector(Collector):
             yield up
             return
         up.add_metric([], 1)
-        for s in stats:
+        known = {s.channel for s in stats}
+        stats += [QueueStats(c, 0, None, 0, 0) for c in self._channels if c not in known]
+        for s in sorted(stats, key=lambda s: s.channel):
             depth.add_metric([s.channel], s.pending)
             age.add_metric([s.channel], max(0.0, now - s.oldest_enqueued_at) if s.oldest_enqueued_at else 0.0)
         yield up

@@ -112,7 +112,8 @@ def build_relay(
     except sqlite3.Error as exc:
         raise ConfigError(f"outbox {settings.outbox}: {exc}") from None
     metrics = RelayMetrics()
-    metrics.registry.register(OutboxCollector(outbox, wall))
+    metrics.prime(settings.channels)
+    metrics.registry.register(OutboxCollector(outbox, settings.channels, wall))
     sender = Sender(
         outbox,
         settings.channels,
