@@ -48,6 +48,7 @@ def describe(settings: Settings) -> str:
     for section, key in (
         ("webhook", "bearer_token"),
         ("webhook", "basic_password_hash"),
+        ("webhook", "basic_password"),
         ("reclaim", "hub_token"),
     ):
         if doc[section].get(key):

@@ -42,8 +42,13 @@ class Unavailable(Exception):
 
 
 def _disrupted(nodes: Iterable[NodeView]) -> frozenset[str]:
+    """Nodes with our running work, or carrying our taint even if the progress write was lost."""
     return frozenset(
-        n.name for n in nodes if key_for("drain") in n.annotations or key_for("resize") in n.annotations
+        n.name
+        for n in nodes
+        if key_for("drain") in n.annotations
+        or key_for("resize") in n.annotations
+        or any(t.key == drain.TAINT_KEY for t in n.taints)
     )
 
 
@@ -199,7 +204,8 @@ class Controller:
             self.history.append(
                 HistoryEntry(d.alert_key, d.action, d.step, d.target.key if d.target else "", now, "apply")
             )
-        if d.disrupts_node and d.target and out.result in ("ok", "blocked"):
+        # A failed start may have tainted or cordoned before failing: count it until a refresh says no.
+        if d.disrupts_node and d.target and out.result in ("ok", "blocked", "failed"):
             self.view = FleetView(
                 self.view.nodes_total, self.view.disrupted | {d.target.node}, self.view.observed_at
             )
@@ -342,6 +348,14 @@ class Controller:
             for node in nodes:
                 for action, mod in (("drain", drain), ("resize", resize)):
                     p = mod.progress_of(node)
+                    if p is None and action == "drain" and key_for("drain") not in node.annotations:
+                        p = drain.orphan(node, now)  # our taint, progress write lost: adopt it
+                        if p is not None:
+                            try:
+                                await drain.adopt(self.ctx, node.name, p, now)
+                            except KubeError:
+                                self.telemetry.errors.labels("apiserver").inc()
+                            continue
                     if p is None:
                         continue
                     try:
@@ -358,7 +372,10 @@ class Controller:
                         }
                     )
             done += await self._tick_reclaim(now)
-            await self.refresh_view(now)
+            try:
+                await self.refresh_view(now)
+            except KubeError:
+                self.telemetry.errors.labels("apiserver").inc()
         return done
 
     async def _tick_reclaim(self, now: datetime) -> list[dict[str, str]]:

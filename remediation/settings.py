@@ -38,14 +38,16 @@ class Rule:
 
 @dataclass(frozen=True)
 class WebhookSettings:
-    """The receiver's HTTP side. ``bearer_token`` / ``basic_*`` come from files (never inline in YAML);
-    with neither set every request is accepted (documented as test-only)."""
+    """The receiver's HTTP side. Credentials come from files or environment variables, never inline
+    YAML; ``load`` refuses a config without any unless ``allow_unauthenticated`` is true."""
 
     listen_host: str = "0.0.0.0"
     listen_port: int = 9853  # contract: remediation controller default port
     bearer_token: str | None = None
     basic_user: str | None = None
-    basic_password_hash: bytes | None = None  # bcrypt hash, as the relay stores it
+    basic_password: str | None = None  # plain, compared in constant time (as the relay does)
+    basic_password_hash: bytes | None = None  # or a bcrypt hash
+    allow_unauthenticated: bool = False  # the config loader refuses no-auth unless this is true
     max_body_bytes: int = 1 << 20  # Alertmanager groups of a few hundred alerts stay well under 1 MiB
 
 
@@ -85,7 +87,8 @@ class ResizeSettings:
     mode: Literal["recommend", "apply"] = "recommend"
     config_name: str = "all-{profile}"  # mig-parted config-default.yaml names, e.g. all-1g.20gb
     state_timeout_seconds: float = 900.0
-    eviction_grace_seconds: int = 300
+    # None = each pod's own terminationGracePeriodSeconds (a value here overrides it, longer or shorter)
+    eviction_grace_seconds: int | None = None
 
 
 @dataclass(frozen=True)
@@ -98,7 +101,11 @@ class DrainSettings:
     notice_seconds: float = 600.0
     completion_timeout_seconds: float = 86400.0
     healthy_for_seconds: float = 3600.0
-    eviction_grace_seconds: int = 300
+    # Prometheus holding the exporter's accelerator_allocated series: finds the holders of a shared
+    # device, whose alerts carry no pod labels. None = holders from the alert's labels only.
+    prometheus_url: str | None = None
+    # None = each pod's own terminationGracePeriodSeconds (a value here overrides it, longer or shorter)
+    eviction_grace_seconds: int | None = None
 
 
 @dataclass(frozen=True)
@@ -150,6 +157,19 @@ def _read_secret(base: Path, value: Any, key: str) -> str:
         raise ConfigError(f"{key}: cannot read {path}: {exc.strerror}") from None
 
 
+def _secret(doc: dict[str, Any], name: str, base: Path, where: str) -> str | None:
+    """``<name>_file`` (path, relative to the config file) or ``<name>_env`` (variable name); popped."""
+    if f"{name}_file" in doc:
+        return _read_secret(base, doc.pop(f"{name}_file"), f"{where}.{name}_file")
+    if f"{name}_env" in doc:
+        var = doc.pop(f"{name}_env")
+        value = os.environ.get(var) if isinstance(var, str) else None
+        if not value:
+            raise ConfigError(f"{where}.{name}_env: environment variable {var!r} is unset or empty")
+        return value.strip()
+    return None
+
+
 def _section(cls: type, raw: Any, key: str, overrides: Mapping[str, Any] | None = None) -> Any:
     if raw is None:
         raw = {}
@@ -174,7 +194,10 @@ def _section(cls: type, raw: Any, key: str, overrides: Mapping[str, Any] | None 
             if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
                 raise ConfigError(f"{key}.{name}: expected a list of strings")
             value = tuple(value)
-        elif default is not None and isinstance(default, str) and not isinstance(value, str):
+        elif default is None and name.endswith("_seconds"):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise ConfigError(f"{key}.{name}: expected a non-negative integer")
+        elif (default is None or isinstance(default, str)) and not isinstance(value, str):
             raise ConfigError(f"{key}.{name}: expected a string")
         kwargs[name] = value
     return cls(**kwargs)
@@ -219,19 +242,45 @@ def parse(raw: Any, base: Path = Path(".")) -> Settings:
 
     wh = dict(raw.get("webhook") or {})
     wh_over: dict[str, Any] = {}
-    if "bearer_token_file" in wh:
-        wh_over["bearer_token"] = _read_secret(base, wh.pop("bearer_token_file"), "webhook.bearer_token_file")
-    if "basic_password_hash_file" in wh:
-        wh_over["basic_password_hash"] = _read_secret(
-            base, wh.pop("basic_password_hash_file"), "webhook.basic_password_hash_file"
-        ).encode()
-    if "basic_user" in wh:
-        wh_over["basic_user"] = str(wh.pop("basic_user"))
-    if ("basic_user" in wh_over) != ("basic_password_hash" in wh_over):
-        raise ConfigError("webhook: basic_user and basic_password_hash_file go together")
-    for secret in ("bearer_token", "basic_password_hash"):
+    for secret in ("bearer_token", "basic_password_hash", "basic_user", "basic_password"):
         if secret in wh:
-            raise ConfigError(f"webhook.{secret}: give {secret}_file, secrets are not inlined")
+            raise ConfigError(
+                f"webhook.{secret}: use bearer_token_file/_env or basic_auth (secrets are not inlined)"
+            )
+    token = _secret(wh, "bearer_token", base, "webhook")
+    if token is not None:
+        wh_over["bearer_token"] = token
+    basic = wh.pop("basic_auth", None)
+    if basic is not None:
+        if (
+            not isinstance(basic, Mapping)
+            or not isinstance(basic.get("username"), str)
+            or not basic["username"]
+        ):
+            raise ConfigError("webhook.basic_auth.username: required")
+        basic = dict(basic)
+        unknown = set(basic) - {"username", "password_file", "password_env", "password_hash_file"}
+        if unknown:
+            raise ConfigError(f"webhook.basic_auth.{sorted(unknown)[0]}: unknown key")
+        wh_over["basic_user"] = basic.pop("username")
+        if "password_hash_file" in basic:
+            wh_over["basic_password_hash"] = _read_secret(
+                base, basic.pop("password_hash_file"), "webhook.basic_auth.password_hash_file"
+            ).encode()
+        else:
+            wh_over["basic_password"] = _secret(basic, "password", base, "webhook.basic_auth")
+        if wh_over.get("basic_password_hash") is None and wh_over.get("basic_password") is None:
+            raise ConfigError(
+                "webhook.basic_auth: password_file, password_env or password_hash_file required"
+            )
+    if (
+        "bearer_token" not in wh_over
+        and "basic_user" not in wh_over
+        and wh.get("allow_unauthenticated") is not True
+    ):
+        raise ConfigError(
+            "webhook: set bearer_token_file/_env or basic_auth (or allow_unauthenticated: true, for local tests)"
+        )
     webhook = _section(WebhookSettings, wh, "webhook", wh_over)
 
     rc = dict(raw.get("reclaim") or {})

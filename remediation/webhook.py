@@ -38,12 +38,15 @@ def authorized(header: str, settings: WebhookSettings) -> bool:
     scheme = scheme.lower()
     if scheme == "bearer" and settings.bearer_token is not None:
         return hmac.compare_digest(cred.strip().encode(), settings.bearer_token.encode())
-    if scheme == "basic" and settings.basic_user is not None and settings.basic_password_hash is not None:
+    if scheme == "basic" and settings.basic_user is not None:
         try:
             user, _, password = base64.b64decode(cred.strip(), validate=True).decode().partition(":")
         except (binascii.Error, UnicodeDecodeError):
             return False
         user_ok = hmac.compare_digest(user.encode(), settings.basic_user.encode())
+        if settings.basic_password_hash is None:
+            pw_ok = hmac.compare_digest(password.encode(), (settings.basic_password or "").encode())
+            return user_ok and pw_ok and settings.basic_password is not None
         try:
             pw_ok = bcrypt.checkpw(
                 password.encode(), settings.basic_password_hash if user_ok else _DUMMY_HASH

@@ -19,6 +19,7 @@ import re
 from datetime import datetime, timedelta
 from typing import Any
 
+from ..allocation import AllocationError, holders_of
 from ..kube import NodeView, ObjectRef, Taint
 from ..policy import Decision
 from ..progress import Progress, decode, key_for, last_key_for, stamp, unstamp
@@ -89,6 +90,22 @@ async def _notice(
         )
 
 
+async def _holders(ctx: Context, d: Decision) -> tuple[list[str], str]:
+    """Holders named by the alert plus, if configured, those in ``accelerator_allocated``; and a note
+    when the allocation query failed (the drain goes on with the alert's holders: the taint is safe,
+    and no pod is evicted on a guess)."""
+    assert d.target is not None
+    found = list(d.params.get("holders", []))
+    url = ctx.settings.drain.prometheus_url
+    if not url:
+        return found, ""
+    try:
+        found += await holders_of(ctx.session, url, d.target.name, str(d.params["uuid"]))
+    except AllocationError as exc:
+        return found, f"; holders from alert labels only ({exc})"
+    return sorted(set(found)), ""
+
+
 async def start(ctx: Context, d: Decision, now: datetime) -> Outcome:
     """Taint, record the fault, plan evictions, then run one ``advance`` pass."""
     assert d.target is not None
@@ -101,7 +118,8 @@ async def start(ctx: Context, d: Decision, now: datetime) -> Outcome:
             else (*ts, Taint(TAINT_KEY, taint_value(uuid), "NoSchedule"))
         ),
     )
-    holders = _plan_pods(ctx, list(d.params.get("holders", [])), now)
+    names, note = await _holders(ctx, d)
+    holders = _plan_pods(ctx, names, now)
     p = Progress(
         "drain", d.alert_key, "draining", now, {"uuids": [uuid], "pods": holders, "reason": d.reason}
     )
@@ -110,7 +128,7 @@ async def start(ctx: Context, d: Decision, now: datetime) -> Outcome:
         "drain",
         "taint",
         _node_ref(node),
-        Outcome("ok", f"tainted {TAINT_KEY}={taint_value(uuid)}:NoSchedule"),
+        Outcome("ok", f"tainted {TAINT_KEY}={taint_value(uuid)}:NoSchedule{note}"),
         now,
         "FaultyAcceleratorTainted",
         True,
@@ -125,7 +143,8 @@ async def extend(ctx: Context, d: Decision, now: datetime, p: Progress) -> Outco
     uuid = str(d.params["uuid"])
     uuids = list(dict.fromkeys([*p.data.get("uuids", []), uuid]))
     pods = dict(p.data.get("pods", {}))
-    new = {h: v for h, v in _plan_pods(ctx, list(d.params.get("holders", [])), now).items() if h not in pods}
+    names, _ = await _holders(ctx, d)
+    new = {h: v for h, v in _plan_pods(ctx, names, now).items() if h not in pods}
     pods.update(new)
     healthy = {u: t for u, t in p.data.get("healthy", {}).items() if u != uuid}
     p = p.with_("draining", uuids=uuids, pods=pods, healthy=healthy)
@@ -217,6 +236,25 @@ async def advance(ctx: Context, node: NodeView, p: Progress, now: datetime) -> O
     return Outcome(
         "blocked" if blocked else "ok",
         f"{sum(st['state'] not in DONE_STATES for st in pods.values())} holder(s) left",
+    )
+
+
+def orphan(node: NodeView, now: datetime) -> Progress | None:
+    """Progress for a node that carries our taint but no ``xpuwatch.io/drain`` record (the write after
+    the taint was lost and the alert never came back): without it the taint could never be lifted."""
+    ours = [t for t in node.taints if t.key == TAINT_KEY]
+    if not ours:
+        return None
+    return Progress(
+        "drain", "adopted", "drained", now, {"uuids": [ours[0].value], "pods": {}, "reason": "adopted"}
+    )
+
+
+async def adopt(ctx: Context, node: str, p: Progress, now: datetime) -> None:
+    await _persist(ctx, node, p)
+    msg = f"{TAINT_KEY} found without a drain record; adopted so it can be lifted (ack or healthy-for)"
+    await ctx.report(
+        "drain", "adopt", _node_ref(node), Outcome("ok", msg), now, "FaultyAcceleratorAdopted", True
     )
 
 

@@ -85,6 +85,7 @@ class FakeKube:
         self.requests: list[tuple[str, str]] = []
         self.eviction_plan: dict[tuple[str, str], list[int]] = {}
         self.evictions: list[tuple[str, str]] = []  # accepted evictions
+        self.eviction_bodies: list[Any] = []  # every eviction request body, as sent
         self.down = False  # answer 503 to everything (an unreachable/overloaded apiserver)
         self.app = web.Application()
         self.app.router.add_route("*", "/{path:.*}", self.dispatch)
@@ -322,6 +323,7 @@ class FakeKube:
         return web.json_response(body)
 
     def evict(self, namespace: str, name: str, body: Any) -> web.Response:
+        self.eviction_bodies.append(body)
         if not isinstance(body, dict) or (body.get("metadata") or {}).get("name") != name:
             return _status(400, "BadRequest", "name parameter required")
         key = ("pods", namespace, name)

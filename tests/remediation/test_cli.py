@@ -66,7 +66,7 @@ async def test_check_prints_effective_settings_with_secrets_masked(tmp_path: Pat
 
 
 async def test_bad_config_exits_2(tmp_path: Path) -> None:
-    (tmp_path / "bad.yaml").write_text("guard: {dry_run: maybe}\n")
+    (tmp_path / "bad.yaml").write_text("webhook: {allow_unauthenticated: true}\nguard: {dry_run: maybe}\n")
     proc = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",

@@ -35,6 +35,10 @@ async def test_immediate_drain_taints_and_evicts_only_the_holder(fake, kube, ses
     assert res[0]["result"] == "ok"
     assert taints(fake, "gpu-0") == [{"key": TAINT_KEY, "value": UUID, "effect": "NoSchedule"}]
     assert fake.evictions == [("train", "job-0")]
+    # policy/v1 Eviction; no deleteOptions: the pod's own terminationGracePeriodSeconds applies.
+    assert fake.eviction_bodies == [
+        {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": "job-0", "namespace": "train"}}
+    ]
     assert fake.get("pods", "other-0", "ml") is not None
     st = drain_state(fake, "gpu-0")
     assert st["phase"] == "drained" and st["data"]["pods"]["train/job-0"]["state"] == "evicted"
@@ -46,7 +50,9 @@ async def test_immediate_drain_taints_and_evicts_only_the_holder(fake, kube, ses
 async def test_after_notice_waits_then_evicts_and_retries_on_pdb(fake, kube, session, clock) -> None:
     seed(fake)
     fake.eviction_plan[("train", "job-0")] = [429, 500]
-    settings = make_settings(drain=DrainSettings(default_mode="after-notice", notice_seconds=600))
+    settings = make_settings(
+        drain=DrainSettings(default_mode="after-notice", notice_seconds=600, eviction_grace_seconds=120)
+    )
     ctl = make_controller(settings, kube, session, clock)
     await ctl.refresh_view(clock())
     await ctl.handle(alerts_of(am_alert(**drain_labels("gpu-0", UUID, namespace="train", pod="job-0"))))
@@ -63,6 +69,7 @@ async def test_after_notice_waits_then_evicts_and_retries_on_pdb(fake, kube, ses
     assert drain_state(fake, "gpu-0")["data"]["pods"]["train/job-0"]["state"] == "error"
     await ctl.tick()  # 201
     assert fake.evictions == [("train", "job-0")]
+    assert fake.eviction_bodies[-1]["deleteOptions"] == {"gracePeriodSeconds": 120}
     assert drain_state(fake, "gpu-0")["phase"] == "drained"
     assert ctl.telemetry.actions.labels("drain", "blocked", "apply")._value.get() == 2
 
@@ -236,3 +243,42 @@ async def test_taint_stays_until_every_faulty_device_is_healthy(fake, kube, sess
     clock.advance(1)
     await ctl.tick()
     assert taints(fake, "gpu-0") == []
+
+
+async def test_crash_between_eviction_and_progress_write_does_not_repeat(fake, kube, session, clock) -> None:
+    """The API server dies right after accepting an eviction, before the progress annotation is written;
+    a fresh controller sees the pod gone and never posts that eviction again."""
+    seed(fake)
+    fake.add_pod("train", "w-1", "gpu-0", {"nvidia.com/gpu": "1"})
+    settings = make_settings(drain=DrainSettings(default_mode="after-notice", notice_seconds=60))
+    first = make_controller(settings, kube, session, clock)
+    await first.refresh_view(clock())
+    await first.handle(alerts_of(am_alert(**drain_labels("gpu-0", UUID, namespace="train", pod="job-0"))))
+    other = UUID.replace("1111", "9999")
+    await first.handle(
+        alerts_of(am_alert(fingerprint="fp2", **drain_labels("gpu-0", other, namespace="train", pod="w-1")))
+    )
+    original = fake.evict
+
+    def evict_then_die(namespace, name, body):  # type: ignore[no-untyped-def]
+        answer = original(namespace, name, body)
+        fake.down = True
+        return answer
+
+    fake.evict = evict_then_die  # type: ignore[method-assign]
+    clock.advance(60)
+    await first.tick()  # evicts job-0, then every call fails
+    assert fake.evictions == [("train", "job-0")]
+    fake.evict = original  # type: ignore[method-assign]
+    fake.down = False
+    assert drain_state(fake, "gpu-0")["data"]["pods"]["train/job-0"]["state"] == "pending"  # never recorded
+
+    second = make_controller(settings, kube, session, clock)
+    await second.tick()
+    posts = [r[1] for r in fake.requests if r[1].endswith("/eviction")]
+    assert posts == [
+        "/api/v1/namespaces/train/pods/job-0/eviction",
+        "/api/v1/namespaces/train/pods/w-1/eviction",
+    ]
+    pods = drain_state(fake, "gpu-0")["data"]["pods"]
+    assert (pods["train/job-0"]["state"], pods["train/w-1"]["state"]) == ("gone", "evicted")

@@ -377,3 +377,53 @@ async def test_stale_view_refuses_disruption_when_it_cannot_be_refreshed(fake, k
         code, _ = await post(session, url, am_payload(am_alert(**drain_labels("gpu-0", "GPU-0"))))
     assert code == 503
     assert tainted(fake) == set()
+
+
+async def test_a_half_done_drain_still_counts_against_the_cap(fake, kube, session, clock) -> None:
+    """Taint applied, progress write refused: the node is still counted (by its taint) after a refresh."""
+    for i in range(3):
+        fake.add_node(f"gpu-{i}")
+    original = fake.patch
+
+    def refuse_annotations(key, body, content_type):  # type: ignore[no-untyped-def]
+        if "annotations" in (body.get("metadata") or {}):
+            return web.json_response(
+                {"kind": "Status", "code": 500, "reason": "InternalError", "message": "etcd timeout"},
+                status=500,
+            )
+        return original(key, body, content_type)
+
+    fake.patch = refuse_annotations  # type: ignore[method-assign]
+    ctl = make_controller(
+        settings(guard=GuardSettings(dry_run=False, max_disrupted_nodes=1, max_disrupted_ratio=1.0)),
+        kube,
+        session,
+        clock,
+    )
+    await ctl.refresh_view(clock())
+    res = await ctl.handle(alerts_of(am_alert(**drain_labels("gpu-0", "GPU-0"))))
+    assert res[0]["result"] == "failed" and "etcd timeout" in res[0]["detail"]
+    await ctl.refresh_view(clock())
+    assert ctl.view.disrupted == frozenset({"gpu-0"})
+    res = await ctl.handle(alerts_of(am_alert(fingerprint="b", **drain_labels("gpu-1", "GPU-1"))))
+    assert res[0]["refused"] == "cap"
+    assert tainted(fake) == {"gpu-0"}
+
+
+async def test_an_orphaned_taint_is_adopted_and_can_be_acked(fake, kube, session, clock) -> None:
+    fake.add_node("gpu-0")
+    fake.objects[("nodes", "", "gpu-0")]["spec"]["taints"] = [
+        {"key": TAINT_KEY, "value": "GPU-9", "effect": "NoSchedule"}
+    ]
+    ctl = make_controller(settings(), kube, session, clock)
+    await ctl.tick()
+    ann = fake.get("nodes", "gpu-0")["metadata"]["annotations"]  # type: ignore[index]
+    assert json.loads(ann["xpuwatch.io/drain"])["data"]["uuids"] == ["GPU-9"]
+    assert ctl.view.disrupted == frozenset({"gpu-0"})
+    fake.objects[("nodes", "", "gpu-0")]["metadata"]["annotations"]["xpuwatch.io/fault-ack"] = "GPU-9"
+    await ctl.tick()
+    assert tainted(fake) == set() and ctl.view.disrupted == frozenset()
+    assert [e["reason"] for e in fake.list("events")] == [
+        "FaultyAcceleratorAdopted",
+        "FaultyAcceleratorLifted",
+    ]

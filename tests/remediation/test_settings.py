@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -10,7 +11,7 @@ from remediation.settings import ConfigError, Rule, load, parse
 
 
 def test_defaults_are_safe() -> None:
-    s = parse({})
+    s = parse({"webhook": {"allow_unauthenticated": True}})
     assert s.guard.dry_run is True
     assert (s.guard.max_disrupted_nodes, s.guard.max_disrupted_ratio) == (1, 0.1)
     assert s.resize.mode == "recommend"
@@ -52,6 +53,16 @@ notify_url: http://relay:9852/alertmanager/team-feishu
     ("raw", "msg"),
     [
         ([], "top level: expected a mapping"),
+        ({}, "webhook: set bearer_token_file/_env or basic_auth"),
+        (
+            {"webhook": {"basic_auth": {"username": "am"}}},
+            "webhook.basic_auth: password_file, password_env or password_hash_file required",
+        ),
+        ({"webhook": {"basic_auth": {"password_file": "x"}}}, "webhook.basic_auth.username: required"),
+        (
+            {"webhook": {"bearer_token_env": "XPUWATCH_UNSET_VAR"}},
+            "webhook.bearer_token_env: environment variable 'XPUWATCH_UNSET_VAR' is unset",
+        ),
         ({"nope": 1}, "nope: unknown key"),
         ({"rules": [{"action": "reboot"}]}, "rules[0].action: expected one of reclaim, resize, drain"),
         (
@@ -62,15 +73,25 @@ notify_url: http://relay:9852/alertmanager/team-feishu
         ({"guard": {"dry_run": "no"}}, "guard.dry_run: expected true/false"),
         ({"guard": {"max_disrupted_ratio": 2}}, "guard.max_disrupted_ratio: expected 0..1"),
         ({"guard": {"cap": 1}}, "guard.cap: unknown key"),
-        ({"webhook": {"bearer_token": "x"}}, "webhook.bearer_token: give bearer_token_file"),
+        (
+            {"webhook": {"bearer_token": "x"}},
+            "webhook.bearer_token: use bearer_token_file/_env or basic_auth",
+        ),
         ({"webhook": {"bearer_token_file": "/nonexistent/x"}}, "webhook.bearer_token_file: cannot read"),
         ({"drain": {"default_mode": "now"}}, "drain.default_mode: expected one of"),
         ({"drain": {"namespace_modes": {"a": "later"}}}, "drain.namespace_modes: values must be one of"),
         ({"resize": {"mode": "yolo"}}, "resize.mode: expected recommend or apply"),
         ({"tick_seconds": 0}, "tick_seconds: expected a positive number"),
+        (
+            {"drain": {"eviction_grace_seconds": "5m"}},
+            "drain.eviction_grace_seconds: expected a non-negative integer",
+        ),
+        ({"kube": {"host": 5}}, "kube.host: expected a string"),
     ],
 )
 def test_errors_name_the_key(raw: object, msg: str) -> None:
+    if isinstance(raw, dict) and raw and "webhook" not in raw:
+        raw = {**raw, "webhook": {"allow_unauthenticated": True}}
     with pytest.raises(ConfigError) as err:
         parse(raw)
     assert str(err.value).startswith(msg)
@@ -88,7 +109,25 @@ def test_the_documented_example_parses() -> None:
     import yaml
 
     raw = yaml.safe_load(block)
-    for section, key in (("webhook", "bearer_token_file"), ("reclaim", "hub_token_file")):
-        raw[section].pop(key)  # secrets files do not exist here
-    s = parse(raw)
+    raw["reclaim"].pop("hub_token_file")  # the secret file does not exist here
+    raw["webhook"].pop("bearer_token_file")
+    raw["webhook"]["bearer_token_env"] = "XPUWATCH_DOC_TOKEN"
+    os.environ["XPUWATCH_DOC_TOKEN"] = "t"
+    try:
+        s = parse(raw)
+    finally:
+        del os.environ["XPUWATCH_DOC_TOKEN"]
     assert s.guard.dry_run is True and [r.action for r in s.rules] == ["drain", "reclaim", "resize"]
+
+
+def test_basic_auth_forms(tmp_path: Path) -> None:
+    (tmp_path / "pw").write_text("s3cret\n")
+    s = parse({"webhook": {"basic_auth": {"username": "am", "password_file": "pw"}}}, tmp_path)
+    assert (s.webhook.basic_user, s.webhook.basic_password, s.webhook.basic_password_hash) == (
+        "am",
+        "s3cret",
+        None,
+    )
+    (tmp_path / "hash").write_text("$2b$04$abcdefghijklmnopqrstuu\n")
+    s = parse({"webhook": {"basic_auth": {"username": "am", "password_hash_file": "hash"}}}, tmp_path)
+    assert s.webhook.basic_password_hash == b"$2b$04$abcdefghijklmnopqrstuu"

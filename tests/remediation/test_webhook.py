@@ -43,7 +43,15 @@ def test_authorized(header: str, ok: bool) -> None:
 
 
 def test_no_credentials_configured_accepts_all() -> None:
-    assert authorized("", WebhookSettings()) is True
+    assert authorized("", WebhookSettings()) is True  # only reachable with allow_unauthenticated: true
+
+
+@pytest.mark.parametrize(
+    ("header", "ok"),
+    [(basic("am", "plain"), True), (basic("am", "plai"), False), (basic("xx", "plain"), False)],
+)
+def test_plain_password_basic_auth(header: str, ok: bool) -> None:
+    assert authorized(header, WebhookSettings(basic_user="am", basic_password="plain")) is ok
 
 
 @pytest.fixture

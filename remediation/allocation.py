@@ -1,0 +1,54 @@
+"""Holders of a device from the exporter's ``accelerator_allocated`` series, via the Prometheus HTTP API.
+
+A device series carries pod labels only when exactly ONE container holds the device (cross-team
+contract), so an alert on a shared device (HAMi, time-slicing) names no pod; its holders are the
+``accelerator_allocated{node,uuid,namespace,pod,...} == 1`` series. API: ``GET /api/v1/query``
+(prometheus.io/docs/prometheus/latest/querying/api/), answer ``{"status":"success","data":
+{"resultType":"vector","result":[{"metric":{...},"value":[t,"1"]}]}}``. Errors: ``AllocationError``.
+"""
+
+from __future__ import annotations
+
+import aiohttp
+
+from exporter.catalog import ALLOCATED
+
+
+class AllocationError(Exception):
+    """Prometheus could not be asked or answered something unusable."""
+
+
+def _quote(value: str) -> str:
+    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+
+def query(node: str, uuid: str) -> str:
+    """PromQL for the holders of one device (values are escaped as PromQL string literals)."""
+    return f'{ALLOCATED}{{node="{_quote(node)}",uuid="{_quote(uuid)}"}} == 1'
+
+
+async def holders_of(
+    session: aiohttp.ClientSession, prometheus_url: str, node: str, uuid: str, timeout: float = 10.0
+) -> list[str]:
+    """``["namespace/pod", ...]`` holding ``uuid`` on ``node``, sorted and de-duplicated."""
+    url = prometheus_url.rstrip("/") + "/api/v1/query"
+    try:
+        async with session.get(
+            url, params={"query": query(node, uuid)}, timeout=aiohttp.ClientTimeout(total=timeout)
+        ) as resp:
+            doc = await resp.json(content_type=None)
+            status = resp.status
+    except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
+        raise AllocationError(f"prometheus query failed: {exc.__class__.__name__}: {exc}") from None
+    if status != 200 or not isinstance(doc, dict) or doc.get("status") != "success":
+        err = doc.get("error", "") if isinstance(doc, dict) else ""
+        raise AllocationError(f"prometheus answered {status}: {err}".strip())
+    result = (doc.get("data") or {}).get("result")
+    if not isinstance(result, list):
+        raise AllocationError("prometheus answer lacks data.result")
+    out = set()
+    for series in result:
+        metric = series.get("metric") if isinstance(series, dict) else None
+        if isinstance(metric, dict) and metric.get("namespace") and metric.get("pod"):
+            out.add(f"{metric['namespace']}/{metric['pod']}")
+    return sorted(out)
