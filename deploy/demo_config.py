@@ -219,6 +219,7 @@ def remediation_config(ports: Ports, files: Files, kube_url: str, relay_password
             "listen_port": ports.remediation,
             "bearer_token_file": str(files.remediation_token),
         },
+        "drain": {"prometheus_url": url(ports.prometheus)},  # holders of shared devices
         "guard": {"dry_run": True, "max_disrupted_nodes": 1, "max_disrupted_ratio": 1.0},
         "leader": {"lease_namespace": "xpuwatch", "identity": "xpuwatch-demo", "retry_period_seconds": 1},
         "kube": {"host": kube_url},
