@@ -177,6 +177,17 @@ async def wait_ready(session: aiohttp.ClientSession, child: Child, stop: asyncio
         raise DemoError(f"{child.name} not ready after {READY_TIMEOUT_SECONDS:.0f} s:\n{child.log_tail()}")
 
 
+async def ready_all(session: aiohttp.ClientSession, children: Sequence[Child], stop: asyncio.Event) -> None:
+    """Wait until every child is ready; the first failure cancels the other waits and is raised."""
+    waits = [asyncio.create_task(wait_ready(session, c, stop)) for c in children]
+    try:
+        await asyncio.gather(*waits)
+    finally:
+        for w in waits:
+            w.cancel()
+        await asyncio.gather(*waits, return_exceptions=True)
+
+
 async def stop_children(children: Sequence[Child], console: Console) -> None:
     """SIGTERM every child's process group, SIGKILL what is left after STOP_TIMEOUT_SECONDS, reap all."""
 
@@ -397,7 +408,7 @@ async def run(opts: Options, console: Console | None = None) -> int:
                 *py, "serve", "--simulate", "--sim-config", str(files.scenario),
                 "--web.listen-address", f"{lp}{ports.exporter}",
             ], files, cfg.url(ports.exporter, "/readyz"), console))  # fmt: skip
-            await asyncio.gather(*(wait_ready(session, c, stop) for c in children))
+            await ready_all(session, children, stop)
             if not stop.is_set():
                 publish_exporter(files, ports)
                 print_banner(console, ports, files, opts.duration)

@@ -7,6 +7,8 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import signal
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -104,16 +106,10 @@ def test_demo_delivers_hardware_and_performance_messages_and_cleans_up(tmp_path:
     )
 
     # every child it started has been reaped, and nothing of the working directory is left
-    pids = {int(p): name for name, p in re.findall(r"started (\w+) \(pid (\d+)\)", out)}
+    pids, workdir = pids_and_workdir(out)
     assert sorted(pids.values()) == ["alertmanager", "exporter", "prometheus", "relay", "remediation"]
-    for pid, name in pids.items():
-        cmdline = Path(f"/proc/{pid}/cmdline")
-        if cmdline.exists():  # only a reused pid, never one of ours
-            text = cmdline.read_bytes().decode(errors="replace")
-            assert "exporter.entry" not in text and "prometheus" not in text, (name, text)
-    workdir = re.search(r"working directory (\S+)", out)
-    assert workdir and workdir.group(1).startswith(str(tmp))
-    assert not Path(workdir.group(1)).exists()
+    assert_gone(pids)
+    assert str(workdir).startswith(str(tmp)) and not workdir.exists()
     assert list(tmp.iterdir()) == []
     assert "summary: " in out and "first hardware message at +" in out
 
@@ -139,3 +135,69 @@ def test_bad_scenario_is_refused_with_the_key(tmp_path: Path) -> None:
     res = demo(["--scenario", str(bad)], tmp_path, timeout=120)
     assert res.returncode == 2
     assert "timeline[0].fault" in res.stderr
+
+
+def pids_and_workdir(out: str) -> tuple[dict[int, str], Path]:
+    pids = {int(p): name for name, p in re.findall(r"started (\w+) \(pid (\d+)\)", out)}
+    workdir = re.search(r"working directory (\S+)", out)
+    assert workdir, out
+    return pids, Path(workdir.group(1))
+
+
+def assert_gone(pids: dict[int, str]) -> None:
+    for pid, name in pids.items():
+        cmdline = Path(f"/proc/{pid}/cmdline")
+        if cmdline.exists():  # only a reused pid, never one of ours
+            text = cmdline.read_bytes().decode(errors="replace")
+            assert "exporter.entry" not in text and "prometheus" not in text, (name, text)
+
+
+@pytest.mark.slow
+@NEEDS_TOOLS
+def test_ctrl_c_stops_every_child_and_removes_the_workdir(tmp_path: Path) -> None:
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "TMPDIR": str(tmp_path)}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "exporter.entry", "demo"],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    assert proc.stdout is not None
+    lines = []
+    try:
+        for line in proc.stdout:
+            lines.append(line)
+            if "stack ready after" in line:
+                break
+        proc.send_signal(signal.SIGINT)  # what the terminal sends to the foreground process group's leader
+        rest, _ = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    out = "".join(lines) + rest
+    assert proc.returncode == 0, out
+    assert "stopping (SIGINT)" in out
+    pids, workdir = pids_and_workdir(out)
+    assert sorted(pids.values()) == ["alertmanager", "exporter", "prometheus", "relay", "remediation"]
+    assert all(f"stopped {name} (pid {pid})\n" in out for pid, name in pids.items()), out
+    assert_gone(pids)
+    assert not workdir.exists() and list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.slow
+@NEEDS_TOOLS
+def test_a_component_that_cannot_start_fails_the_demo_with_its_log(tmp_path: Path) -> None:
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        res = demo(["--duration", "5", "--prometheus-port", str(port)], tmp_path, timeout=120)
+    out = res.stdout
+    assert res.returncode == 1, out + res.stderr
+    assert "error: prometheus exited with code 1" in out
+    assert "address already in use" in out  # the tail of Prometheus' own log
+    pids, workdir = pids_and_workdir(out)
+    assert_gone(pids)
+    assert not workdir.exists() and list(tmp_path.iterdir()) == []
