@@ -149,14 +149,17 @@ def assemble(
     runner: CommandRunner,
     explicit_node: str | None,
     sim_options: Mapping[str, Any] | None = None,
+    attribution: AttributionSource | None = None,
 ) -> Assembly:
     """Create the named backends and wire them to a poller, collector and exposition cache.
 
-    Raises ConfigError for an unknown backend or a backend whose options are invalid.
+    ``attribution`` is the pod-attribution source (e.g. the kubelet's); None = no pod mapping, except in
+    simulation, where the simulator's own pods are used. Raises ConfigError for an unknown backend or a
+    backend whose options are invalid.
     """
     specs = all_specs()
     backends: list[tuple[Backend, PollSettings]] = []
-    attribution: AttributionSource = StaticAttributionSource()
+    attribution = attribution or StaticAttributionSource()
     node = explicit_node or socket.gethostname()
     for name in names:
         spec = specs.get(name)
@@ -204,7 +207,7 @@ def _device_refs(poller: Poller, clocks: Clocks) -> tuple[list[DeviceRef], list[
     for view in poller.view(clocks.wall()):
         for s in view.samples:
             d = s.device
-            devices.append(DeviceRef(d.vendor, d.uuid, d.index, d.pci_bus_id, d.serial))
+            devices.append(DeviceRef(d.vendor, d.uuid, d.index, d.pci_bus_id, d.serial, d.aliases))
             slices.extend(SliceRef(sl.parent_uuid, sl.slice_id, sl.uuid) for sl in s.slices)
     return devices, slices
 
@@ -319,7 +322,8 @@ def run_capture(args: argparse.Namespace) -> int:
         + ("; redacted" if args.redact else "")
     )
     if not names:
-        print("no vendor tool detected here: " + "; ".join(f"{n}: {w}" for n, w in skipped), file=sys.stderr)
+        why = "; ".join(f"{n}: {w}" for n, w in skipped) or "no auto-detectable backend is registered"
+        print(f"no vendor tool detected here ({why})", file=sys.stderr)
     return 0
 
 

@@ -10,7 +10,8 @@ Every vendor's device plugin names devices its own way; the forms matched here, 
   (single strategy); matched to the slice whose ``uuid`` is that MIG UUID.
 - ``nvidia<n>``: ``--device-id-strategy=index``; matched to the NVIDIA device with index n.
 - ``0000:c1:00.0``: PCI bus ids (AMD ``amd.com/gpu``); matched to ``Device.pci_bus_id`` ignoring domain width/case.
-- ``Ascend910-3``, ``Ascend310P-1``: Huawei's plugin ``<model>-<physical id>``; matched to the vendor's device index.
+- ``Ascend910-3``, ``Ascend310P-1``: Huawei's plugin ``<model>-<physical id>``; matched to the chip with that
+  physical id (``Device.aliases``), else to device index ``3`` or ``3-0`` (NPU 3, chip 0: 910A/910B).
 - anything else: matched to a device's uuid or serial (Cambricon, Hygon, Kunlunxin, MetaX, ... plugins use the
   card's UUID/serial), else counted as unmatched.
 """
@@ -67,6 +68,7 @@ class DeviceRef:
     index: str
     pci_bus_id: str | None = None
     serial: str | None = None
+    aliases: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -119,6 +121,11 @@ def match(
     by_serial = {d.serial.lower(): d for d in devices if d.serial}
     by_pci = {p: d for d in devices if d.pci_bus_id and (p := normalize_pci(d.pci_bus_id))}
     by_vendor_index = {(d.vendor, d.index): d for d in devices}
+    # Huawei's plugin names chips by physical id; npu-smi prints it on 310/310P (vendors/ascend.py sets the
+    # alias). Where it does not (910A/910B: one chip per NPU), NPU n chip 0 is the documented default mapping.
+    for d in devices:
+        for a in d.aliases:
+            by_vendor_index.setdefault((d.vendor, a), d)
     slice_by_uuid = {s.uuid.lower(): s for s in slices if s.uuid}
 
     dev_holders: dict[str, list[HolderRef]] = {}
@@ -149,7 +156,12 @@ def match(
             if dev is None and (pci := normalize_pci(did)):
                 dev = by_pci.get(pci)
             if dev is None and vendor and (m2 := _INDEXED.match(did)):
-                dev = by_vendor_index.get((vendor, m2.group("n")))
+                n = m2.group("n")
+                dev = (
+                    by_vendor_index.get((vendor, f"phy-{n}"))
+                    or by_vendor_index.get((vendor, n))
+                    or by_vendor_index.get((vendor, f"{n}-0"))
+                )
             if dev is None:
                 unmatched_count += 1
                 if len(unmatched) < 50:

@@ -2,8 +2,8 @@
 
 Each backend gets a supervisor thread (its schedule) and a worker thread (the only thread that ever calls
 into the backend), so there are never two calls into one backend at once. A call that outlives its
-``timeout`` is counted as an error with reason ``timeout`` and the backend is marked down; the supervisor then
-waits for that call to return before it starts another one, and discards its late result.
+``timeout`` is counted as an error with reason ``timeout`` and the backend is marked down; the supervisor
+starts no other call until that one returns (re-checking every 0.5 s), and discards its late result.
 
 Staleness bound: a backend's devices are served from its last successful poll for at most
 ``2 * interval + timeout`` seconds (override with ``stale_after``); past that they are not served at all and
@@ -29,6 +29,9 @@ log = logging.getLogger(__name__)
 
 OPEN_BACKOFF_INITIAL_SECONDS = 1.0
 OPEN_BACKOFF_MAX_SECONDS = 300.0
+STUCK_RECHECK_SECONDS = 0.5
+# Reasons the poller itself assigns: exported at 0 from the start so that increase() sees the first error.
+POLLER_REASONS = ("timeout", "unexpected")
 
 
 @dataclass(frozen=True)
@@ -133,12 +136,13 @@ class BackendPoller:
         self._last_success: float | None = None
         self._last_ok = False
         self._poll_duration: float | None = None
-        self._errors: dict[str, int] = {}
-        self._errors_view: Mapping[str, int] = MappingProxyType({})
+        self._errors: dict[str, int] = dict.fromkeys(POLLER_REASONS, 0)
+        self._errors_view: Mapping[str, int] = MappingProxyType(dict(self._errors))
         self._generation = 0
         self._opened = False
         self._open_failures = 0
         self._in_flight_since: float | None = None  # monotonic start of a call still running
+        self._pending: Future[Any] | None = None  # a call that timed out and has not returned yet
         self._worker = _Worker(f"xpuwatch-{self.name}-worker")
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -171,8 +175,19 @@ class BackendPoller:
     # -- polling (supervisor thread, or a test calling poll_once) ------------------------------------
 
     def poll_once(self) -> float:
-        """One cycle: open if needed, else sample. Blocks up to ``timeout`` (or until a previous hung call
-        returns, when ``wait_hung`` is reached). Returns the delay before the next cycle."""
+        """One cycle: open if needed, else sample. Blocks at most ``timeout``. While a timed-out call is
+        still running, starts nothing and returns a short delay. Returns the delay before the next cycle."""
+        if self._pending is not None:
+            if not self._pending.done():
+                return min(self.settings.interval, STUCK_RECHECK_SECONDS)
+            self._pending = None
+            with self._lock:
+                started, self._in_flight_since = self._in_flight_since, None
+            log.warning(
+                "backend %s: hung call returned after %.1fs; result discarded",
+                self.name,
+                self._monotonic() - (started or 0.0),
+            )
         if not self._opened:
             ok = self._call(self.backend.open, opening=True)
             if ok is _FAILED:
@@ -197,16 +212,9 @@ class BackendPoller:
         try:
             result = fut.result(timeout=wait)
         except TimeoutError:
+            self._pending = fut  # no new call until this one returns
             self._record_failure("timeout", self._monotonic() - started)
-            log.warning("backend %s: no answer within %gs; waiting for the call to return", self.name, wait)
-            self._wait_for(fut)
-            with self._lock:
-                self._in_flight_since = None
-            log.warning(
-                "backend %s: hung call returned after %.1fs; result discarded",
-                self.name,
-                self._monotonic() - started,
-            )
+            log.warning("backend %s: no answer within %gs; no new call until it returns", self.name, wait)
             return _FAILED
         except BackendError as exc:
             with self._lock:
@@ -239,16 +247,6 @@ class BackendPoller:
             self._generation += 1
         self._notify()
         return samples
-
-    def _wait_for(self, fut: Future[Any]) -> None:
-        while not self._stop.is_set():
-            try:
-                fut.result(timeout=0.5)
-                return
-            except TimeoutError:
-                continue
-            except BaseException:
-                return
 
     def _record_failure(self, reason: str, duration: float) -> None:
         with self._lock:
@@ -327,8 +325,9 @@ class Poller:
         return tuple(p.view(now) for p in self.pollers)
 
     def ready(self, now: float) -> tuple[bool, list[str]]:
-        """True when every backend has fresh data; else the names of those without."""
-        missing = [v.backend for v in self.view(now) if not v.up]
+        """True when every backend has fresh data (a successful poll within its staleness bound); else the
+        names of those without."""
+        missing = [v.backend for v in self.view(now) if not v.fresh]
         return (not missing and bool(self.pollers)), missing
 
     def start(self) -> None:

@@ -136,13 +136,12 @@ class Server:
         return await handler(request)
 
     async def metrics(self, request: web.Request) -> web.Response:
-        loop = asyncio.get_running_loop()
-        rendered = await loop.run_in_executor(
-            self._executor,
-            self.cache.get,
-            request.headers.get("Accept", ""),
-            request.headers.get("Accept-Encoding", ""),
-        )
+        accept = request.headers.get("Accept", "")
+        encoding = request.headers.get("Accept-Encoding", "")
+        rendered = self.cache.peek(accept, encoding)
+        if rendered is None:  # state changed since the last render: render off the event loop
+            loop = asyncio.get_running_loop()
+            rendered = await loop.run_in_executor(self._executor, self.cache.get, accept, encoding)
         headers = {"Content-Type": rendered.content_type}
         if rendered.gzipped:
             headers["Content-Encoding"] = "gzip"
@@ -181,9 +180,7 @@ class Server:
         await self._runner.setup()
         site = web.TCPSite(self._runner, host or None, port, ssl_context=ctx, reuse_address=True)
         await site.start()
-        server = site._server
-        sockets = getattr(server, "sockets", None) or []
-        bound = sockets[0].getsockname() if sockets else (host, port)
+        bound = self._runner.addresses[0] if self._runner.addresses else (host, port)
         self.address = (str(bound[0]), int(bound[1]))
         return self.address
 

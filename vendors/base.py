@@ -35,6 +35,9 @@ class Device:
     pci_bus_id: str | None = None
     driver_version: str | None = None
     serial: str | None = None
+    aliases: tuple[str, ...] = ()
+    """Other names device plugins use for this device, for pod attribution: ``phy-<n>`` is the physical
+    chip id in Huawei's ``Ascend910-<n>`` device IDs."""
 
 
 @dataclass(frozen=True)

@@ -413,8 +413,8 @@ def _parse_timeline(raw: Any) -> tuple[TimelineEvent, ...]:
             pods = tuple(_parse_pod(p, f"{key}.pods[{j}]") for j, p in enumerate(e["pods"]))
         if profile is None and fault is None and pods is None:
             raise ScenarioError(f"{key}: needs profile, fault or pod")
-        if sl is not None and (profile is not None or fault is not None):
-            raise ScenarioError(f"{key}.slice: only pod assignment applies to a slice")
+        if sl is not None and fault is not None:
+            raise ScenarioError(f"{key}.slice: faults apply to a whole device, not to a slice")
         out.append(TimelineEvent(at, device, vendor, None if sl is None else str(sl), profile, fault, pods))
     return tuple(sorted(out, key=lambda ev: ev.at))  # stable: same-time events keep file order
 
@@ -534,6 +534,7 @@ class _DeviceState:
     hung: bool = False
     pods: tuple[SimPod, ...] = ()
     slice_pods: dict[str, tuple[SimPod, ...]] = field(default_factory=dict)
+    slice_profiles: dict[str, str] = field(default_factory=dict)
 
 
 def _states_at(scenario: Scenario, devices: Sequence[_SimDevice], t: float) -> dict[str, _DeviceState]:
@@ -549,7 +550,10 @@ def _states_at(scenario: Scenario, devices: Sequence[_SimDevice], t: float) -> d
             else:
                 st.slice_pods[ev.slice] = ev.pods
         if ev.profile is not None:
-            st.profile = ev.profile
+            if ev.slice is None:
+                st.profile = ev.profile
+            else:
+                st.slice_profiles[ev.slice] = ev.profile
         f = ev.fault
         if f is None:
             continue
@@ -680,9 +684,10 @@ def _sample(scenario: Scenario, d: _SimDevice, st: _DeviceState, t: float, step:
 
 
 def _slices(scenario: Scenario, d: _SimDevice, st: _DeviceState, step: int) -> tuple[Slice, ...]:
-    p, seed, uuid = PROFILE_SPECS[st.profile], scenario.seed, d.device.uuid
+    seed, uuid = scenario.seed, d.device.uuid
     out = []
     for sid, profile in _slice_layout(scenario, d):
+        p = PROFILE_SPECS[st.slice_profiles.get(sid, st.profile)]
         u = _clip(p.util + p.burst * _noise(seed, uuid, step, f"util/{sid}"))
         if d.mig:
             compute, gib = MIG_PROFILES[profile]

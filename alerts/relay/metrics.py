@@ -64,7 +64,7 @@ class RelayMetrics:
         self.rejected = counter(
             REJECTED,
             "Inbound requests refused, by reason (unauthorized, too_large, malformed, unknown_channel,"
-            " store_failed).",
+            " store_failed, render_failed).",
             ("reason",),
         )
         self.fallbacks = counter(

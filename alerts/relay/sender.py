@@ -92,7 +92,7 @@ class Sender:
                     log.info("outbox: pruned %d finished rows", removed)
             except Exception:
                 log.exception("outbox prune")
-            await self._sleep(3600.0)
+            await asyncio.sleep(3600.0)  # housekeeping runs on real time, not the injected delivery clock
 
     async def stop(self) -> None:
         for t in self._tasks:

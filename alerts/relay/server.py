@@ -209,9 +209,14 @@ async def _receive(request: web.Request) -> web.Response:
         metrics.rejected.labels("store_failed").inc()
         return _error(503, f"could not store the notification: {exc}")
     budget = part_budget(channel, bot, backlog)
-    messages = render(
-        notification, channel, bot, settings.alertmanager_url, relay.templates[name], stats, budget
-    )
+    try:
+        messages = render(
+            notification, channel, bot, settings.alertmanager_url, relay.templates[name], stats, budget
+        )
+    except Exception:  # even the built-in templates failed: a bug; 500 makes Alertmanager retry, not drop
+        log.exception("channel %s: rendering failed for group %s", name, notification.group_key)
+        metrics.rejected.labels("render_failed").inc()
+        return _error(500, "rendering failed; see the relay log")
     if stats.fallbacks:
         metrics.fallbacks.labels(name).inc(stats.fallbacks)
     incoming = Incoming(

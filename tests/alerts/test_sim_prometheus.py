@@ -217,7 +217,7 @@ def test_fault_scenario_fires_the_expected_alerts(stack: str) -> None:
 
 def test_default_scenario_raises_no_hardware_alert_and_flags_the_idle_notebook(tmp_path: Path) -> None:
     """The default fleet has no faults: with every hardware `for` at 0s nothing hardware fires or pends,
-    while the idle notebook (alice's, on the RTX 4090) is flagged at once."""
+    while the idle notebooks (alice's RTX 4090, bob's MIG slice) are flagged at once."""
     spec = load_spec()
     overrides: dict[str, dict[str, Any]] = {
         a.name: {"for": "0s"} for a in spec.alerts if a.category == "hardware"
@@ -226,13 +226,16 @@ def test_default_scenario_raises_no_hardware_alert_and_flags_the_idle_notebook(t
     with _stack(tmp_path, None, overrides) as base:
         deadline = time.monotonic() + 60
         notebooks: list[dict[str, str]] = []
-        while time.monotonic() < deadline and not notebooks:
+        while time.monotonic() < deadline and len(notebooks) < 2:
             time.sleep(1)
             alerts = _get(f"{base}/api/v1/alerts")["data"]["alerts"]
             notebooks = [a["labels"] for a in alerts if a["labels"]["alertname"] == "AcceleratorIdleNotebook"]
         time.sleep(5)  # a few more evaluations for any hardware rule to misfire
         alerts = _get(f"{base}/api/v1/alerts")["data"]["alerts"]
     assert [a["labels"]["alertname"] for a in alerts if a["labels"]["category"] == "hardware"] == []
-    assert [(n["namespace"], n["pod"], n["owner"], n["action"]) for n in notebooks] == [
-        ("ml-team", "jupyter-alice", "alice", "reclaim")
+    notebooks = [a["labels"] for a in alerts if a["labels"]["alertname"] == "AcceleratorIdleNotebook"]
+    # alice's whole RTX 4090 and bob's MIG slice on the A100 (the slice is judged, not the busy parent)
+    assert sorted((n["namespace"], n["pod"], n["owner"], n["action"]) for n in notebooks) == [
+        ("ml-team", "jupyter-alice", "alice", "reclaim"),
+        ("ml-team", "jupyter-bob", "bob", "reclaim"),
     ]

@@ -16,7 +16,9 @@ from kubernetes_asyncio.client import ApiClient
 
 ROOT = Path(__file__).resolve().parents[2]
 KUSTOMIZE = ROOT / "deploy" / "kustomize"
-OVERLAYS = sorted(p.parent.relative_to(KUSTOMIZE).as_posix() for p in KUSTOMIZE.glob("*/*/kustomization.yaml"))
+OVERLAYS = sorted(
+    p.parent.relative_to(KUSTOMIZE).as_posix() for p in KUSTOMIZE.glob("*/*/kustomization.yaml")
+)
 
 # prometheus-operator custom resources have no model in the Kubernetes client: checked structurally.
 CUSTOM = {("monitoring.coreos.com/v1", "ServiceMonitor"), ("monitoring.coreos.com/v1", "PrometheusRule")}
@@ -25,8 +27,9 @@ CUSTOM = {("monitoring.coreos.com/v1", "ServiceMonitor"), ("monitoring.coreos.co
 def render(overlay: str) -> list[dict[str, Any]]:
     kubectl = shutil.which("kubectl")
     assert kubectl, "kubectl is required (Debian package kubernetes-client)"
-    out = subprocess.run([kubectl, "kustomize", str(KUSTOMIZE / overlay)], capture_output=True, text=True,
-                         check=False)
+    out = subprocess.run(
+        [kubectl, "kustomize", str(KUSTOMIZE / overlay)], capture_output=True, text=True, check=False
+    )
     assert out.returncode == 0, out.stderr
     return [d for d in yaml.safe_load_all(out.stdout) if d]
 
@@ -50,13 +53,24 @@ def _prune(x: Any) -> Any:
 
 
 def test_overlays_exist() -> None:
-    assert {"overlays/mixed", "overlays/nvidia", "overlays/apply", "exporters/nvidia", "exporters/amd",
-            "exporters/ascend", "exporters/other"} <= set(OVERLAYS)
+    assert {
+        "overlays/mixed",
+        "overlays/nvidia",
+        "overlays/apply",
+        "exporters/nvidia",
+        "exporters/amd",
+        "exporters/ascend",
+        "exporters/other",
+    } <= set(OVERLAYS)
 
 
 @pytest.mark.parametrize("overlay", OVERLAYS)
-def test_every_object_parses_as_its_kind(overlay: str) -> None:
-    api = ApiClient()
+async def test_every_object_parses_as_its_kind(overlay: str) -> None:
+    async with ApiClient() as api:
+        _round_trip(api, overlay)
+
+
+def _round_trip(api: ApiClient, overlay: str) -> None:
     for obj in render(overlay):
         key = (obj["apiVersion"], obj["kind"])
         if key in CUSTOM:
@@ -65,7 +79,9 @@ def test_every_object_parses_as_its_kind(overlay: str) -> None:
         model = api.deserialize(_Response(obj), _model_name(*key))
         back = _prune(api.sanitize_for_serialization(model))
         # Whatever the model dropped was not a field of that kind (a typo or a wrong nesting).
-        assert back == _prune(obj), f"{overlay}: {key} {obj['metadata']['name']} has fields the API does not know"
+        assert back == _prune(obj), (
+            f"{overlay}: {key} {obj['metadata']['name']} has fields the API does not know"
+        )
 
 
 def test_exporters_keep_least_privilege() -> None:
@@ -92,7 +108,9 @@ def test_one_daemonset_per_vendor_family_without_overlapping_selectors() -> None
 def test_prometheusrule_is_the_generated_one() -> None:
     rule = next(o for o in render("base") if o["kind"] == "PrometheusRule")
     generated = yaml.safe_load((ROOT / "alerts" / "generated" / "prometheusrule.yaml").read_text())
-    assert rule["spec"] == generated["spec"]
+    assert rule["spec"] == generated["spec"], (
+        "stale: cp alerts/generated/prometheusrule.yaml deploy/kustomize/base/ (kustomize reads only its own tree)"
+    )
 
 
 # --- RBAC grants exactly the verbs the code calls --------------------------------------------------------
@@ -120,8 +138,13 @@ OPERATIONS = {
 def _called(module: Path) -> set[tuple[str, str, str]]:
     """Client operations a module calls (attribute names that are known API operations)."""
     names = {n.attr for n in ast.walk(ast.parse(module.read_text())) if isinstance(n, ast.Attribute)}
-    unknown = {n for n in names if n.endswith(("_namespaced_custom_object", "_node", "_lease")) and n not in OPERATIONS
-               and n.startswith(("read_", "list_", "patch_", "create_", "replace_", "delete_"))}
+    unknown = {
+        n
+        for n in names
+        if n.endswith(("_namespaced_custom_object", "_node", "_lease"))
+        and n not in OPERATIONS
+        and n.startswith(("read_", "list_", "patch_", "create_", "replace_", "delete_"))
+    }
     assert not unknown, f"add these operations to OPERATIONS: {unknown}"
     return {OPERATIONS[n] for n in names if n in OPERATIONS}
 
@@ -148,3 +171,51 @@ def _granted(objs: list[dict[str, Any]], role_names: set[str]) -> set[tuple[str,
 def test_rbac_grants_exactly_what_the_code_calls(module: str, roles: set[str]) -> None:
     objs = render("base")
     assert _granted(objs, roles) == _called(ROOT / module)
+
+
+# --- the ConfigMaps hold configs the components accept ---------------------------------------------------
+
+
+def _configmap(name: str) -> dict[str, str]:
+    return next(o for o in render("base") if o["kind"] == "ConfigMap" and o["metadata"]["name"] == name)[
+        "data"
+    ]
+
+
+def _localise(text: str, mount: str, tmp: Path) -> str:
+    """Point the secret mount at a temp dir holding dummy secrets, as the Secret volume would."""
+    secrets = tmp / "secrets"
+    secrets.mkdir(exist_ok=True)
+    for key in ("inbound-token", "oncall-wecom-url", "team-feishu-url", "team-feishu-secret"):
+        (secrets / key).write_text("https://example.invalid/hook" if key.endswith("url") else "s3cret")
+    return text.replace(mount, str(secrets))
+
+
+def test_exporter_configmap_is_valid() -> None:
+    from exporter.settings import parse
+
+    s = parse(yaml.safe_load(_configmap("xpuwatch-exporter")["exporter.yaml"]))
+    assert s.pod_mapping.enabled and s.pod_mapping.kube_api
+
+
+def test_remediation_configmap_is_valid_and_dry_run(tmp_path: Path) -> None:
+    from remediation.settings import parse
+
+    text = _localise(
+        _configmap("xpuwatch-remediation")["remediation.yaml"], "/etc/xpuwatch-remediation/secrets", tmp_path
+    )
+    s = parse(yaml.safe_load(text), tmp_path)
+    assert s.guard.dry_run is True
+    assert {r.action for r in s.rules} == {"drain", "reclaim", "resize"}
+
+
+def test_relay_configmap_is_valid(tmp_path: Path) -> None:
+    from alerts.relay.config import parse_settings
+
+    text = _localise(_configmap("xpuwatch-relay")["relay.yaml"], "/etc/xpuwatch-relay/secrets", tmp_path)
+    s = parse_settings(yaml.safe_load(text), base=tmp_path, env={})
+    assert set(s.channels) == {
+        "oncall-wecom",
+        "team-feishu",
+    }  # the receivers alerts/generated/alertmanager.yml posts to
+    assert s.channels["team-feishu"].secret == "s3cret" and s.auth.bearer_token == "s3cret"

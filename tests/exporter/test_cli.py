@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import stat
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import pytest
@@ -13,7 +13,7 @@ from exporter.capture import Redactor, capture, redact
 from exporter.cli import Clocks, assemble, inspect_files
 from exporter.reference import render_markdown
 from exporter.settings import Settings
-from tests.exporter.conftest import ROOT, run_cli
+from tests.exporter.conftest import ROOT, Exporter, run_cli
 from vendors import registry
 from vendors.base import Device, DeviceSample, ParseError
 from vendors.command import ReplayRunner, SubprocessRunner, read_bundle, write_bundle
@@ -202,3 +202,63 @@ def test_metrics_doc_check_cli(tmp_path: Path) -> None:
     (tmp_path / "m.md").write_text("old")
     res = run_cli("metrics-doc", "--check", "-o", str(tmp_path / "m.md"))
     assert res.returncode == 1 and f"{tmp_path / 'm.md'} is stale" in res.stderr
+
+
+def test_detection_logs_found_and_skipped(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    import argparse
+    import logging
+
+    from exporter.cli import _backend_names
+
+    registry.all_specs()
+    monkeypatch.setitem(
+        registry._SPECS,
+        "present",
+        BackendSpec("present", "v", FakeToolBackend, lambda c: Detection(True, "tool on PATH")),
+    )
+    monkeypatch.setitem(
+        registry._SPECS,
+        "absent",
+        BackendSpec("absent", "v", FakeToolBackend, lambda c: Detection(False, "absent-smi not found")),
+    )
+    with caplog.at_level(logging.INFO, logger="xpuwatch"):
+        names = _backend_names(argparse.Namespace(), Settings(), SubprocessRunner())
+    assert "present" in names and "absent" not in names
+    assert "backend absent: skipped (absent-smi not found)" in caplog.text
+    assert "backend present: found" in caplog.text
+    assert _backend_names(argparse.Namespace(), Settings(enable=("sim",)), SubprocessRunner()) == ["sim"]
+
+
+def test_serve_replay_cli_uses_the_bundle_backends_and_node(
+    tmp_path: Path, start_exporter: Callable[..., Exporter]
+) -> None:
+    import json
+    import urllib.request
+
+    from tests.exporter.conftest import GOLDEN_CLOCK, wait_ready
+
+    bundle = tmp_path / "b.json"
+    write_bundle(bundle, [], {"backends": ["sim"], "node": "replayed-node"})
+    exp = start_exporter("--replay", str(bundle), "--sim-clock", GOLDEN_CLOCK)
+    wait_ready(exp.url)
+    with urllib.request.urlopen(exp.url + "/metrics", timeout=10) as r:
+        body = r.read().decode()
+    assert 'xpuwatch_backend_up{backend="sim"} 1.0' in body
+    assert 'accelerator_up{device="0",model="NVIDIA A100-SXM4-80GB",node="replayed-node"' in body
+    (tmp_path / "empty.json").write_text(json.dumps({"xpuwatch_capture": 1, "meta": {}, "commands": []}))
+    res = run_cli("serve", "--replay", str(tmp_path / "empty.json"))
+    assert res.returncode == 2 and "the bundle names no backend to replay" in res.stderr
+    (tmp_path / "bad.json").write_text("{")
+    res = run_cli("serve", "--replay", str(tmp_path / "bad.json"))
+    assert res.returncode == 2 and "not a readable capture bundle" in res.stderr
+
+
+def test_capture_cli_writes_a_bundle(tmp_path: Path) -> None:
+    out = tmp_path / "cap.json"
+    res = run_cli("capture", "-o", str(out), "--redact", "--node-name", "node-x")
+    assert res.returncode == 0, res.stderr
+    meta, _results = read_bundle(out)
+    assert meta["redacted"] is True and meta["node"] == "host-1"
+    assert set(meta) >= {"backends", "skipped", "errors", "started", "finished", "tool_versions", "tools"}

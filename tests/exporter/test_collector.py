@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from prometheus_client.exposition import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.registry import CollectorRegistry
@@ -286,3 +288,71 @@ def test_cache_renders_once_per_state_and_negotiates_formats() -> None:
     state["gen"] = 2
     cache.get("", "")
     assert cache.renders == 3
+
+
+def test_warm_prerenders_every_requested_variant() -> None:
+    state = {"gen": 1}
+    s = DeviceSample(DEV, utilization_ratio=0.5)
+    col = Collector(
+        "n1", lambda now: [view(s, generation=state["gen"])], StaticAttributionSource(), lambda: 0.0
+    )
+    cache = ExpositionCache(col)
+    om = "application/openmetrics-text; version=1.0.0"
+    assert cache.peek(om, "gzip") is None
+    first = cache.get(om, "gzip")
+    assert cache.peek(om, "gzip") is first and cache.renders == 1
+    state["gen"] = 2
+    assert cache.peek(om, "gzip") is None  # state changed, nothing rendered yet
+    cache.warm()
+    assert cache.renders == 2
+    again = cache.peek(om, "gzip")
+    assert again is not None and again.gzipped and again is not first
+    cache.warm()  # same state: no render
+    assert cache.renders == 2
+
+
+_txt = st.text(max_size=12)
+_num = st.floats(allow_nan=True, allow_infinity=True) | st.integers(-(2**40), 2**40)
+_samples = st.builds(
+    DeviceSample,
+    device=st.builds(
+        Device,
+        vendor=_txt,
+        model=_txt,
+        index=_txt,
+        uuid=_txt,
+        pci_bus_id=st.none() | _txt,
+        driver_version=st.none() | _txt,
+        serial=st.none() | _txt,
+    ),
+    up=st.booleans(),
+    utilization_ratio=st.none() | _num,
+    memory_used_bytes=st.none() | _num,
+    temperatures_celsius=st.dictionaries(_txt, _num, max_size=3),
+    fault_events=st.dictionaries(_txt, st.integers(0, 10**9), max_size=3),
+    link_errors=st.dictionaries(st.tuples(_txt, _txt), st.integers(0, 10), max_size=2),
+    health=st.dictionaries(_txt, st.booleans(), max_size=2),
+    slices=st.lists(
+        st.builds(
+            Slice,
+            parent_uuid=_txt,
+            slice_id=_txt,
+            profile=_txt,
+            kind=st.sampled_from(["mig", "vgpu"]),
+            uuid=st.none() | _txt,
+            memory_used_bytes=st.none() | _num,
+        ),
+        max_size=2,
+    ).map(tuple),
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(_samples, max_size=4), _txt)
+def test_fuzz_any_samples_render_to_parseable_exposition(samples: list[DeviceSample], node: str) -> None:
+    reg = CollectorRegistry()
+    reg.register(Collector(node, lambda now: [view(*samples)], StaticAttributionSource(), lambda: 0.0))
+    text = generate_latest(reg).decode()
+    parsed = list(text_string_to_metric_families(text))
+    ups = [s for f in parsed for s in f.samples if s.name == C.UP]
+    assert len(ups) == len({(s.device.vendor, s.device.uuid) for s in samples})

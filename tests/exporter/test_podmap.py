@@ -162,3 +162,21 @@ def test_concurrent_lists_are_independent(kubelet: KubeletServer) -> None:
     for t in threads:
         t.join()
     assert results == [len(FIXTURE_ALLOCATIONS)] * 8
+
+
+def test_ascend_ids_match_physical_id_then_npu_chip_index() -> None:
+    chips = [
+        DeviceRef("huawei", "ascend-0000:01:00.0-0", "0-0", aliases=("phy-4",)),  # 310P card 0, chip 0
+        DeviceRef("huawei", "ascend-0000:01:00.0-1", "0-1", aliases=("phy-5",)),
+        DeviceRef("huawei", "ascend-0000:c1:00.0-0", "3-0"),  # 910B: npu-smi prints no physical id
+    ]
+    allocs = [
+        ContainerDevices("a", "p310", "c", "huawei.com/Ascend310P", ("Ascend310P-5",)),
+        ContainerDevices("a", "p910", "c", "huawei.com/Ascend910", ("Ascend910-3",)),
+    ]
+    pm = match(allocs, chips)
+    assert pm.devices == {
+        "ascend-0000:01:00.0-1": (HolderRef("a", "p310", "c", "huawei.com/Ascend310P"),),
+        "ascend-0000:c1:00.0-0": (HolderRef("a", "p910", "c", "huawei.com/Ascend910"),),
+    }
+    assert pm.unmatched_count == 0

@@ -23,7 +23,11 @@ def test_success_sets_up_samples_and_timestamp() -> None:
     assert p.poll_once() == 5
     v = p.view(clock())
     assert v.up and v.fresh and len(v.samples) == 3 and v.devices == 3
-    assert v.last_success == 1000.0 and v.poll_duration == 0.0 and dict(v.errors) == {}
+    assert (
+        v.last_success == 1000.0
+        and v.poll_duration == 0.0
+        and dict(v.errors) == {"timeout": 0, "unexpected": 0}
+    )
 
 
 def test_staleness_bound_is_two_intervals_plus_timeout() -> None:
@@ -55,7 +59,12 @@ def test_failed_poll_marks_down_but_serves_last_good_until_stale() -> None:
     clock.t += 1
     p.poll_once()
     v = p.view(clock())
-    assert not v.up and v.fresh and len(v.samples) == 2 and dict(v.errors) == {"parse": 1}
+    assert (
+        not v.up
+        and v.fresh
+        and len(v.samples) == 2
+        and dict(v.errors) == {"timeout": 0, "unexpected": 0, "parse": 1}
+    )
     clock.t += 3.5
     assert p.view(clock()).samples == ()
 
@@ -66,8 +75,8 @@ def test_errors_counted_by_reason_and_unexpected() -> None:
     for _ in range(3):
         p.poll_once()
         q.poll_once()
-    assert dict(p.view(1000).errors) == {"exit_status": 3}
-    assert dict(q.view(1000).errors) == {"unexpected": 3}
+    assert dict(p.view(1000).errors) == {"timeout": 0, "unexpected": 0, "exit_status": 3}
+    assert dict(q.view(1000).errors) == {"timeout": 0, "unexpected": 3}
     assert not p.view(1000).up and p.view(1000).last_success is None
 
 
@@ -76,7 +85,7 @@ def test_wrong_return_type_counts_as_unexpected() -> None:
     b.sample = lambda: ["not a sample"]  # type: ignore[method-assign,return-value]
     p = BackendPoller(b, PollSettings(1, 1), Clock())
     p.poll_once()
-    assert dict(p.view(1000).errors) == {"unexpected": 1}
+    assert dict(p.view(1000).errors) == {"timeout": 0, "unexpected": 1}
 
 
 def test_hung_call_times_out_and_no_second_call_starts_until_it_returns() -> None:
@@ -89,9 +98,13 @@ def test_hung_call_times_out_and_no_second_call_starts_until_it_returns() -> Non
         while p.view(clock()).errors.get("timeout", 0) < 1 and time.monotonic() < deadline:
             time.sleep(0.01)
         v = p.view(clock())
-        assert dict(v.errors) == {"timeout": 1} and not v.up
+        assert dict(v.errors) == {"timeout": 1, "unexpected": 0} and not v.up
         time.sleep(0.5)  # many intervals pass: still the one stuck call, no new one
-        assert b.active == 1 and b.max_active == 1 and dict(p.view(clock()).errors) == {"timeout": 1}
+        assert (
+            b.active == 1
+            and b.max_active == 1
+            and dict(p.view(clock()).errors) == {"timeout": 1, "unexpected": 0}
+        )
         b.release.set()  # the call returns late: discarded; the next polls succeed
         while not p.view(clock()).up and time.monotonic() < deadline:
             time.sleep(0.01)
@@ -107,7 +120,7 @@ def test_open_is_retried_with_exponential_backoff() -> None:
     delays = [p.poll_once() for _ in range(4)]
     assert delays == [1.0, 2.0, 4.0, 5]
     assert b.opens == 4 and b.calls == 1
-    assert dict(p.view(1000).errors) == {"init": 3} and p.view(1000).up
+    assert dict(p.view(1000).errors) == {"timeout": 0, "unexpected": 0, "init": 3} and p.view(1000).up
 
 
 def test_poller_ready_and_listeners() -> None:

@@ -5,6 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from exporter.settings import ConfigError, load, parse, parse_listen_address, parse_web_config
 
@@ -178,3 +180,45 @@ def test_bad_pod_mapping_names_the_key(doc: dict, message: str | None) -> None:
         return
     with pytest.raises(ConfigError, match=message):
         parse(doc)
+
+
+_leaf = st.none() | st.booleans() | st.integers(-3, 70000) | st.floats(allow_nan=True) | st.text(max_size=12)
+_doc = st.recursive(
+    _leaf,
+    lambda inner: (
+        st.lists(inner, max_size=3)
+        | st.dictionaries(
+            st.sampled_from(
+                [
+                    "node",
+                    "enable",
+                    "web",
+                    "backends",
+                    "listen_address",
+                    "telemetry_path",
+                    "config_file",
+                    "nvml",
+                    "interval",
+                    "timeout",
+                    "stale_after",
+                    "x",
+                ]
+            ),
+            inner,
+            max_size=4,
+        )
+    ),
+    max_leaves=15,
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(_doc)
+def test_fuzz_parse_raises_only_config_error(doc: object) -> None:
+    try:
+        s = parse(doc)
+    except ConfigError:
+        return
+    assert s.web.telemetry_path.startswith("/")
+    for b in s.backends.values():
+        assert b.interval is None or b.interval > 0

@@ -394,3 +394,22 @@ async def test_hostile_labels_delivered_intact_over_http(tmp_path, bots):
     )
     assert "<at" not in lark
     assert nasty in html.unescape(lark)
+
+
+async def test_render_bug_answers_500_so_alertmanager_retries(tmp_path, bots, monkeypatch):
+    import alerts.relay.server as server
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("bug")
+
+    wecom, feishu = bots
+    h = await relay_for(tmp_path, wecom, feishu)
+    monkeypatch.setattr(server, "render", broken)
+    try:
+        status, body = await h.post("oncall-wecom", payload())
+        text = (await h.get("/metrics"))[1]
+    finally:
+        await h.close()
+    assert (status, body["error"]) == (500, "rendering failed; see the relay log")
+    assert metric_value(text, m.REJECTED, reason="render_failed") == 1
+    assert h.relay.outbox is not None and wecom.accepted == []

@@ -72,6 +72,9 @@ def test_mig_slices_on_a100_and_hami_shares_on_4090() -> None:
     ]
     assert [x.compute_limit_ratio for x in rtx.slices] == [0.5, 0.5]
     assert s["nvidia/1"].slices == () and s["nvidia/2"].slices == ()
+    # slices take their own profile: the notebook's MIG instance idles while the serving one works
+    util = {x.slice_id: x.utilization_ratio for x in a100.slices}
+    assert util["3/0"] < 0.05 and util["9/0"] == 0.0 and util["2/0"] > 0.05
 
 
 def test_capabilities_follow_the_vendor_interfaces() -> None:
@@ -252,6 +255,10 @@ def test_registered_as_sim_not_auto_detected() -> None:
         (
             "timeline: [{at: 0, device: 'nvidia/1', slice: '7/0', pod: null}]",
             "timeline[0].slice: device nvidia/1 has no slice",
+        ),
+        (
+            "timeline: [{at: 0, device: 'nvidia/0', slice: '2/0', fault: lost}]",
+            "timeline[0].slice: faults apply to a whole device",
         ),
         ("[1, 2]", "scenario must be a mapping"),
         ("a: [", "scenario is not valid YAML"),

@@ -1,0 +1,44 @@
+"""Dashboard subcommands: `xpuwatch dashboards generate [--check]` writes (or verifies) dashboards/generated/."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+from dashboards.generator import DEFAULT_OUT, render_all, stale_files
+
+
+def add_commands(sub: Any) -> None:
+    dash = sub.add_parser("dashboards", help="Grafana dashboards")
+    dash_sub = dash.add_subparsers(dest="dashboards_command", metavar="SUBCOMMAND")
+    gen = dash_sub.add_parser(
+        "generate", help="write dashboards/generated/<uid>.json from the dashboard modules"
+    )
+    gen.add_argument("--out", type=Path, default=DEFAULT_OUT, help="output folder (default: %(default)s)")
+    gen.add_argument("--check", action="store_true", help="write nothing; exit 1 if any output is stale")
+    gen.set_defaults(func=generate)
+    dash.set_defaults(func=lambda args: (dash.print_help(), 2)[1])
+
+
+def generate(args: argparse.Namespace) -> int:
+    """Write (or with ``args.check`` verify) ``args.out``; exit code 0 ok, 1 stale, 2 generation failed."""
+    try:
+        files = render_all()
+    except (OSError, ValueError, KeyError) as exc:
+        print(f"xpuwatch dashboards generate: {exc}", file=sys.stderr)
+        return 2
+    if args.check:
+        stale = stale_files(args.out, files)
+        for name in stale:
+            print(f"stale: {args.out / name} (run `xpuwatch dashboards generate`)", file=sys.stderr)
+        return 1 if stale else 0
+    args.out.mkdir(parents=True, exist_ok=True)
+    for name in stale_files(args.out, {}):
+        (args.out / name).unlink()
+        print(f"removed {args.out / name}")
+    for name, text in files.items():
+        (args.out / name).write_text(text, encoding="utf-8")
+        print(f"wrote {args.out / name}")
+    return 0

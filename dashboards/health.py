@@ -1,0 +1,261 @@
+"""Hardware health dashboard: which cards are failing, and how (ECC, driver faults, heat, throttling, loss)?
+
+Answers: uncorrectable ECC per device over the recorded window (-1 where the device reports no ECC),
+corrected/uncorrected ECC rates, driver faults by vendor code, temperature by sensor, active throttle
+reasons, lost devices (known but not answering), vendor health per subsystem, row remapping and
+PCIe/NVLink errors. Each panel reads the series the hardware alerts of alerts/spec.yaml read.
+"""
+
+from __future__ import annotations
+
+from dashboards.board import Board
+from dashboards.layout import Row
+from dashboards.panel import Panel, Query, Threshold
+from dashboards.sources import AGGREGATED, DEVICE_ID, RECORDS, SPEC, selector
+from exporter import catalog as c
+
+UID = "xpuwatch-health"
+
+HOT = float(SPEC.alert("AcceleratorTemperatureHigh").value("core_celsius"))
+CRITICAL = float(SPEC.alert("AcceleratorTemperatureCritical").value("core_celsius"))
+_NOT_IDLE = 'reason!="gpu_idle"'
+_HIDE = {"id": "organize", "options": {"excludeByName": {"Time": True, "__name__": True}}}
+
+lost_count = Panel(
+    "Lost devices",
+    "stat",
+    (Query(f"sum({selector(c.UP)} == bool 0)", instant=True),),
+    "Devices the exporters know but that did not answer their last poll (accelerator_up == 0).",
+    width=6,
+    height=4,
+    thresholds=(Threshold(None, "green"), Threshold(1, "red")),
+    options={"graphMode": "none"},
+)
+
+failing_count = Panel(
+    "Failing health checks",
+    "stat",
+    (Query(f"sum({selector(c.HEALTH)} == bool 0)", instant=True),),
+    "Device subsystems whose vendor health check reports failed or warning.",
+    width=6,
+    height=4,
+    thresholds=(Threshold(None, "green"), Threshold(1, "red")),
+    options={"graphMode": "none"},
+)
+
+ecc_devices = Panel(
+    f"Devices with uncorrectable ECC in the last {SPEC.rec('ecc_status_window')}",
+    "stat",
+    (Query(f"sum({selector(RECORDS.ecc_uncorrected, AGGREGATED)} > bool 0)", instant=True),),
+    "Devices whose uncorrected ECC counter rose within the recorded window.",
+    width=6,
+    height=4,
+    thresholds=(Threshold(None, "green"), Threshold(1, "red")),
+    options={"graphMode": "none"},
+)
+
+throttled_count = Panel(
+    "Devices throttling for heat or power",
+    "stat",
+    (
+        Query(
+            f"sum(max by ({DEVICE_ID}) ({selector(c.CLOCK_THROTTLED, extra=_NOT_IDLE)}))",
+            instant=True,
+        ),
+    ),
+    "Devices with at least one active throttle reason other than gpu_idle (idle clocks are not a fault); "
+    "each device counts once however many reasons are active.",
+    width=6,
+    height=4,
+    thresholds=(Threshold(None, "green"), Threshold(1, "orange")),
+    options={"graphMode": "none"},
+)
+
+lost = Panel(
+    "Devices lost",
+    "table",
+    (Query(f"{selector(c.UP)} == 0", instant=True, table=True),),
+    "Each device known but not answering (lost, fallen off the bus, timed out), with its identity labels.",
+    width=12,
+    height=6,
+    transformations=(_HIDE,),
+)
+
+failing = Panel(
+    "Health checks failing",
+    "table",
+    (Query(f"{selector(c.HEALTH)} == 0", instant=True, table=True),),
+    "Each device subsystem whose vendor health check fails.",
+    width=12,
+    height=6,
+    transformations=(_HIDE,),
+)
+
+health = Panel(
+    "Health per subsystem",
+    "bargauge",
+    (
+        Query(
+            f"avg by (vendor, subsystem) ({selector(c.HEALTH)})",
+            "{{vendor}} {{subsystem}}",
+            instant=True,
+        ),
+    ),
+    "Share of devices whose subsystem reports healthy, per vendor and subsystem (1 = all healthy).",
+    unit="percentunit",
+    width=24,
+    height=7,
+    min=0,
+    max=1,
+    thresholds=(Threshold(None, "red"), Threshold(0.999, "green")),
+)
+
+ecc_status = Panel(
+    f"Uncorrectable ECC errors, last {SPEC.rec('ecc_status_window')}",
+    "table",
+    (Query(selector(RECORDS.ecc_uncorrected, AGGREGATED), instant=True, table=True),),
+    "Per device: uncorrected ECC errors within the window (recording rule); -1 where the device reports no "
+    "ECC counters (not 0: not reported is not healthy).",
+    width=12,
+    height=8,
+    decimals=0,
+    thresholds=(Threshold(None, "text"), Threshold(-0.5, "green"), Threshold(0.5, "red")),
+    custom={"cellOptions": {"type": "color-text"}},
+    transformations=(_HIDE, {"id": "sortBy", "options": {"sort": [{"desc": True, "field": "Value"}]}}),
+)
+
+ecc_rate = Panel(
+    "ECC errors",
+    "timeseries",
+    (
+        Query(
+            f"sum by (node, device, type) (increase({selector(c.ECC_ERRORS)}[$__rate_interval]))",
+            "{{node}} {{device}} {{type}}",
+        ),
+    ),
+    "New ECC errors per interval by device and type (corrected, uncorrected).",
+    width=12,
+    height=8,
+    min=0,
+)
+
+faults = Panel(
+    "Driver faults by code",
+    "table",
+    (
+        Query(
+            f"sum by ({DEVICE_ID}, code) (increase({selector(c.FAULT_EVENTS)}[$__range])) > 0",
+            instant=True,
+            table=True,
+        ),
+    ),
+    "Driver fault events in the selected time range by device and vendor code (NVIDIA XID, Ascend error "
+    "code); codes that did not occur are hidden.",
+    width=12,
+    height=8,
+    decimals=0,
+    transformations=(_HIDE, {"id": "organize", "options": {"renameByName": {"Value": "events"}}}),
+)
+
+faults_rate = Panel(
+    "Driver faults over time",
+    "timeseries",
+    (
+        Query(
+            f"sum by (vendor, code) (increase({selector(c.FAULT_EVENTS)}[$__rate_interval]))",
+            "{{vendor}} {{code}}",
+        ),
+    ),
+    "Driver fault events per interval by vendor and code, summed over devices.",
+    width=12,
+    height=8,
+    min=0,
+)
+
+temperature = Panel(
+    "Temperature",
+    "timeseries",
+    (
+        Query(
+            f"max by (node, device, sensor) ({selector(c.TEMPERATURE)})",
+            "{{node}} {{device}} {{sensor}}",
+        ),
+    ),
+    f"Temperature by device and sensor. Lines: {HOT:.0f} °C (AcceleratorTemperatureHigh) and "
+    f"{CRITICAL:.0f} °C (AcceleratorTemperatureCritical, core sensor).",
+    unit="celsius",
+    thresholds=(Threshold(None, "green"), Threshold(HOT, "orange"), Threshold(CRITICAL, "red")),
+    thresholds_style="line",
+)
+
+throttle = Panel(
+    "Throttle reasons active",
+    "timeseries",
+    (
+        Query(
+            f"sum by (reason) ({selector(c.CLOCK_THROTTLED)})",
+            "{{reason}}",
+        ),
+    ),
+    "Number of devices with each throttle (clock-event) reason active. gpu_idle is normal on idle cards; "
+    "sw_thermal / hw_thermal / hw_slowdown point to cooling or power delivery.",
+    stack=True,
+    min=0,
+)
+
+remap = Panel(
+    "Row remapping",
+    "table",
+    (
+        Query(selector(c.REMAP_PENDING), instant=True, table=True),
+        Query(selector(c.REMAP_FAILED), instant=True, table=True),
+        Query(
+            f"sum by ({DEVICE_ID}) ({selector(c.REMAPPED_ROWS)})",
+            instant=True,
+            table=True,
+        ),
+    ),
+    "Per device with row remapping: remap pending a reset, remap failed, rows remapped so far.",
+    width=12,
+    height=8,
+    transformations=(
+        {"id": "merge", "options": {}},
+        {
+            "id": "organize",
+            "options": {
+                "excludeByName": {"Time": True, "__name__": True},
+                "renameByName": {"Value #A": "pending", "Value #B": "failed", "Value #C": "rows remapped"},
+            },
+        },
+    ),
+)
+
+links = Panel(
+    "PCIe replays and link errors",
+    "timeseries",
+    (
+        Query(
+            f"sum by (node, device) (increase({selector(c.PCIE_REPLAY)}[$__rate_interval]))",
+            "{{node}} {{device}} PCIe replays",
+        ),
+        Query(
+            f"sum by (node, device) (increase({selector(c.LINK_ERRORS)}[$__rate_interval]))",
+            "{{node}} {{device}} link errors",
+        ),
+    ),
+    "PCIe replays and interconnect (NVLink) errors per interval by device.",
+    width=12,
+    height=8,
+    min=0,
+)
+
+BOARD = Board(
+    UID,
+    "xpuwatch / Hardware health",
+    "ECC, driver faults, temperature, throttling, lost devices and vendor health per subsystem.",
+    (
+        Row("Now", (lost_count, failing_count, ecc_devices, throttled_count, lost, failing, health)),
+        Row("Memory errors and faults", (ecc_status, ecc_rate, faults, faults_rate, remap, links)),
+        Row("Heat", (temperature, throttle)),
+    ),
+)

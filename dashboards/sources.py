@@ -1,0 +1,126 @@
+"""Series the dashboards read: catalog metrics, recording rules, and names owned by other packages.
+
+Metric names come from ``exporter.catalog`` (imported, never retyped); recording-rule names from
+``alerts.rules.records`` applied to the alert spec (the same call that generates alerts/generated/rules.yml),
+and thresholds shown on panels from the same spec, so a panel's band moves when the spec's alert does.
+Names declared by packages that dashboards cannot import yet (the relay, the remediation controller) are in
+one table below, each with the module that owns it; tests compare them with the owner when it is present.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from alerts.rules import Records, records
+from alerts.spec import Spec, load_spec
+from exporter import catalog as c
+
+SPEC: Spec = load_spec()
+RECORDS: Records = records(SPEC)
+
+# Prometheus' own series: one per active alert (alertstate pending|firing) with the alert's labels, and the
+# scrape health of every target.
+ALERTS = "ALERTS"
+UP_TARGET = "up"
+
+
+@dataclass(frozen=True)
+class ForeignMetric:
+    """A metric another xpuwatch package declares (prometheus-client). ``owner`` is ``module:CONSTANT``."""
+
+    name: str
+    type: Literal["counter", "gauge"]
+    labels: tuple[str, ...]
+    owner: str
+
+
+# Owned by alerts.relay.metrics (relay branch): the relay's prometheus-client metrics.
+RELAY_RECEIVED = ForeignMetric(
+    "xpuwatch_relay_notifications_received_total", "counter", ("channel",), "alerts.relay.metrics:RECEIVED"
+)
+RELAY_DELIVERED = ForeignMetric(
+    "xpuwatch_relay_messages_delivered_total", "counter", ("channel",), "alerts.relay.metrics:DELIVERED"
+)
+RELAY_FAILED = ForeignMetric(
+    "xpuwatch_relay_messages_failed_total", "counter", ("channel", "reason"), "alerts.relay.metrics:FAILED"
+)
+RELAY_RETRIES = ForeignMetric(
+    "xpuwatch_relay_send_retries_total", "counter", ("channel", "reason"), "alerts.relay.metrics:RETRIES"
+)
+RELAY_REJECTED = ForeignMetric(
+    "xpuwatch_relay_requests_rejected_total", "counter", ("reason",), "alerts.relay.metrics:REJECTED"
+)
+RELAY_QUEUE_DEPTH = ForeignMetric(
+    "xpuwatch_relay_queue_depth", "gauge", ("channel",), "alerts.relay.metrics:QUEUE_DEPTH"
+)
+RELAY_OLDEST_AGE = ForeignMetric(
+    "xpuwatch_relay_oldest_pending_age_seconds", "gauge", ("channel",), "alerts.relay.metrics:OLDEST_AGE"
+)
+RELAY_OUTBOX_UP = ForeignMetric("xpuwatch_relay_outbox_up", "gauge", (), "alerts.relay.metrics:OUTBOX_UP")
+# Owned by remediation.telemetry (remediation branch): the remediation controller's metrics.
+REMEDIATION_ACTIONS = ForeignMetric(
+    "xpuwatch_remediation_actions_total",
+    "counter",
+    ("action", "result", "mode"),
+    "remediation.telemetry:ACTIONS_TOTAL",
+)
+REMEDIATION_REFUSALS = ForeignMetric(
+    "xpuwatch_remediation_guard_refusals_total",
+    "counter",
+    ("reason",),
+    "remediation.telemetry:REFUSALS_TOTAL",
+)
+REMEDIATION_DISRUPTED = ForeignMetric(
+    "xpuwatch_remediation_disrupted_nodes", "gauge", (), "remediation.telemetry:DISRUPTED"
+)
+REMEDIATION_LEADER = ForeignMetric("xpuwatch_remediation_leader", "gauge", (), "remediation.telemetry:LEADER")
+
+FOREIGN: tuple[ForeignMetric, ...] = (
+    RELAY_RECEIVED,
+    RELAY_DELIVERED,
+    RELAY_FAILED,
+    RELAY_RETRIES,
+    RELAY_REJECTED,
+    RELAY_QUEUE_DEPTH,
+    RELAY_OLDEST_AGE,
+    RELAY_OUTBOX_UP,
+    REMEDIATION_ACTIONS,
+    REMEDIATION_REFUSALS,
+    REMEDIATION_DISRUPTED,
+    REMEDIATION_LEADER,
+)
+
+# Matchers each dashboard applies (Grafana multi-value variables with allValue ".*", which also matches a
+# missing label: single-cluster installs need no `cluster` label).
+FLEET = ("cluster", "node", "vendor", "model")
+CLUSTER = ("cluster",)
+# Recording rules that aggregate with `by (node, vendor, model, ...)` (node:accelerator_up:count, the ECC
+# summary) drop the cluster label, so they are filtered without it.
+AGGREGATED = ("node", "vendor", "model")
+
+
+def selector(metric: str | ForeignMetric, variables: tuple[str, ...] = FLEET, extra: str = "") -> str:
+    """``metric{var=~"$var", ..., extra}``: the series filtered by the dashboard variables.
+
+    >>> selector("m", ("node",), 'type="x"')
+    'm{node=~"$node", type="x"}'
+    """
+    name = metric.name if isinstance(metric, ForeignMetric) else metric
+    matchers = [f'{v}=~"${v}"' for v in variables]
+    if extra:
+        matchers.append(extra)
+    return f"{name}{{{', '.join(matchers)}}}" if matchers else name
+
+
+def any_of(*metrics: str) -> str:
+    """A ``__name__`` regex matching exactly these catalog names (for panels showing several readings)."""
+    known = c.by_name()
+    for m in metrics:
+        if m not in known:
+            raise KeyError(f"{m!r} is not in the metric catalog")
+    return "|".join(metrics)
+
+
+DEVICE_ID = "node, vendor, model, device, uuid"
+SLICE_ID = "node, vendor, model, device, uuid, slice_id, profile, slice_kind"

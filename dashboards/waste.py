@@ -1,0 +1,250 @@
+"""Waste dashboard: who holds accelerators without using them, by namespace and owner?
+
+Answers: idle notebooks (the AcceleratorIdleNotebook condition), memory hoarders (memory held while the 1 h
+P95 utilization is below the AcceleratorLowUtilization threshold), starved cards (power far below the limit:
+the AcceleratorPowerStarved condition), wrongly sized slices (recorded slice bottleneck class memory or
+compute), and utilization and memory of held devices per namespace. Thresholds come from alerts/spec.yaml.
+Holders come from ``accelerator_allocated`` (one series per container holding a device), so shared devices
+show every holder.
+"""
+
+from __future__ import annotations
+
+from dashboards.board import Board
+from dashboards.layout import Row
+from dashboards.panel import Panel, Query, Threshold
+from dashboards.sources import RECORDS, SLICE_ID, SPEC, selector
+from exporter import catalog as c
+
+UID = "xpuwatch-waste"
+
+_notebook = SPEC.alert("AcceleratorIdleNotebook")
+IDLE_UTIL = float(_notebook.value("utilization_max"))
+CONTEXT_BYTES = int(_notebook.value("memory_min_bytes"))
+LOW_P95 = float(SPEC.alert("AcceleratorLowUtilization").value("threshold"))
+STARVED = float(SPEC.alert("AcceleratorPowerStarved").value("threshold"))
+
+HOLDER = ("cluster", "node", "vendor", "model", "namespace")
+_HIDE = {"id": "organize", "options": {"excludeByName": {"Time": True, "__name__": True}}}
+
+
+def _holders(extra: str = "") -> str:
+    return f"({selector(c.ALLOCATED, HOLDER, extra)} == 1)"
+
+
+def held_by(device_expr: str, extra: str = "") -> str:
+    """``device_expr`` (one value per device) repeated for each holder of the device, with the holder's
+    labels (namespace, pod, container, workload_kind, owner) and the device's value."""
+    return (
+        f"max by (node, uuid) (\n  {device_expr}\n)\n  + on (node, uuid) group_right\n0 * {_holders(extra)}"
+    )
+
+
+def _split(device_expr: str) -> str:
+    """Per holder: the device value divided evenly among all the device's holders (in any namespace)."""
+    return (
+        f"max by (node, uuid) ({device_expr})\n  * on (node, uuid) group_right ()\n{_holders()}\n"
+        f"  / on (node, uuid) group_left\ncount by (node, uuid) ({selector(c.ALLOCATED)} == 1)"
+    )
+
+
+_table = {"cellOptions": {"type": "color-text"}}
+
+idle_notebooks = Panel(
+    "Idle notebooks",
+    "table",
+    (
+        Query(
+            held_by(
+                f"{selector(c.UTILIZATION)} <= {IDLE_UTIL}\n  and on (node, uuid)\n"
+                f"  {selector(c.MEMORY_USED)} >= {CONTEXT_BYTES}",
+                'workload_kind="notebook"',
+            ),
+            instant=True,
+            table=True,
+        ),
+    ),
+    f"Notebooks holding device memory (at least {CONTEXT_BYTES // 2**20} MiB, more than an initialised "
+    f"context) at utilization of at most {IDLE_UTIL:.0%}, now. AcceleratorIdleNotebook fires when this "
+    f"lasts {_notebook.for_}; the remediation controller then reclaims the notebook.",
+    unit="percentunit",
+    width=24,
+    height=6,
+    transformations=(_HIDE, {"id": "organize", "options": {"renameByName": {"Value": "utilization"}}}),
+)
+
+hoarders = Panel(
+    f"Memory hoarders (1h P95 utilization below {LOW_P95:.0%})",
+    "table",
+    (
+        Query(
+            held_by(
+                f"{selector(c.MEMORY_USED)} >= {CONTEXT_BYTES}\n  and on (node, uuid)\n"
+                f"  {selector(RECORDS.utilization_p95)} < {LOW_P95}"
+            ),
+            instant=True,
+            table=True,
+        ),
+    ),
+    "Holders of devices that keep memory allocated while their 95th-percentile utilization over the last "
+    "hour stays below the AcceleratorLowUtilization threshold: capacity others queue for.",
+    unit="bytes",
+    width=12,
+    height=8,
+    transformations=(
+        _HIDE,
+        {"id": "organize", "options": {"renameByName": {"Value": "memory used"}}},
+        {"id": "sortBy", "options": {"sort": [{"desc": True, "field": "memory used"}]}},
+    ),
+)
+
+starved = Panel(
+    f"Starved cards (power below {STARVED:.0%} of the limit)",
+    "table",
+    (
+        Query(
+            held_by(
+                f"{selector(c.POWER)} / ({selector(c.POWER_LIMIT)} > 0) < {STARVED}",
+                SPEC.alert("AcceleratorPowerStarved").value("workload_selector"),
+            ),
+            instant=True,
+            table=True,
+        ),
+    ),
+    "Held devices drawing less than the AcceleratorPowerStarved share of their power limit: the task is "
+    "not fed (data loading, CPU preprocessing). Notebooks are listed under idle notebooks instead.",
+    unit="percentunit",
+    width=12,
+    height=8,
+    transformations=(_HIDE, {"id": "organize", "options": {"renameByName": {"Value": "power / limit"}}}),
+)
+
+_SLICE_HOLDER = f"{SLICE_ID}, namespace, pod"
+_CLASS_COLOURS = {"memory": "red", "compute": "orange", "balanced": "green", "unknown": "text"}
+
+slice_sizing = Panel(
+    "Slice sizing (wrongly sized: bottleneck memory or compute)",
+    "table",
+    (
+        Query(
+            f"max by ({_SLICE_HOLDER}, bottleneck) ({selector(RECORDS.slice_bottleneck, HOLDER)})",
+            instant=True,
+            table=True,
+        ),
+        Query(
+            f"max by ({_SLICE_HOLDER}) ({selector(RECORDS.slice_memory_used, HOLDER)})",
+            instant=True,
+            table=True,
+        ),
+        Query(
+            f"max by ({_SLICE_HOLDER}) ({selector(RECORDS.slice_compute, HOLDER)})", instant=True, table=True
+        ),
+    ),
+    "Every MIG instance and vGPU share with its holder, its recorded bottleneck class, memory used / limit "
+    "and SM activity (engine utilization for vGPU shares). Bottleneck memory (memory full, compute idle): "
+    "give the slice more memory; compute (compute saturated, memory spare): more compute per slice. "
+    "AcceleratorSliceMemoryBound / AcceleratorSliceComputeBound fire when it lasts.",
+    unit="percentunit",
+    width=24,
+    height=8,
+    custom=_table,
+    thresholds=(Threshold(None, "green"), Threshold(0.9, "red")),
+    transformations=(
+        {"id": "merge", "options": {}},
+        {
+            "id": "organize",
+            "options": {
+                "excludeByName": {"Time": True, "Value #A": True},
+                "renameByName": {"Value #B": "memory used", "Value #C": "SM activity"},
+            },
+        },
+        {"id": "sortBy", "options": {"sort": [{"field": "bottleneck"}]}},
+    ),
+    overrides=(
+        {
+            "matcher": {"id": "byName", "options": "bottleneck"},
+            "properties": [
+                {"id": "custom.cellOptions", "value": {"type": "color-background"}},
+                {
+                    "id": "mappings",
+                    "value": [
+                        {
+                            "type": "value",
+                            "options": {
+                                cls: {"color": colour, "index": i}
+                                for i, (cls, colour) in enumerate(_CLASS_COLOURS.items())
+                            },
+                        }
+                    ],
+                },
+            ],
+        },
+    ),
+)
+
+idle_by_owner = Panel(
+    f"Allocated but idle (1h P95 below {LOW_P95:.0%}) by namespace and owner",
+    "bargauge",
+    (
+        Query(
+            f"count by (namespace, workload_kind, owner) (\n"
+            f"{held_by(f'{selector(RECORDS.utilization_p95)} < {LOW_P95}')}\n)",
+            "{{namespace}} {{workload_kind}} {{owner}}",
+            instant=True,
+        ),
+    ),
+    "Devices per namespace, workload kind and owner whose 95th-percentile utilization over the last hour "
+    "is below the AcceleratorLowUtilization threshold (owner is set for notebooks).",
+    width=12,
+    height=8,
+    decimals=0,
+    thresholds=(Threshold(None, "orange"),),
+)
+
+utilization_by_namespace = Panel(
+    "Utilization of held devices by namespace",
+    "bargauge",
+    (
+        Query(
+            f"avg by (namespace) (\n  max by (node, uuid) ({selector(c.UTILIZATION)})\n"
+            f"  * on (node, uuid) group_right ()\n{_holders()}\n)",
+            "{{namespace}}",
+            instant=True,
+        ),
+    ),
+    "Mean utilization of the devices each namespace holds (a shared device counts for each holder).",
+    unit="percentunit",
+    width=12,
+    height=8,
+    min=0,
+    max=1,
+    thresholds=(Threshold(None, "red"), Threshold(LOW_P95, "orange"), Threshold(0.7, "green")),
+)
+
+memory_by_namespace = Panel(
+    "Device memory held by namespace and owner",
+    "bargauge",
+    (
+        Query(
+            f"sum by (namespace, owner) ({_split(selector(c.MEMORY_USED))})",
+            "{{namespace}} {{owner}}",
+            instant=True,
+        ),
+    ),
+    "Device memory in use on the devices each namespace/owner holds; a shared device's memory is split "
+    "evenly among its holders.",
+    unit="bytes",
+    width=24,
+    height=8,
+)
+
+BOARD = Board(
+    UID,
+    "xpuwatch / Waste",
+    "Idle notebooks, memory hoarders, starved cards and wrongly sized slices, by namespace and owner.",
+    (
+        Row("Held and idle", (idle_notebooks, hoarders, starved, idle_by_owner, utilization_by_namespace)),
+        Row("Slices", (slice_sizing,)),
+        Row("By namespace", (memory_by_namespace,)),
+    ),
+)
