@@ -140,26 +140,22 @@ class Child:
         return "\n".join(text.splitlines()[-lines:])
 
 
-async def start_child(
-    name: str, argv: Sequence[str], files: cfg.Files, ready_url: str, console: Console
-) -> Child:
-    log = files.logs / f"{name}.log"
-    env = {
-        **os.environ,
-        "PYTHONPATH": os.pathsep.join(filter(None, [str(PACKAGE_ROOT), os.environ.get("PYTHONPATH")])),
-    }
+async def start_child(comp: cfg.Component, files: cfg.Files, console: Console) -> Child:
+    """Start one component in its own process group, output to logs/<name>.log."""
+    log = files.logs / f"{comp.name}.log"
+    path = os.pathsep.join(filter(None, [str(PACKAGE_ROOT), os.environ.get("PYTHONPATH")]))
     with log.open("wb") as fh:
         proc = await asyncio.create_subprocess_exec(
-            *argv,
+            *comp.argv,
             stdin=asyncio.subprocess.DEVNULL,
             stdout=fh,
             stderr=asyncio.subprocess.STDOUT,
             cwd=files.root,
-            env=env,
-            process_group=0,  # Ctrl-C in the terminal reaches the demo only; the demo stops children in order
+            env={**os.environ, "PYTHONPATH": path},
+            process_group=0,  # Ctrl-C in the terminal reaches the demo only; it stops its children itself
         )
-    console.line("demo", f"started {name} (pid {proc.pid}), log {log.name}")
-    return Child(name, proc, log, ready_url)
+    console.line("demo", f"started {comp.name} (pid {proc.pid}), log {log.name}")
+    return Child(comp.name, proc, log, comp.ready_url)
 
 
 async def wait_ready(session: aiohttp.ClientSession, child: Child, stop: asyncio.Event) -> None:
@@ -353,61 +349,8 @@ async def run(opts: Options, console: Console | None = None) -> int:
                 f"stand-in WeCom and Feishu bots on {cfg.url(bots_port)}; stand-in Kubernetes API on "
                 f"{cfg.url(kube_port)} (node {scenario.node}, {len(kube.objects) - 1} pods)",
             )
-            py = [sys.executable, "-m", "exporter.entry"]
-            lp = f"{cfg.LOOPBACK}:"
-            children.append(
-                await start_child(
-                    "prometheus",
-                    [
-                        prometheus,
-                        f"--config.file={files.prometheus}",
-                        f"--storage.tsdb.path={files.prometheus_data}",
-                        f"--web.listen-address={lp}{ports.prometheus}",
-                        f"--web.external-url={cfg.url(ports.prometheus)}",
-                    ],
-                    files,
-                    cfg.url(ports.prometheus, "/-/ready"),
-                    console,
-                )
-            )
-            children.append(
-                await start_child(
-                    "alertmanager",
-                    [
-                        alertmanager,
-                        f"--config.file={files.alertmanager}",
-                        f"--storage.path={files.alertmanager_data}",
-                        f"--web.listen-address={lp}{ports.alertmanager}",
-                        "--cluster.listen-address=",
-                        f"--web.external-url={cfg.url(ports.alertmanager)}",
-                    ],
-                    files,
-                    cfg.url(ports.alertmanager, "/-/ready"),
-                    console,
-                )
-            )
-            children.append(
-                await start_child(
-                    "relay",
-                    [*py, "relay", "--config", str(files.relay)],
-                    files,
-                    cfg.url(ports.relay, "/readyz"),
-                    console,
-                )
-            )
-            children.append(
-                await start_child(
-                    "remediation",
-                    [*py, "remediate", "--config", str(files.remediation)],
-                    files,
-                    cfg.url(ports.remediation, "/readyz"),
-                    console,
-                )
-            )
-            children.append(await start_child("exporter", [
-                *py, "serve", "--simulate", "--sim-config", str(files.scenario),
-                "--web.listen-address", f"{lp}{ports.exporter}",
-            ], files, cfg.url(ports.exporter, "/readyz"), console))  # fmt: skip
+            for comp in cfg.components(prometheus, alertmanager, sys.executable, ports, files):
+                children.append(await start_child(comp, files, console))
             await ready_all(session, children, stop)
             if not stop.is_set():
                 publish_exporter(files, ports)

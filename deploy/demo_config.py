@@ -106,6 +106,66 @@ class Files:
         )
 
 
+@dataclass(frozen=True)
+class Component:
+    """A process of the stack: its name, command line and the URL that answers 200 once it is ready."""
+
+    name: str
+    argv: tuple[str, ...]
+    ready_url: str
+
+
+def components(
+    prometheus_bin: str, alertmanager_bin: str, python: str, ports: Ports, files: Files
+) -> tuple[Component, ...]:
+    """The stack's processes in start order. Python components run as ``python -m exporter.entry``."""
+    xpuwatch = (python, "-m", "exporter.entry")
+    return (
+        Component(
+            "prometheus",
+            (
+                prometheus_bin,
+                f"--config.file={files.prometheus}",
+                f"--storage.tsdb.path={files.prometheus_data}",
+                f"--web.listen-address={LOOPBACK}:{ports.prometheus}",
+                f"--web.external-url={url(ports.prometheus)}",
+            ),
+            url(ports.prometheus, "/-/ready"),
+        ),
+        Component(
+            "alertmanager",
+            (
+                alertmanager_bin,
+                f"--config.file={files.alertmanager}",
+                f"--storage.path={files.alertmanager_data}",
+                f"--web.listen-address={LOOPBACK}:{ports.alertmanager}",
+                "--cluster.listen-address=",  # no gossip port: a single local instance
+                f"--web.external-url={url(ports.alertmanager)}",
+            ),
+            url(ports.alertmanager, "/-/ready"),
+        ),
+        Component("relay", (*xpuwatch, "relay", "--config", str(files.relay)), url(ports.relay, "/readyz")),
+        Component(
+            "remediation",
+            (*xpuwatch, "remediate", "--config", str(files.remediation)),
+            url(ports.remediation, "/readyz"),  # 200 once it leads and has listed the nodes
+        ),
+        Component(
+            "exporter",
+            (
+                *xpuwatch,
+                "serve",
+                "--simulate",
+                "--sim-config",
+                str(files.scenario),
+                "--web.listen-address",
+                f"{LOOPBACK}:{ports.exporter}",
+            ),
+            url(ports.exporter, "/readyz"),
+        ),
+    )
+
+
 def url(port: int, path: str = "") -> str:
     return f"http://{LOOPBACK}:{port}{path}"
 

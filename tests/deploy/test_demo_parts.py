@@ -289,3 +289,29 @@ def test_parse_time_reads_prometheus_nanoseconds() -> None:
     assert parse_time("2026-11-30T15:19:58Z") == 1796051998.0
     assert parse_time("2026-11-30T16:19:58+01:00") == 1796051998.0
     assert parse_time("yesterday") is None
+
+
+def test_components_listen_on_loopback_in_start_order(tmp_path: Path) -> None:
+    files = cfg.Files.under(tmp_path)
+    comps = cfg.components("/usr/bin/prometheus", "/usr/bin/prometheus-alertmanager", "/py", PORTS, files)
+    assert [c.name for c in comps] == ["prometheus", "alertmanager", "relay", "remediation", "exporter"]
+    am = comps[1]
+    assert am.argv == (
+        "/usr/bin/prometheus-alertmanager",
+        f"--config.file={tmp_path}/alertmanager.yml",
+        f"--storage.path={tmp_path}/alertmanager-data",
+        "--web.listen-address=127.0.0.1:19093",
+        "--cluster.listen-address=",
+        "--web.external-url=http://127.0.0.1:19093",
+    )
+    assert comps[4].argv == (
+        "/py", "-m", "exporter.entry", "serve", "--simulate", "--sim-config", f"{tmp_path}/scenario.yaml",
+        "--web.listen-address", "127.0.0.1:19851",
+    )  # fmt: skip
+    assert [c.ready_url for c in comps] == [
+        "http://127.0.0.1:19090/-/ready",
+        "http://127.0.0.1:19093/-/ready",
+        "http://127.0.0.1:19852/readyz",
+        "http://127.0.0.1:19853/readyz",
+        "http://127.0.0.1:19851/readyz",
+    ]
