@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -49,7 +50,7 @@ def run(args: argparse.Namespace) -> int:
     from deploy.demo import Options, main  # imported here: every `xpuwatch` subcommand imports this module
 
     if args.duration is not None and args.duration <= 0:
-        print("xpuwatch demo: --duration must be positive")
+        print("xpuwatch demo: --duration must be positive", file=sys.stderr)
         return 2
     return main(
         Options(
