@@ -1,0 +1,203 @@
+"""`xpuwatch demo` end to end: the real command with real Prometheus, Alertmanager, relay, remediation and
+exporter on a short scenario; a hardware message reaches the WeCom stand-in, a performance message the
+Feishu stand-in, the controller logs a dry-run decision, and everything is gone afterwards."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+# Two A100s: a training job and an idle notebook; an uncorrectable ECC error 10 s in (after Prometheus'
+# first scrape, so the counter's step from 0 to 1 is seen as an increase).
+SHORT_SCENARIO = """\
+seed: 7
+node: demo-node
+devices:
+  - {vendor: nvidia, model: "NVIDIA A100-SXM4-80GB", count: 2}
+timeline:
+  - {at: 0, device: "nvidia/0", profile: training, pod: {namespace: ml-team, pod: train-llm-0, container: trainer, workload_kind: job}}
+  - {at: 0, device: "nvidia/1", profile: idle_notebook, pod: {namespace: ml-team, pod: jupyter-alice, container: notebook, workload_kind: notebook, owner: alice}}
+  - {at: 10, device: "nvidia/0", fault: ecc_uncorrectable}
+"""
+# Seconds after the stack is ready: IdleNotebook fires 15 s after the first scrape and waits 5 s for
+# its group; the ECC message comes about 10 s in.
+DURATION = 35
+NEEDS_TOOLS = pytest.mark.skipif(
+    not (shutil.which("prometheus") and shutil.which("prometheus-alertmanager")),
+    reason="Debian's prometheus and prometheus-alertmanager are required",
+)
+
+
+def demo(
+    args: list[str], tmp: Path, timeout: float, path: str | None = None
+) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "TMPDIR": str(tmp)}
+    if path is not None:
+        env["PATH"] = path
+    return subprocess.run(
+        [sys.executable, "-m", "exporter.entry", "demo", *args],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+
+
+def blocks(stdout: str, source: str) -> list[str]:
+    """The texts printed for ``source``: a header line plus its ``|`` continuation lines each."""
+    printed: list[tuple[str, str]] = []
+    for line in stdout.splitlines():
+        m = re.match(r"^\d\d:\d\d:\d\d +[+-][\d.]+s  (\S+) *(.*)$", line)
+        if m:
+            printed.append((m.group(1), m.group(2)))
+        elif printed and line.lstrip().startswith("| "):
+            printed[-1] = (printed[-1][0], printed[-1][1] + "\n" + line.split("| ", 1)[1])
+    return [text for src, text in printed if src == source]
+
+
+@pytest.mark.slow
+@NEEDS_TOOLS
+def test_demo_delivers_hardware_and_performance_messages_and_cleans_up(tmp_path: Path) -> None:
+    scenario = tmp_path / "short.yaml"
+    scenario.write_text(SHORT_SCENARIO, encoding="utf-8")
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    res = demo(["--duration", str(DURATION), "--scenario", str(scenario)], tmp, timeout=DURATION + 120)
+    out = res.stdout
+    assert res.returncode == 0, out + res.stderr
+
+    wecom, feishu, remediation = blocks(out, "WeCom"), blocks(out, "Feishu"), blocks(out, "remediation")
+    ecc = [m for m in wecom if m.startswith("## [FIRING:1] AcceleratorEccUncorrectable demo-node")]
+    assert ecc, out
+    assert "device=0" in ecc[0] and "pod=train-llm-0" in ecc[0]
+    idle = [m for m in feishu if m.startswith("[FIRING:1] AcceleratorIdleNotebook ml-team")]
+    assert idle, out
+    assert "Idle notebook ml-team/jupyter-alice holds an accelerator" in idle[0]
+    # ECC and its XID 48 fire together and reach the controller in either order: the first drains the node,
+    # the second is refused by the per-node cooldown
+    drains = [m for m in remediation if m.startswith("decision drain start node/demo-node [")]
+    assert [m.split("]: ")[1].split(":")[0] for m in drains] == ["allowed (dry-run)", "refused (cooldown)"], (
+        out
+    )
+    assert {m.split("[")[1].split("]")[0] for m in drains} == {
+        "AcceleratorEccUncorrectable",
+        "AcceleratorFaultCritical",
+    }
+    assert any(
+        m.startswith(
+            "decision reclaim notify pod/ml-team/jupyter-alice [AcceleratorIdleNotebook]: allowed (dry-run)"
+        )
+        for m in remediation
+    ), out
+    assert any(
+        m.startswith("dry-run drain start -> ok: would start drain on node/demo-node") for m in remediation
+    )
+
+    # every child it started has been reaped, and nothing of the working directory is left
+    pids, workdir = pids_and_workdir(out)
+    assert sorted(pids.values()) == ["alertmanager", "exporter", "prometheus", "relay", "remediation"]
+    assert_gone(pids)
+    assert str(workdir).startswith(str(tmp)) and not workdir.exists()
+    assert list(tmp.iterdir()) == []
+    assert "summary: " in out and "first hardware message at +" in out
+
+
+def test_missing_prometheus_names_the_debian_package(tmp_path: Path) -> None:
+    res = demo(["--duration", "1"], tmp_path, timeout=120, path=str(tmp_path))
+    assert res.returncode == 2
+    assert "sudo apt-get install prometheus" in res.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
+@NEEDS_TOOLS
+def test_missing_alertmanager_names_the_debian_package(tmp_path: Path) -> None:
+    res = demo(["--duration", "1", "--alertmanager-bin", str(tmp_path / "nope")], tmp_path, timeout=120)
+    assert res.returncode == 2
+    assert "alertmanager binary" in res.stderr and "not found" in res.stderr
+
+
+@NEEDS_TOOLS
+def test_bad_scenario_is_refused_with_the_key(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("timeline:\n  - {at: 0, device: '0', fault: melt}\n", encoding="utf-8")
+    res = demo(["--scenario", str(bad)], tmp_path, timeout=120)
+    assert res.returncode == 2
+    assert "timeline[0].fault" in res.stderr
+
+
+def pids_and_workdir(out: str) -> tuple[dict[int, str], Path]:
+    pids = {int(p): name for name, p in re.findall(r"started (\w+) \(pid (\d+)\)", out)}
+    workdir = re.search(r"working directory (\S+)", out)
+    assert workdir, out
+    return pids, Path(workdir.group(1))
+
+
+def assert_gone(pids: dict[int, str]) -> None:
+    for pid, name in pids.items():
+        cmdline = Path(f"/proc/{pid}/cmdline")
+        if cmdline.exists():  # only a reused pid, never one of ours
+            text = cmdline.read_bytes().decode(errors="replace")
+            assert "exporter.entry" not in text and "prometheus" not in text, (name, text)
+
+
+@pytest.mark.slow
+@NEEDS_TOOLS
+def test_ctrl_c_stops_every_child_and_removes_the_workdir(tmp_path: Path) -> None:
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "TMPDIR": str(tmp_path)}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "exporter.entry", "demo"],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    assert proc.stdout is not None
+    lines = []
+    try:
+        for line in proc.stdout:
+            lines.append(line)
+            if "stack ready after" in line:
+                break
+        proc.send_signal(signal.SIGINT)  # what the terminal sends to the foreground process group's leader
+        rest, _ = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    out = "".join(lines) + rest
+    assert proc.returncode == 0, out
+    assert "stopping (SIGINT)" in out
+    pids, workdir = pids_and_workdir(out)
+    assert sorted(pids.values()) == ["alertmanager", "exporter", "prometheus", "relay", "remediation"]
+    assert all(f"stopped {name} (pid {pid})\n" in out for pid, name in pids.items()), out
+    assert_gone(pids)
+    assert not workdir.exists() and list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.slow
+@NEEDS_TOOLS
+def test_a_component_that_cannot_start_fails_the_demo_with_its_log(tmp_path: Path) -> None:
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        res = demo(["--duration", "5", "--prometheus-port", str(port)], tmp_path, timeout=120)
+    out = res.stdout
+    assert res.returncode == 1, out + res.stderr
+    assert "error: prometheus exited with code 1" in out
+    assert "address already in use" in out  # the tail of Prometheus' own log
+    pids, workdir = pids_and_workdir(out)
+    assert_gone(pids)
+    assert not workdir.exists() and list(tmp_path.iterdir()) == []
