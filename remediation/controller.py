@@ -293,6 +293,7 @@ class Controller:
             self.session,
             self.settings.notify_url,
             payload(labels, f"[dry-run] {d.action} {d.step}", detail, now),
+            token=self.settings.notify_token,
         )
         self.history.append(
             HistoryEntry(d.alert_key, d.action, d.step, d.target.key if d.target else "", now, "dry-run")

@@ -47,13 +47,21 @@ def payload(labels: Mapping[str, str], summary: str, description: str, now: date
 
 
 async def send(
-    session: aiohttp.ClientSession, url: str | None, body: Mapping[str, object], timeout: float = 10.0
+    session: aiohttp.ClientSession,
+    url: str | None,
+    body: Mapping[str, object],
+    timeout: float = 10.0,
+    token: str | None = None,
 ) -> bool:
-    """POST ``body``; True on 2xx. No URL configured = nothing to send = True."""
+    """POST ``body`` (with ``Authorization: Bearer <token>`` when given, as the relay requires); True on
+    2xx. No URL configured = nothing to send = True."""
     if not url:
         return True
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
     try:
-        async with session.post(url, json=body, timeout=aiohttp.ClientTimeout(total=timeout)) as resp:
+        async with session.post(
+            url, json=body, headers=headers, timeout=aiohttp.ClientTimeout(total=timeout)
+        ) as resp:
             return 200 <= resp.status < 300
     except (aiohttp.ClientError, TimeoutError):
         return False

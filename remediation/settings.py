@@ -145,6 +145,7 @@ class Settings:
     tick_seconds: float = 10.0
     # Relay channel for notices and recommendations (contract: http://<relay>:9852/alertmanager/<channel>).
     notify_url: str | None = None
+    notify_token: str | None = None  # bearer token the relay requires (``notify_token_file``)
 
 
 def _read_secret(base: Path, value: Any, key: str) -> str:
@@ -221,6 +222,7 @@ def parse(raw: Any, base: Path = Path(".")) -> Settings:
         "audit_path",
         "tick_seconds",
         "notify_url",
+        "notify_token_file",
     }
     if unknown:
         raise ConfigError(f"{sorted(unknown)[0]}: unknown key")
@@ -323,6 +325,11 @@ def parse(raw: Any, base: Path = Path(".")) -> Settings:
     notify_url = raw.get("notify_url")
     if notify_url is not None and not isinstance(notify_url, str):
         raise ConfigError("notify_url: expected a URL")
+    notify_token = (
+        _read_secret(base, raw["notify_token_file"], "notify_token_file")
+        if "notify_token_file" in raw
+        else None
+    )
     tick = raw.get("tick_seconds", 10.0)
     if isinstance(tick, bool) or not isinstance(tick, int | float) or tick <= 0:
         raise ConfigError("tick_seconds: expected a positive number")
@@ -338,6 +345,7 @@ def parse(raw: Any, base: Path = Path(".")) -> Settings:
         audit_path=audit_path,
         tick_seconds=float(tick),
         notify_url=notify_url,
+        notify_token=notify_token,
     )
 
 

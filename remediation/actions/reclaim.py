@@ -83,7 +83,10 @@ async def notify(ctx: Context, d: Decision, now: datetime) -> Outcome:
     )
     labels = {"owner": str(prm.get("user", "")), "namespace": d.target.namespace, "pod": d.target.name}
     if not await send(
-        ctx.session, ctx.settings.notify_url, payload(labels, "Idle notebook will be stopped", msg, now)
+        ctx.session,
+        ctx.settings.notify_url,
+        payload(labels, "Idle notebook will be stopped", msg, now),
+        token=ctx.settings.notify_token,
     ):
         return Outcome("blocked", "could not deliver the notice to the owner; not starting the grace period")
     keep = {k: prm[k] for k in ("platform", "user", "server", "idle_seconds") if k in prm}

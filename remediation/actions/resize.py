@@ -109,7 +109,10 @@ async def recommend(ctx: Context, d: Decision, now: datetime, dry_run: bool) -> 
         await ctx.report("resize", "recommend", ref, out, now, "ResizeRecommended", False)
         labels = {"node": d.target.node, "namespace": d.target.namespace, "uuid": str(prm.get("uuid", ""))}
         await send(
-            ctx.session, ctx.settings.notify_url, payload(labels, "Slice resize recommended", msg, now)
+            ctx.session,
+            ctx.settings.notify_url,
+            payload(labels, "Slice resize recommended", msg, now),
+            token=ctx.settings.notify_token,
         )
     return out
 
@@ -180,6 +183,7 @@ async def _fail(ctx: Context, node: NodeView, p: Progress, now: datetime, why: s
         ctx.session,
         ctx.settings.notify_url,
         payload({"node": node.name}, "MIG reconfiguration failed", why, now),
+        token=ctx.settings.notify_token,
     )
     return out
 

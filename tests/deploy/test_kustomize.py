@@ -186,7 +186,7 @@ def _localise(text: str, mount: str, tmp: Path) -> str:
     """Point the secret mount at a temp dir holding dummy secrets, as the Secret volume would."""
     secrets = tmp / "secrets"
     secrets.mkdir(exist_ok=True)
-    for key in ("inbound-token", "oncall-wecom-url", "team-feishu-url", "team-feishu-secret"):
+    for key in ("inbound-token", "relay-token", "oncall-wecom-url", "team-feishu-url", "team-feishu-secret"):
         (secrets / key).write_text("https://example.invalid/hook" if key.endswith("url") else "s3cret")
     return text.replace(mount, str(secrets))
 
@@ -206,6 +206,7 @@ def test_remediation_configmap_is_valid_and_dry_run(tmp_path: Path) -> None:
     )
     s = parse(yaml.safe_load(text), tmp_path)
     assert s.guard.dry_run is True
+    assert s.notify_token == "s3cret"  # notices carry the relay's bearer token
     assert {r.action for r in s.rules} == {"drain", "reclaim", "resize"}
 
 

@@ -111,6 +111,7 @@ def test_the_documented_example_parses() -> None:
     raw = yaml.safe_load(block)
     raw["reclaim"].pop("hub_token_file")  # the secret file does not exist here
     raw["webhook"].pop("bearer_token_file")
+    assert raw.pop("notify_token_file") == "/etc/xpuwatch/relay-token"
     raw["webhook"]["bearer_token_env"] = "XPUWATCH_DOC_TOKEN"
     os.environ["XPUWATCH_DOC_TOKEN"] = "t"
     try:
