@@ -202,11 +202,16 @@ def ecc_correctable_storm(a: AlertSpec, spec: Spec) -> Body:
 
 
 def temperature_high(a: AlertSpec, spec: Spec) -> Body:
-    t = a.value("core_celsius")
+    t, h = a.value("core_celsius"), a.value("hotspot_celsius")
+    value = '{{ $value | printf "%.0f" }}'
     return (
-        f'{c.TEMPERATURE}{{sensor="core"}} >= {t}',
+        # A device without a core sensor is judged by its hotspot, so it never looks cool by absence.
+        f'{c.TEMPERATURE}{{sensor="core"}} >= {t}\nor\n({c.TEMPERATURE}{{sensor="hotspot"}} >= {h}'
+        f' unless on (node, uuid) {c.TEMPERATURE}{{sensor="core"}})',
         "Hot accelerator on {{ $labels.node }} device {{ $labels.device }}",
-        f'Core temperature {{{{ $value | printf "%.0f" }}}} °C (threshold {t} °C for {a.for_}) on {_DEV}.',
+        f'{{{{ if eq $labels.sensor "hotspot" }}}}Hotspot temperature {value} °C (threshold {h} °C for {a.for_};'
+        f" the device reports no core temperature){{{{ else }}}}Core temperature {value} °C (threshold {t} °C"
+        f" for {a.for_}){{{{ end }}}} on {_DEV}.",
     )
 
 
