@@ -193,6 +193,30 @@ def test_redactor_is_consistent_across_texts() -> None:
     )
 
 
+def test_redactor_keeps_serial_fields_that_hold_no_serial() -> None:
+    # rocm-smi prints "Serial Number": "N/A" on Radeon cards: masking it would invent a serial on replay.
+    r = Redactor()
+    text = '"Serial Number": "N/A", <serial>[Not Supported]</serial> "Serial Number": "TPX1234"'
+    assert (
+        r.text(text)
+        == '"Serial Number": "N/A", <serial>[Not Supported]</serial> "Serial Number": "SERIAL0001"'
+    )
+
+
+def test_redactor_masks_known_serials_as_whole_tokens_only() -> None:
+    # nvidia-smi's zeroed serial must not eat into rocm-smi's zero Unique ID (which then read as non-zero).
+    r = Redactor(serials=["0000000000000"])
+    text = "<serial>0000000000000</serial> Unique ID: 0x0000000000000000, sn 0000000000000."
+    assert r.text(text) == "<serial>SERIAL0001</serial> Unique ID: 0x0000000000000000, sn SERIAL0001."
+
+
+def test_redactor_keeps_dotted_quad_versions() -> None:
+    # xpu-smi's driver version is a dotted quad: only addresses are masked, never versions.
+    r = Redactor()
+    text = "Driver Version: 5.0.21.21  XPU-RT Version: 5.0.21 | peer 10.1.2.3"
+    assert r.text(text) == "Driver Version: 5.0.21.21  XPU-RT Version: 5.0.21 | peer 192.0.2.2"
+
+
 def test_metrics_doc_is_current() -> None:
     committed = (ROOT / "docs" / "metrics.md").read_text(encoding="utf-8")
     assert committed == render_markdown(), "docs/metrics.md is stale: run `xpuwatch metrics-doc`"
