@@ -66,7 +66,24 @@ def garbage(bin_dir: Path, tool: str) -> Path:
     return _write(bin_dir, tool, "printf '\\001\\377 segfault in libfoo.so\\n+--+\\n|x|\\n'")
 
 
+def answering(bin_dir: Path, tool: str, answers: dict[tuple[str, ...], Path]) -> Path:
+    """``tool`` prints ``answers[args]`` for exactly those arguments; any other call is refused the way an
+    argparse-based tool refuses an unknown flag (usage on stderr, exit 2)."""
+    cases = "".join(
+        f"  {shlex.quote(' '.join(args))}) exec {_abs('cat')} {shlex.quote(str(path))} ;;\n"
+        for args, path in answers.items()
+    )
+    usage = f"usage: {tool} [options]\n{tool}: error: unrecognized arguments: $*"
+    return _write(bin_dir, tool, f'case "$*" in\n{cases}  *) echo "{usage}" >&2; exit 2 ;;\nesac')
+
+
 def every_vendor(bin_dir: Path) -> dict[str, Path]:
-    """One fake tool per CLI backend of the mixed node, printing that backend's fixture: backend -> tool."""
+    """One fake tool per CLI backend of the mixed node, answering exactly the calls the mixed-node bundle
+    records with the same fixtures: backend -> tool."""
     mb = mixed_bundle()
-    return {c.backend: printing(bin_dir, c.argv[0], mb.FIXTURES / c.fixture) for c in mb.CALLS}
+    answers: dict[str, dict[tuple[str, ...], Path]] = {}
+    backend_of: dict[str, str] = {}
+    for c in mb.CALLS:
+        answers.setdefault(c.argv[0], {})[tuple(c.argv[1:])] = mb.FIXTURES / c.fixture
+        backend_of[c.argv[0]] = c.backend
+    return {backend_of[tool]: answering(bin_dir, tool, a) for tool, a in answers.items()}

@@ -15,7 +15,7 @@ from exporter.reference import render_markdown
 from exporter.settings import Settings
 from tests.exporter.conftest import ROOT, run_cli
 from vendors import registry
-from vendors.base import Device, DeviceSample, ParseError
+from vendors.base import BackendError, Device, DeviceSample, ParseError
 from vendors.command import ReplayRunner, SubprocessRunner, read_bundle, write_bundle
 from vendors.registry import BackendContext, BackendSpec, Detection, OutputFormat
 
@@ -226,3 +226,20 @@ def test_metrics_doc_check_cli(tmp_path: Path) -> None:
     (tmp_path / "m.md").write_text("old")
     res = run_cli("metrics-doc", "--check", "-o", str(tmp_path / "m.md"))
     assert res.returncode == 1 and f"{tmp_path / 'm.md'} is stale" in res.stderr
+
+
+def test_recording_runner_keeps_failed_calls_and_replay_fails_them_alike(tmp_path: Path) -> None:
+    from vendors.command import RecordingRunner
+
+    tool = tmp_path / "npu-smi"
+    tool.write_text("#!/bin/sh\necho 'Invalid card id.' >&2\nexit 1\n")
+    tool.chmod(0o755)
+    recorder = RecordingRunner(SubprocessRunner())
+    with pytest.raises(BackendError, match=r"exited 1: Invalid card id\.") as live:
+        recorder.run([str(tool), "info", "-i", "9"], timeout=5)
+    assert live.value.reason == "exit_status"
+    [kept] = recorder.results
+    assert (kept.returncode, kept.stderr) == (1, "Invalid card id.\n")
+    with pytest.raises(BackendError) as replayed:
+        ReplayRunner(recorder.results).run(["npu-smi", "info", "-i", "9"], timeout=5)
+    assert replayed.value.reason == "exit_status"
