@@ -31,6 +31,8 @@ from exporter.attribution import (
 from exporter.capture import capture, redact
 from exporter.collector import Collector, families
 from exporter.exposition import ExpositionCache
+from exporter.podmap import DeviceRef, SliceRef
+from exporter.podsource import KubeletAttributionSource
 from exporter.poller import BackendView, Poller, PollSettings
 from exporter.reference import render_markdown
 from exporter.server import Server, ssl_context
@@ -129,6 +131,7 @@ class Assembly:
     cache: ExpositionCache
     attribution: AttributionSource
     backends: list[Backend]
+    pod_source: KubeletAttributionSource | None = None
 
 
 def _sim_holder(pod: Any) -> Holder:
@@ -182,10 +185,28 @@ def assemble(
     poller = Poller()
     for backend, ps in backends:
         poller.add(backend, ps, clocks.wall, clocks.monotonic)
+    pod_source = None
+    if settings.pod_mapping.enabled:  # the kubelet is authoritative, also over the simulator's own pods
+        pod_source = KubeletAttributionSource(
+            settings.pod_mapping, node, lambda: _device_refs(poller, clocks)
+        )
+        attribution = pod_source
     collector = Collector(node, poller.view, attribution, clocks.wall)
     cache = ExpositionCache(collector)
     poller.listeners.append(cache.warm)
-    return Assembly(node, poller, collector, cache, attribution, [b for b, _ in backends])
+    return Assembly(node, poller, collector, cache, attribution, [b for b, _ in backends], pod_source)
+
+
+def _device_refs(poller: Poller, clocks: Clocks) -> tuple[list[DeviceRef], list[SliceRef]]:
+    """What the pod matcher needs of the devices and slices currently served."""
+    devices: list[DeviceRef] = []
+    slices: list[SliceRef] = []
+    for view in poller.view(clocks.wall()):
+        for s in view.samples:
+            d = s.device
+            devices.append(DeviceRef(d.vendor, d.uuid, d.index, d.pci_bus_id, d.serial))
+            slices.extend(SliceRef(sl.parent_uuid, sl.slice_id, sl.uuid) for sl in s.slices)
+    return devices, slices
 
 
 def _backend_names(args: argparse.Namespace, settings: Settings, runner: CommandRunner) -> list[str]:
@@ -260,11 +281,15 @@ async def _serve(server: Server, asm: Assembly) -> None:
         "listening on %s://%s:%d%s (node %s)", scheme, shown, port, server.settings.telemetry_path, asm.node
     )
     asm.poller.start()
+    if asm.pod_source is not None:
+        asm.pod_source.start()
     try:
         await stop.wait()
     finally:
         log.info("shutting down")
         asm.poller.stop()
+        if asm.pod_source is not None:
+            asm.pod_source.stop()
         await server.stop()
 
 

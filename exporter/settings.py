@@ -12,6 +12,14 @@ the key (``backends.nvml.interval: must be a number > 0``). Config file shape::
     backends:                         # per-backend sections, passed to the backend as its options
       nvml: {interval: 5, timeout: 10, stale_after: 30}
       sim: {config: scenario.yaml, seed: 7}
+    pod_mapping:                      # pod attribution from the kubelet (exporter.podsource)
+      enabled: true
+      socket: /var/lib/kubelet/pod-resources/kubelet.sock
+      interval: 15                    # seconds between kubelet List calls
+      timeout: 5
+      resource_prefixes: [nvidia.com/, amd.com/, huawei.com/]   # default: every known vendor
+      kube_api: true                  # workload kind/owner from the API server (RBAC: list pods)
+      owner_labels: [owner, user]
 
 Environment: XPUWATCH_CONFIG, XPUWATCH_NODE, XPUWATCH_ENABLE (comma-separated), XPUWATCH_WEB_LISTEN_ADDRESS,
 XPUWATCH_WEB_TELEMETRY_PATH, XPUWATCH_WEB_CONFIG_FILE.
@@ -31,6 +39,8 @@ from types import MappingProxyType
 from typing import Any
 
 import yaml
+
+from exporter.podsource import PodMappingSettings
 
 DEFAULT_PORT = 9851
 DEFAULT_LISTEN_ADDRESS = f":{DEFAULT_PORT}"
@@ -84,6 +94,8 @@ class Settings:
     """The HTTP endpoint."""
     backends: Mapping[str, BackendSettings] = field(default_factory=lambda: MappingProxyType({}))
     """Per-backend sections by backend name."""
+    pod_mapping: PodMappingSettings = field(default_factory=PodMappingSettings)
+    """Pod attribution through the kubelet PodResources API (off unless enabled)."""
 
     def backend(self, name: str) -> BackendSettings:
         return self.backends.get(name, BackendSettings())
@@ -121,7 +133,7 @@ def _names(v: Any, key: str) -> tuple[str, ...]:
     if isinstance(v, str):
         v = [s.strip() for s in v.split(",") if s.strip()]
     if not isinstance(v, list) or not all(isinstance(s, str) and s for s in v):
-        raise ConfigError(f"{key}: must be a list of backend names")
+        raise ConfigError(f"{key}: must be a list of names")
     return tuple(dict.fromkeys(v))
 
 
@@ -164,15 +176,68 @@ def _backend(name: str, raw: Any) -> BackendSettings:
     return BackendSettings(interval, timeout, stale, MappingProxyType(options))
 
 
+_POD_KEYS = {
+    "enabled",
+    "socket",
+    "interval",
+    "timeout",
+    "max_backoff",
+    "resource_prefixes",
+    "kube_api",
+    "kube_api_host",
+    "owner_labels",
+}
+
+
+def _pod_mapping(raw: Any) -> PodMappingSettings:
+    section = _mapping(raw, "pod_mapping")
+    unknown = set(section) - _POD_KEYS
+    if unknown:
+        raise ConfigError(
+            f"pod_mapping.{sorted(map(str, unknown))[0]}: unknown key (known: {', '.join(sorted(_POD_KEYS))})"
+        )
+    d = PodMappingSettings()
+    for key in ("enabled", "kube_api"):
+        if key in section and not isinstance(section[key], bool):
+            raise ConfigError(f"pod_mapping.{key}: must be true or false")
+
+    def num(key: str, default: float) -> float:
+        return default if section.get(key) is None else _positive(section[key], f"pod_mapping.{key}")
+
+    return PodMappingSettings(
+        enabled=section.get("enabled", d.enabled),
+        socket=_str(section.get("socket", d.socket), "pod_mapping.socket"),
+        interval_seconds=num("interval", d.interval_seconds),
+        timeout_seconds=num("timeout", d.timeout_seconds),
+        max_backoff_seconds=num("max_backoff", d.max_backoff_seconds),
+        resource_prefixes=(
+            d.resource_prefixes
+            if section.get("resource_prefixes") is None
+            else _names(section["resource_prefixes"], "pod_mapping.resource_prefixes")
+        ),
+        kube_api=section.get("kube_api", d.kube_api),
+        kube_api_host=None
+        if section.get("kube_api_host") is None
+        else _str(section["kube_api_host"], "pod_mapping.kube_api_host"),
+        owner_labels=(
+            d.owner_labels
+            if section.get("owner_labels") is None
+            else _names(section["owner_labels"], "pod_mapping.owner_labels")
+        ),
+    )
+
+
 def parse(doc: Any, source: str = "config") -> Settings:
     """Build Settings from a parsed YAML document (pure). Raises ConfigError naming the key."""
     if doc is None:
         doc = {}
     if not isinstance(doc, dict):
         raise ConfigError(f"{source}: must be a mapping of keys (node, enable, web, backends)")
-    unknown = set(doc) - {"node", "enable", "web", "backends"}
+    unknown = set(doc) - {"node", "enable", "web", "backends", "pod_mapping"}
     if unknown:
-        raise ConfigError(f"{sorted(map(str, unknown))[0]}: unknown key (known: node, enable, web, backends)")
+        raise ConfigError(
+            f"{sorted(map(str, unknown))[0]}: unknown key (known: node, enable, web, backends, pod_mapping)"
+        )
     node = None if doc.get("node") is None else _str(doc["node"], "node")
     enable = () if doc.get("enable") is None else _names(doc["enable"], "enable")
     web = _web(_mapping(doc.get("web"), "web"))
@@ -180,7 +245,7 @@ def parse(doc: Any, source: str = "config") -> Settings:
         str(name): _backend(str(name), section)
         for name, section in _mapping(doc.get("backends"), "backends").items()
     }
-    return Settings(node, enable, web, MappingProxyType(backends))
+    return Settings(node, enable, web, MappingProxyType(backends), _pod_mapping(doc.get("pod_mapping")))
 
 
 def load(path: str | None, env: Mapping[str, str], flags: Mapping[str, Any]) -> Settings:
@@ -219,6 +284,7 @@ def load(path: str | None, env: Mapping[str, str], flags: Mapping[str, Any]) -> 
         enable=_names(list(enable) if not isinstance(enable, str) else enable, "enable"),
         web=web,
         backends=s.backends,
+        pod_mapping=s.pod_mapping,
     )
 
 

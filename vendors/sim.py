@@ -600,9 +600,15 @@ def simulate(scenario: Scenario, t: float) -> list[DeviceSample]:
 
 
 def _sample(scenario: Scenario, d: _SimDevice, st: _DeviceState, t: float, step: int) -> DeviceSample:
-    if st.lost:
-        return DeviceSample.lost(d.device, "GPU is lost (XID 79: fallen off the bus)")
     m, p, seed, uuid = d.model, PROFILE_SPECS[st.profile], scenario.seed, d.device.uuid
+    if st.lost:
+        # As NVML does: the event thread counted the XID 79, so the count outlives the device's readings.
+        return DeviceSample(
+            d.device,
+            up=False,
+            error="GPU is lost (XID 79: fallen off the bus)",
+            fault_events={**dict.fromkeys(m.fault_codes, 0), **st.xids} if m.fault_codes else {},
+        )
 
     def r(x: float, nd: int = 4) -> float:
         return round(x, nd)

@@ -13,8 +13,11 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from tests.exporter.conftest import GOLDEN_CLOCK, Exporter, wait_ready
+
+GOLDEN = Path(__file__).resolve().parents[1] / "golden" / "metrics.txt"
 
 
 def free_port() -> int:
@@ -82,6 +85,26 @@ def test_prometheus_scrapes_and_reads_back_utilization(
         )
         assert res[0]["value"][1] == "0.9783"  # the golden file's value for this device
         assert len(query(base, "accelerator_utilization_ratio")) == 11  # 12 devices, one MIG A100 without
+        # Sums over a MIG node never double-count: device-wide series exist once per physical GPU, and the
+        # slices of the MIG A100 add up to its own framebuffer reading.
+        mig = "GPU-c1419565-95bd-718b-5f3b-9f644ffec4c8"
+        assert query(base, f'count(accelerator_power_watts{{uuid="{mig}"}})')[0]["value"][1] == "1"
+        assert (
+            query(base, f'count(accelerator_temperature_celsius{{uuid="{mig}",sensor="core"}})')[0]["value"][
+                1
+            ]
+            == "1"
+        )
+        device_used = query(base, f'accelerator_memory_used_bytes{{uuid="{mig}"}}')[0]["value"][1]
+        slices_used = query(base, f'sum(accelerator_slice_memory_used_bytes{{uuid="{mig}"}})')[0]["value"][1]
+        assert float(slices_used) == float(device_used) == 45097156608.0
+        golden_power = sum(
+            f.samples[0].value if len(f.samples) == 1 else sum(x.value for x in f.samples)
+            for f in text_string_to_metric_families(GOLDEN.read_text())
+            if f.name == "accelerator_power_watts"
+        )
+        node_power = float(query(base, 'sum(accelerator_power_watts{node="sim-node-1"})')[0]["value"][1])
+        assert node_power == pytest.approx(golden_power)
     finally:
         prom.terminate()
         try:

@@ -138,3 +138,43 @@ def test_bad_web_config_names_the_key(tmp_path: Path, doc: dict, message: str) -
     with pytest.raises(ConfigError) as exc:
         parse_web_config(doc, base=tmp_path)
     assert message in str(exc.value)
+
+
+def test_pod_mapping_section() -> None:
+    s = parse(
+        {
+            "pod_mapping": {
+                "enabled": True,
+                "socket": "/run/k.sock",
+                "interval": 30,
+                "resource_prefixes": ["nvidia.com/"],
+                "kube_api": True,
+            }
+        }
+    )
+    pm = s.pod_mapping
+    assert (pm.enabled, pm.socket, pm.interval_seconds, pm.resource_prefixes, pm.kube_api) == (
+        True,
+        "/run/k.sock",
+        30.0,
+        ("nvidia.com/",),
+        True,
+    )
+    assert parse({}).pod_mapping.enabled is False
+
+
+@pytest.mark.parametrize(
+    ("doc", "message"),
+    [
+        ({"pod_mapping": {"enabled": "yes"}}, "pod_mapping.enabled: must be true or false"),
+        ({"pod_mapping": {"interval": 0}}, "pod_mapping.interval"),
+        ({"pod_mapping": {"sockett": "/x"}}, "pod_mapping.sockett: unknown key"),
+        ({"pod_mapping": {"resource_prefixes": "nvidia.com/,"}}, None),
+    ],
+)
+def test_bad_pod_mapping_names_the_key(doc: dict, message: str | None) -> None:
+    if message is None:
+        assert parse(doc).pod_mapping.resource_prefixes == ("nvidia.com/",)
+        return
+    with pytest.raises(ConfigError, match=message):
+        parse(doc)

@@ -1,0 +1,89 @@
+"""Alert subcommands: `xpuwatch rules generate [--check]` writes (or verifies) alerts/generated/ from the spec."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+from alerts.alertmanager import Endpoints, render_alertmanager
+from alerts.rules import render_prometheusrule, render_rules
+from alerts.spec import DEFAULT_SPEC_PATH, SpecError, load_spec
+
+DEFAULT_OUT = Path(__file__).parent / "generated"
+_DEFAULTS = Endpoints()
+
+
+def render_all(spec_path: Path, endpoints: Endpoints) -> dict[str, str]:
+    """File name -> content of every generated file. Raises SpecError / OSError on a bad spec."""
+    spec = load_spec(spec_path)
+    return {
+        "rules.yml": render_rules(spec),
+        "prometheusrule.yaml": render_prometheusrule(spec),
+        "alertmanager.yml": render_alertmanager(spec, endpoints),
+    }
+
+
+def stale_files(out: Path, files: dict[str, str]) -> list[str]:
+    """Names under ``out`` whose content differs from ``files`` (missing counts as stale)."""
+    stale = []
+    for name, text in files.items():
+        path = out / name
+        if not path.is_file() or path.read_text(encoding="utf-8") != text:
+            stale.append(name)
+    return stale
+
+
+def add_commands(sub: Any) -> None:
+    rules = sub.add_parser("rules", help="alert rules and Alertmanager config")
+    rules_sub = rules.add_subparsers(dest="rules_command", metavar="SUBCOMMAND")
+    gen = rules_sub.add_parser(
+        "generate",
+        help="write alerts/generated/{rules.yml,prometheusrule.yaml,alertmanager.yml} from the spec",
+    )
+    gen.add_argument("--spec", type=Path, default=DEFAULT_SPEC_PATH, help="spec file (default: %(default)s)")
+    gen.add_argument("--out", type=Path, default=DEFAULT_OUT, help="output folder (default: %(default)s)")
+    gen.add_argument("--check", action="store_true", help="write nothing; exit 1 if any output is stale")
+    gen.add_argument("--relay-url", default=_DEFAULTS.relay_url, help="relay base URL (default: %(default)s)")
+    gen.add_argument(
+        "--remediator-url",
+        default=_DEFAULTS.remediator_url,
+        help="remediation controller base URL (default: %(default)s)",
+    )
+    gen.add_argument(
+        "--relay-credentials-file",
+        default=_DEFAULTS.relay_credentials_file,
+        help="file with the relay's bearer token, as Alertmanager sees it (default: %(default)s)",
+    )
+    gen.add_argument(
+        "--remediator-credentials-file",
+        default=_DEFAULTS.remediator_credentials_file,
+        help="file with the remediation controller's bearer token (default: %(default)s)",
+    )
+    gen.set_defaults(func=_generate)
+    rules.set_defaults(func=lambda args: (rules.print_help(), 2)[1])
+
+
+def _generate(args: argparse.Namespace) -> int:
+    endpoints = Endpoints(
+        relay_url=args.relay_url,
+        remediator_url=args.remediator_url,
+        relay_credentials_file=args.relay_credentials_file,
+        remediator_credentials_file=args.remediator_credentials_file,
+    )
+    try:
+        files = render_all(args.spec, endpoints)
+    except (SpecError, OSError, ValueError, KeyError) as exc:
+        print(f"xpuwatch rules generate: {exc}", file=sys.stderr)
+        return 2
+    if args.check:
+        stale = stale_files(args.out, files)
+        for name in stale:
+            print(f"stale: {args.out / name} (run `xpuwatch rules generate`)", file=sys.stderr)
+        return 1 if stale else 0
+    args.out.mkdir(parents=True, exist_ok=True)
+    for name, text in files.items():
+        (args.out / name).write_text(text, encoding="utf-8")
+        print(f"wrote {args.out / name}")
+    return 0

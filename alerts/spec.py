@@ -1,0 +1,325 @@
+"""Alert spec: parses alerts/spec.yaml into the frozen dataclasses the rule and Alertmanager builders read.
+
+Every value in the YAML is written ``{value: ..., reason: "..."}``; a value without a reason is an error, so
+the file keeps saying why each number is what it is. Parsing is strict (unknown labels, bad durations and
+missing reasons raise :class:`SpecError` naming the path), and pure: :func:`parse_spec` takes the decoded
+YAML, :func:`load_spec` reads a file.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any
+
+import yaml
+
+DEFAULT_SPEC_PATH = Path(__file__).parent / "spec.yaml"
+
+CATEGORIES = ("hardware", "performance")
+SEVERITIES = ("critical", "warning", "info")
+ACTIONS = ("drain", "reclaim", "resize", "none")
+# Prometheus duration: one or more <number><unit>, e.g. "90s", "1h30m", "0m".
+_DURATION = re.compile(r"^(\d+(ms|s|m|h|d|w|y))+$")
+
+
+class SpecError(ValueError):
+    """The spec is malformed; the message names the offending path (e.g. ``alerts.X.for``)."""
+
+
+@dataclass(frozen=True)
+class Param:
+    """One tunable: its value (number, duration string, selector, list or mapping) and why it is so."""
+
+    value: Any
+    reason: str
+
+
+@dataclass(frozen=True)
+class AlertSpec:
+    """The tunables of one alert: routing labels, `for` duration and its own named parameters."""
+
+    name: str
+    category: str
+    severity: str
+    action: str
+    for_: str
+    params: Mapping[str, Param]
+
+    def value(self, key: str) -> Any:
+        """The value of parameter ``key``; SpecError names the alert when the spec lacks it."""
+        try:
+            return self.params[key].value
+        except KeyError:
+            raise SpecError(f"alerts.{self.name}: missing parameter {key!r}") from None
+
+
+@dataclass(frozen=True)
+class RouteSpec:
+    """A child route of the Alertmanager tree (durations are Alertmanager durations)."""
+
+    receiver: str
+    group_by: tuple[str, ...]
+    group_wait: str
+    group_interval: str
+    repeat_interval: str
+
+
+@dataclass(frozen=True)
+class Routing:
+    root_receiver: str
+    root_group_by: tuple[str, ...]
+    hardware: RouteSpec
+    performance: RouteSpec
+    remediation: RouteSpec
+    remediation_actions: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Inhibition:
+    """The ``equal`` label lists of the three inhibition rules."""
+
+    critical_hardware_silences_performance: tuple[str, ...]
+    critical_hardware_silences_hardware_warnings: tuple[str, ...]
+    exporter_down_silences_node: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Spec:
+    runbook_base_url: str
+    exporter_job_selector: str
+    node_memory_lookback: str
+    prometheusrule_name: str
+    prometheusrule_labels: Mapping[str, str]
+    recording: Mapping[str, Param]
+    alerts: tuple[AlertSpec, ...]
+    routing: Routing
+    inhibition: Inhibition
+
+    def alert(self, name: str) -> AlertSpec:
+        for a in self.alerts:
+            if a.name == name:
+                return a
+        raise KeyError(f"no alert {name!r} in the spec")
+
+    def rec(self, key: str) -> Any:
+        """The value of recording parameter ``key``; SpecError when the spec lacks it."""
+        try:
+            return self.recording[key].value
+        except KeyError:
+            raise SpecError(f"recording: missing parameter {key!r}") from None
+
+    def with_overrides(self, overrides: Mapping[str, Mapping[str, Any]]) -> Spec:
+        """A copy with alert parameters replaced: ``{"AlertName": {"for": "0s", "window": "30s"}}``.
+
+        Used by tests and demos that need short durations; the reason of each replaced value is kept.
+        """
+        alerts = []
+        for a in self.alerts:
+            change = dict(overrides.get(a.name, {}))
+            for_ = _duration(change.pop("for", a.for_), f"alerts.{a.name}.for")
+            unknown = set(change) - set(a.params)
+            if unknown:
+                raise SpecError(f"alerts.{a.name}: no parameters {sorted(unknown)} to override")
+            for k, v in change.items():
+                _check_param(k, v, f"alerts.{a.name}.{k}")
+            params = {k: Param(change.get(k, p.value), p.reason) for k, p in a.params.items()}
+            alerts.append(dataclasses.replace(a, for_=for_, params=MappingProxyType(params)))
+        missing = set(overrides) - {a.name for a in self.alerts}
+        if missing:
+            raise SpecError(f"overrides name unknown alerts {sorted(missing)}")
+        return dataclasses.replace(self, alerts=tuple(alerts))
+
+
+def load_spec(path: Path = DEFAULT_SPEC_PATH) -> Spec:
+    """Read and parse a spec file. Raises SpecError (bad content) or OSError (unreadable)."""
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except yaml.YAMLError as exc:
+        raise SpecError(f"{path}: not valid YAML: {exc}") from exc
+    return parse_spec(data)
+
+
+def _param(node: Any, path: str) -> Param:
+    if not isinstance(node, dict) or set(node) != {"value", "reason"}:
+        raise SpecError(f"{path}: expected {{value: ..., reason: ...}}, got {node!r}")
+    reason = node["reason"]
+    if not isinstance(reason, str) or not reason.strip():
+        raise SpecError(f"{path}: the reason must be a non-empty string")
+    return Param(node["value"], reason)
+
+
+def _mapping(node: Any, path: str) -> dict[str, Any]:
+    if not isinstance(node, dict):
+        raise SpecError(f"{path}: expected a mapping, got {type(node).__name__}")
+    return node
+
+
+def _duration(value: Any, path: str) -> str:
+    if not isinstance(value, str) or not _DURATION.match(value):
+        raise SpecError(f"{path}: {value!r} is not a Prometheus duration like 5m or 1h30m")
+    return value
+
+
+def _choice(value: Any, choices: tuple[str, ...], path: str) -> str:
+    if value not in choices:
+        raise SpecError(f"{path}: {value!r} is not one of {', '.join(choices)}")
+    return str(value)
+
+
+def _name(value: Any, path: str) -> str:
+    if not isinstance(value, str) or not re.fullmatch(r"[A-Za-z0-9_.-]+", value):
+        raise SpecError(f"{path}: {value!r} is not a receiver name")
+    return value
+
+
+def _labels(value: Any, path: str) -> tuple[str, ...]:
+    if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
+        raise SpecError(f"{path}: expected a list of label names")
+    return tuple(value)
+
+
+def _number(value: Any, path: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or value != value or value < 0:
+        raise SpecError(f"{path}: {value!r} is not a non-negative number")
+    return value
+
+
+def _check_param(key: str, value: Any, path: str) -> None:
+    """Type-check a parameter by its name, so a typo never reaches the generated PromQL."""
+    if key in ("window", "lookback") or key.endswith("_window"):
+        _duration(value, path)
+    elif key == "codes":
+        for vendor, table in _mapping(value, path).items():
+            if not isinstance(vendor, str) or not re.fullmatch(r"[a-z0-9_]+", vendor):
+                raise SpecError(f"{path}: vendor {vendor!r} is not a vendor label value")
+            for code, meaning in _mapping(table, f"{path}.{vendor}").items():
+                if not re.fullmatch(r"[0-9A-Za-z]+", str(code)) or not isinstance(meaning, str):
+                    raise SpecError(f"{path}.{vendor}: {code!r} must map a code to its meaning")
+    elif key in ("reasons", "metrics"):
+        if (
+            not isinstance(value, list)
+            or not value
+            or not all(isinstance(v, str) and re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", v) for v in value)
+        ):
+            raise SpecError(f"{path}: expected a non-empty list of names")
+    elif key.endswith("_selector"):
+        if not isinstance(value, str) or not value.strip():
+            raise SpecError(f"{path}: expected a label matcher string")
+    else:
+        _number(value, path)
+
+
+def _alert(name: str, node: Any) -> AlertSpec:
+    path = f"alerts.{name}"
+    raw = {k: _param(v, f"{path}.{k}") for k, v in _mapping(node, path).items()}
+    for key in ("category", "severity", "action", "for"):
+        if key not in raw:
+            raise SpecError(f"{path}: missing {key}")
+    params: dict[str, Param] = {}
+    for key, p in raw.items():
+        if key in ("category", "severity", "action", "for"):
+            continue
+        _check_param(key, p.value, f"{path}.{key}")
+        params[key] = p
+    return AlertSpec(
+        name=name,
+        category=_choice(raw["category"].value, CATEGORIES, f"{path}.category"),
+        severity=_choice(raw["severity"].value, SEVERITIES, f"{path}.severity"),
+        action=_choice(raw["action"].value, ACTIONS, f"{path}.action"),
+        for_=_duration(raw["for"].value, f"{path}.for"),
+        params=MappingProxyType(params),
+    )
+
+
+def _route(node: Any, path: str) -> RouteSpec:
+    m = _mapping(node, path)
+    v = {k: _param(m.get(k), f"{path}.{k}").value for k in m}
+    try:
+        return RouteSpec(
+            receiver=_name(v["receiver"], f"{path}.receiver"),
+            group_by=_labels(v["group_by"], f"{path}.group_by"),
+            group_wait=_duration(v["group_wait"], f"{path}.group_wait"),
+            group_interval=_duration(v["group_interval"], f"{path}.group_interval"),
+            repeat_interval=_duration(v["repeat_interval"], f"{path}.repeat_interval"),
+        )
+    except KeyError as exc:
+        raise SpecError(f"{path}: missing {exc.args[0]}") from None
+
+
+def _root_checked(r: Routing) -> Routing:
+    receivers = {r.hardware.receiver, r.performance.receiver, r.remediation.receiver}
+    if r.root_receiver not in receivers:
+        raise SpecError(f"routing.root_receiver: {r.root_receiver!r} is none of {sorted(receivers)}")
+    if len(receivers) != 3:
+        raise SpecError("routing: the hardware, performance and remediation receivers must differ")
+    return r
+
+
+def parse_spec(data: Any) -> Spec:
+    """Build a Spec from decoded YAML; raises SpecError naming the first bad path."""
+    top = _mapping(data, "spec")
+    try:
+        alerts_node = _mapping(top["alerts"], "alerts")
+        recording = {
+            k: _param(v, f"recording.{k}") for k, v in _mapping(top["recording"], "recording").items()
+        }
+        for k, p in recording.items():
+            _check_param(k, p.value, f"recording.{k}")
+        pr = _mapping(top["prometheusrule"], "prometheusrule")
+        routing = _mapping(top["routing"], "routing")
+        inhibition = _mapping(top["inhibition"], "inhibition")
+        remediation = dict(_mapping(routing["remediation"], "routing.remediation"))
+        actions = _param(remediation.pop("actions", None), "routing.remediation.actions").value
+        if not isinstance(actions, list) or not actions:
+            raise SpecError("routing.remediation.actions: expected a non-empty list of actions")
+        for a in actions:
+            _choice(a, tuple(x for x in ACTIONS if x != "none"), "routing.remediation.actions")
+
+        def equal(key: str) -> tuple[str, ...]:
+            value = _param(inhibition.get(key), f"inhibition.{key}").value
+            return _labels(_mapping(value, f"inhibition.{key}").get("equal"), f"inhibition.{key}.equal")
+
+        pr_labels = _param(pr.get("labels"), "prometheusrule.labels").value
+        return Spec(
+            runbook_base_url=str(_param(top["runbook_base_url"], "runbook_base_url").value).rstrip("/"),
+            exporter_job_selector=str(_param(top["exporter_job_selector"], "exporter_job_selector").value),
+            node_memory_lookback=_duration(
+                _param(top["node_memory_lookback"], "node_memory_lookback").value, "node_memory_lookback"
+            ),
+            prometheusrule_name=str(_param(pr.get("name"), "prometheusrule.name").value),
+            prometheusrule_labels=MappingProxyType(
+                {str(k): str(v) for k, v in _mapping(pr_labels, "prometheusrule.labels").items()}
+            ),
+            recording=MappingProxyType(recording),
+            alerts=tuple(_alert(name, node) for name, node in alerts_node.items()),
+            routing=_root_checked(
+                Routing(
+                    root_receiver=_name(
+                        _param(routing["root_receiver"], "routing.root_receiver").value,
+                        "routing.root_receiver",
+                    ),
+                    root_group_by=_labels(
+                        _param(routing["root_group_by"], "routing.root_group_by").value,
+                        "routing.root_group_by",
+                    ),
+                    hardware=_route(routing["hardware"], "routing.hardware"),
+                    performance=_route(routing["performance"], "routing.performance"),
+                    remediation=_route(remediation, "routing.remediation"),
+                    remediation_actions=tuple(actions),
+                )
+            ),
+            inhibition=Inhibition(
+                critical_hardware_silences_performance=equal("critical_hardware_silences_performance"),
+                critical_hardware_silences_hardware_warnings=equal(
+                    "critical_hardware_silences_hardware_warnings"
+                ),
+                exporter_down_silences_node=equal("exporter_down_silences_node"),
+            ),
+        )
+    except KeyError as exc:
+        raise SpecError(f"spec: missing top-level key {exc.args[0]!r}") from None

@@ -1,0 +1,1 @@
+"""Generated gRPC code for the kubelet PodResources v1 API (see api.proto; regenerate with scripts/gen-proto.sh)."""

@@ -1,0 +1,206 @@
+"""The generated files are up to date, the spec is strict, and every alert has its runbook and promtool tests."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from alerts.alertmanager import Endpoints, build_config
+from alerts.cli import DEFAULT_OUT, render_all, stale_files
+from alerts.rules import ALERTS, AlertingRule, build_groups, records
+from alerts.spec import ACTIONS, CATEGORIES, DEFAULT_SPEC_PATH, SEVERITIES, SpecError, load_spec, parse_spec
+from exporter import catalog
+
+ROOT = Path(__file__).resolve().parents[2]
+PROMTOOL_TESTS = Path(__file__).parent / "promtool"
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "exporter.entry", "rules", "generate", *args],
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def test_committed_outputs_are_what_the_spec_generates() -> None:
+    assert stale_files(DEFAULT_OUT, render_all(DEFAULT_SPEC_PATH, Endpoints())) == []
+
+
+def test_cli_check_passes_on_committed_files_and_fails_on_stale_ones(tmp_path: Path) -> None:
+    assert _cli("--check").returncode == 0
+    out = tmp_path / "gen"
+    assert _cli("--out", str(out)).returncode == 0
+    assert _cli("--check", "--out", str(out)).returncode == 0
+    (out / "rules.yml").write_text("groups: []\n")
+    stale = _cli("--check", "--out", str(out))
+    assert stale.returncode == 1
+    assert "stale:" in stale.stderr and "rules.yml" in stale.stderr
+
+
+def test_cli_reports_a_bad_spec_without_a_traceback(tmp_path: Path) -> None:
+    bad = tmp_path / "spec.yaml"
+    bad.write_text("alerts: [\n")
+    result = _cli("--spec", str(bad), "--out", str(tmp_path / "o"))
+    assert result.returncode == 2
+    assert "not valid YAML" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_receiver_urls_and_credentials_are_inputs(tmp_path: Path) -> None:
+    assert (
+        _cli(
+            "--out",
+            str(tmp_path),
+            "--relay-url",
+            "http://relay.example:1/",
+            "--remediator-url",
+            "http://rem.example:2",
+            "--relay-credentials-file",
+            "/r",
+            "--remediator-credentials-file",
+            "/m",
+        ).returncode
+        == 0
+    )
+    cfg = yaml.safe_load((tmp_path / "alertmanager.yml").read_text())
+    hooks = {r["name"]: r["webhook_configs"][0] for r in cfg["receivers"]}
+    assert hooks["oncall-wecom"]["url"] == "http://relay.example:1/alertmanager/oncall-wecom"
+    assert hooks["team-feishu"]["url"] == "http://relay.example:1/alertmanager/team-feishu"
+    assert hooks["remediate"]["url"] == "http://rem.example:2/alertmanager/remediate"
+    assert hooks["oncall-wecom"]["http_config"]["authorization"]["credentials_file"] == "/r"
+    assert hooks["remediate"]["http_config"]["authorization"]["credentials_file"] == "/m"
+
+
+def _raw_spec() -> dict:
+    return yaml.safe_load(DEFAULT_SPEC_PATH.read_text())
+
+
+def test_every_spec_value_needs_a_reason() -> None:
+    raw = _raw_spec()
+    raw["alerts"]["AcceleratorLost"]["for"] = {"value": "1m"}
+    with pytest.raises(SpecError, match=r"alerts\.AcceleratorLost\.for"):
+        parse_spec(raw)
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "message"),
+    [
+        ("severity", "page", "not one of critical, warning, info"),
+        ("category", "misc", "not one of hardware, performance"),
+        ("action", "reboot", "not one of drain, reclaim, resize, none"),
+        ("for", "5 minutes", "not a Prometheus duration"),
+    ],
+)
+def test_spec_rejects_bad_values(key: str, value: str, message: str) -> None:
+    raw = _raw_spec()
+    raw["alerts"]["AcceleratorLost"][key] = {"value": value, "reason": "r"}
+    with pytest.raises(SpecError, match=message):
+        parse_spec(raw)
+
+
+def test_overrides_shorten_durations_and_keep_reasons() -> None:
+    spec = load_spec().with_overrides({"AcceleratorEccUncorrectable": {"for": "0s", "window": "30s"}})
+    a = spec.alert("AcceleratorEccUncorrectable")
+    assert (a.for_, a.value("window")) == ("0s", "30s")
+    assert a.params["window"].reason.startswith("long enough")
+    rule = next(
+        r
+        for g in build_groups(spec)
+        for r in g.rules
+        if isinstance(r, AlertingRule) and r.alert == "AcceleratorEccUncorrectable"
+    )
+    assert rule.expr == 'increase(accelerator_ecc_errors_total{type="uncorrected"}[30s]) > 0'
+    with pytest.raises(SpecError, match="unknown alerts"):
+        load_spec().with_overrides({"NoSuchAlert": {}})
+
+
+def test_alert_labels_follow_the_contract() -> None:
+    spec = load_spec()
+    rules = [r for g in build_groups(spec) for r in g.rules if isinstance(r, AlertingRule)]
+    assert {r.alert for r in rules} == set(ALERTS)
+    for r in rules:
+        assert r.labels["category"] in CATEGORIES
+        assert r.labels["severity"] in SEVERITIES
+        assert r.labels["action"] in ACTIONS
+        assert set(r.annotations) == {"summary", "description", "runbook_url"}
+        assert r.annotations["runbook_url"] == f"{spec.runbook_base_url}/{r.alert}.md"
+        assert "$value" in r.annotations["description"], r.alert
+
+
+def test_every_metric_in_the_rules_is_a_catalog_metric_or_a_recording_rule() -> None:
+    spec = load_spec()
+    known = {m.name for m in catalog.catalog()} | set(vars(records(spec)).values()) | {"up"}
+    text = (DEFAULT_OUT / "rules.yml").read_text()
+    exprs = [r["expr"] for g in yaml.safe_load(text)["groups"] for r in g["rules"]]
+    used = set()
+    for expr in exprs:
+        without_strings = re.sub(r'"[^"]*"', '""', expr)
+        used |= set(
+            re.findall(
+                r"\b((?:accelerator|xpuwatch|device|slice|node|vendor_model|instance_node)[a-z0-9_:]*)\b",
+                without_strings,
+            )
+        )
+    label_names = {"node", "device", "vendor_model", "instance_node", "slice", "slice_id"}
+    assert used - label_names - known == set()
+
+
+def test_prometheusrule_holds_the_same_groups() -> None:
+    rules = yaml.safe_load((DEFAULT_OUT / "rules.yml").read_text())
+    pr = yaml.safe_load((DEFAULT_OUT / "prometheusrule.yaml").read_text())
+    assert (pr["apiVersion"], pr["kind"]) == ("monitoring.coreos.com/v1", "PrometheusRule")
+    assert pr["metadata"]["name"] == "xpuwatch"
+    assert pr["spec"]["groups"] == rules["groups"]
+    assert [g["name"] for g in rules["groups"]] == [
+        "xpuwatch.recording",
+        "xpuwatch.hardware",
+        "xpuwatch.performance",
+    ]
+
+
+def test_every_alert_has_a_runbook_page() -> None:
+    for name in ALERTS:
+        page = ROOT / "docs" / "runbooks" / f"{name}.md"
+        assert page.is_file(), page
+        text = page.read_text()
+        for section in ("## What it means", "## Confirm", "## What to do", "## Remediation"):
+            assert section in text, (name, section)
+
+
+def test_every_alert_has_a_not_yet_and_a_firing_promtool_step() -> None:
+    steps: dict[str, set[bool]] = {name: set() for name in ALERTS}
+    for path in PROMTOOL_TESTS.glob("*_test.yml"):
+        for test in yaml.safe_load(path.read_text())["tests"]:
+            for step in test.get("alert_rule_test", []):
+                steps[step["alertname"]].add(bool(step["exp_alerts"]))
+    assert {n: s for n, s in steps.items() if s != {True, False}} == {}
+
+
+def test_alertmanager_inhibition_uses_spec_equal_labels() -> None:
+    cfg = build_config(load_spec())
+    assert [r["equal"] for r in cfg["inhibit_rules"]] == [["node", "uuid"], ["node", "uuid"], ["node"]]
+
+
+def test_committed_alertmanager_uses_the_documented_defaults() -> None:
+    cfg = yaml.safe_load((DEFAULT_OUT / "alertmanager.yml").read_text())
+    hooks = {r["name"]: r["webhook_configs"][0] for r in cfg["receivers"]}
+    assert {n: h["url"] for n, h in hooks.items()} == {
+        "oncall-wecom": "http://xpuwatch-relay.xpuwatch.svc:9852/alertmanager/oncall-wecom",
+        "team-feishu": "http://xpuwatch-relay.xpuwatch.svc:9852/alertmanager/team-feishu",
+        "remediate": "http://xpuwatch-remediation.xpuwatch.svc:9853/alertmanager/remediate",
+    }
+    assert {n: h["http_config"]["authorization"]["credentials_file"] for n, h in hooks.items()} == {
+        "oncall-wecom": "/etc/alertmanager/secrets/xpuwatch/relay-token",
+        "team-feishu": "/etc/alertmanager/secrets/xpuwatch/relay-token",
+        "remediate": "/etc/alertmanager/secrets/xpuwatch/remediation-token",
+    }
+    assert all(h["send_resolved"] is True for h in hooks.values())

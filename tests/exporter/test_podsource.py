@@ -1,0 +1,148 @@
+"""The kubelet attribution source: refresh on its own timer, failure drops only pod labels, API enrichment."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+from aiohttp import web
+from aiohttp.test_utils import TestServer
+
+from exporter.attribution import Holder, slice_key
+from exporter.kubelet import ContainerDevices
+from exporter.podmap import DeviceRef, SliceRef
+from exporter.podsource import KubeletAttributionSource, PodMappingSettings
+from vendors.base import Slice
+
+from .kube_api_fake import FakeKubeApi
+from .kubelet_server import KubeletServer
+
+A, B, MIG = "GPU-a", "GPU-b", "MIG-x"
+DEVS = ([DeviceRef("nvidia", A, "0"), DeviceRef("nvidia", B, "1")], [SliceRef(A, "1/0", MIG)])
+ALLOCS = [
+    ContainerDevices("ml", "jupyter-alice", "notebook", "nvidia.com/mig-1g.10gb", (MIG,)),
+    ContainerDevices("ml", "train-0", "main", "nvidia.com/gpu", (B,)),
+]
+
+
+def _source(sock: str, **kw: object) -> KubeletAttributionSource:
+    return KubeletAttributionSource(
+        PodMappingSettings(enabled=True, socket=sock, timeout_seconds=1, **kw),  # type: ignore[arg-type]
+        "gpu-1",
+        lambda: DEVS,
+    )
+
+
+def test_refresh_maps_devices_and_slices(tmp_path: Path) -> None:
+    srv = KubeletServer(str(tmp_path / "k.sock"), ALLOCS)
+    srv.start()
+    try:
+        src = _source(srv.socket_path)
+        assert src.up() is None and src.current().entries == ()
+        assert src.refresh() is True
+        att = src.current()
+        assert src.up() is True
+        assert att.for_device(B) == (Holder("ml", "train-0", "main", "unknown", ""),)
+        assert att.for_device(A) == ()
+        assert att.for_slice(Slice(A, "1/0", "1g.10gb", "mig", uuid=MIG)) == (
+            Holder("ml", "jupyter-alice", "notebook", "unknown", ""),
+        )
+        assert att.for_slice(Slice(A, "1/0", "1g.10gb", "mig")) == att.for_slice(
+            Slice(A, "1/0", "1g.10gb", "mig", uuid=MIG)
+        )
+    finally:
+        srv.stop()
+
+
+def test_socket_loss_drops_labels_then_recovers(tmp_path: Path) -> None:
+    sock = str(tmp_path / "k.sock")
+    srv = KubeletServer(sock, ALLOCS)
+    srv.start()
+    src = _source(sock)
+    assert src.refresh() and src.current().for_device(B)
+    srv.stop()
+    Path(sock).unlink(missing_ok=True)
+    assert src.refresh() is False
+    assert src.up() is False and src.current().entries == ()
+    srv = KubeletServer(sock, ALLOCS)
+    srv.start()
+    try:
+        assert src.refresh() is True and src.up() is True and src.current().for_device(B)
+    finally:
+        srv.stop()
+
+
+def test_hung_kubelet_does_not_block_current(tmp_path: Path) -> None:
+    srv = KubeletServer(str(tmp_path / "k.sock"), ALLOCS)
+    srv.start()
+    srv.hang = True
+    try:
+        src = _source(srv.socket_path)
+        t = threading.Thread(target=src.refresh)
+        t.start()
+        assert src.current().entries == ()  # answers while the refresh waits on the kubelet
+        t.join(5)
+        assert src.up() is False
+    finally:
+        srv.stop()
+
+
+def test_background_thread_backs_off_while_failing(tmp_path: Path) -> None:
+    src = _source(str(tmp_path / "absent.sock"), interval_seconds=0.05, max_backoff_seconds=0.4)
+    src.start()
+    threading.Event().wait(1.0)
+    src.stop()
+    # 0.05, 0.1, 0.2, 0.4, 0.4 ... : a handful of attempts in a second, not a hot loop
+    assert 3 <= src.refreshes <= 7
+
+
+async def test_api_enrichment_sets_kind_owner_and_hami(tmp_path: Path) -> None:
+    hami_pod = {
+        "metadata": {
+            "name": "share-1",
+            "namespace": "infer",
+            "labels": {"owner": "erin"},
+            "annotations": {"hami.io/vgpu-devices-allocated": f"{A},NVIDIA,8000,30:;"},
+            "ownerReferences": [{"kind": "ReplicaSet", "name": "s", "apiVersion": "apps/v1", "uid": "u"}],
+        },
+        "spec": {"nodeName": "gpu-1", "containers": [{"name": "server"}]},
+    }
+    nb = {
+        "metadata": {
+            "name": "jupyter-alice",
+            "namespace": "ml",
+            "labels": {"component": "singleuser-server", "hub.jupyter.org/username": "alice"},
+        },
+        "spec": {"nodeName": "gpu-1", "containers": [{"name": "notebook"}]},
+    }
+    fake = FakeKubeApi("tok", [hami_pod, nb])
+    app = web.Application()
+    app.router.add_get("/api/v1/pods", fake.pods)
+    server = TestServer(app, host="127.0.0.1")
+    await server.start_server()
+    # HAMi's kubelet-side choice (B) is not where the share lives; the annotation says A.
+    allocs = [*ALLOCS, ContainerDevices("infer", "share-1", "server", "nvidia.com/gpu", (f"{B}-3",))]
+    srv = KubeletServer(str(tmp_path / "k.sock"), allocs)
+    srv.start()
+    try:
+        settings = PodMappingSettings(
+            enabled=True,
+            socket=srv.socket_path,
+            kube_api=True,
+            kube_api_host=f"http://127.0.0.1:{server.port}",
+        )
+        src = KubeletAttributionSource(settings, "gpu-1", lambda: DEVS, api_token="tok")
+        import asyncio
+
+        ok = await asyncio.to_thread(src.refresh)
+        assert ok
+        att = src.current()
+        assert att.for_slice(Slice(A, "1/0", "1g.10gb", "mig", uuid=MIG)) == (
+            Holder("ml", "jupyter-alice", "notebook", "notebook", "alice"),
+        )
+        assert att.for_device(A) == (Holder("infer", "share-1", "server", "service", "erin"),)
+        assert att.for_device(B) == (Holder("ml", "train-0", "main", "unknown", ""),)
+        assert slice_key(A, "x") == "GPU-a/x"
+    finally:
+        srv.stop()
+        await server.close()
