@@ -36,6 +36,16 @@ class Call:
     backend: str
     argv: tuple[str, ...]
     fixture: str  # relative to tests/fixtures
+    edits: tuple[tuple[str, str], ...] = ()  # (old, new) text replacements, each found exactly once
+
+    def stdout(self) -> str:
+        """The fixture's text with the documented edits applied (none for most calls)."""
+        text = (FIXTURES / self.fixture).read_text(encoding="utf-8")
+        for old, new in self.edits:
+            if text.count(old) != 1:
+                raise ValueError(f"{self.fixture}: edit {old!r} does not match exactly once")
+            text = text.replace(old, new)
+        return text
 
 
 # In backend priority order. Where a backend could run several tools, the argv is the one it picks first
@@ -46,6 +56,21 @@ CALLS: tuple[Call, ...] = (
     # under that name lets AMD's rocm-smi live on the same (artificial) node. Minimal flags = gpustack's.
     Call("hygon", ("hy-smi", *SMI_MINIMAL_ARGS), "hygon/rocm-smi_json_hygon_dcu_dtk24.04.3.json"),
     Call("amd", ("rocm-smi", *ROCM_SMI_MINIMAL_ARGS), "amd/rocm-smi_json_rx7800xt_rocm6.2.4.json"),
+    # One Atlas 300I Duo (NPU 6, two 310P3 chips). Its card reports come from another 300I Duo whose npu-smi
+    # answered as NPU 1 (same DDR capacities, 44280 / 43693 MB): the one edit is that NPU ID line.
+    Call("ascend", ("npu-smi", "info"), "ascend/npu-smi_info_310P3_25.0.rc1.1_2chips_procs.txt"),
+    Call(
+        "ascend",
+        ("npu-smi", "info", "-t", "usages", "-i", "6"),
+        "ascend/npu-smi_info_-t_usages_-i_1_310P.txt",
+        (("NPU ID                         : 1\n", "NPU ID                         : 6\n"),),
+    ),
+    Call(
+        "ascend",
+        ("npu-smi", "info", "-t", "common", "-i", "6"),
+        "ascend/npu-smi_info_-t_common_-i_1_310P.txt",
+        (("NPU ID                         : 1\n", "NPU ID                         : 6\n"),),
+    ),
     Call("cambricon", ("cnmon",), "cambricon/cnmon_MLU370-X8_v5.10.13.txt"),
     Call("kunlunxin", ("xpu_smi",), "kunlunxin/xpu-smi_P800_drv5.0.21.21.txt"),
     Call("metax", ("mx-smi",), "metax/mx-smi_C550_2.2.4.txt"),
@@ -57,10 +82,7 @@ CALLS: tuple[Call, ...] = (
 
 def results(calls: tuple[Call, ...] = CALLS) -> list[CommandResult]:
     """The recorded results: each fixture's text as the call's stdout, exit status 0, frozen timestamps."""
-    return [
-        CommandResult(c.argv, (FIXTURES / c.fixture).read_text(encoding="utf-8"), "", 0, CLOCK, 0.0)
-        for c in calls
-    ]
+    return [CommandResult(c.argv, c.stdout(), "", 0, CLOCK, 0.0) for c in calls]
 
 
 def meta(calls: tuple[Call, ...] = CALLS) -> dict[str, object]:
@@ -75,7 +97,10 @@ def meta(calls: tuple[Call, ...] = CALLS) -> dict[str, object]:
         "started": CLOCK,
         "finished": CLOCK,
         "redacted": False,
-        "assembled_from": {" ".join(c.argv): f"tests/fixtures/{c.fixture}" for c in calls},
+        "assembled_from": {
+            " ".join(c.argv): f"tests/fixtures/{c.fixture}" + (" (edited: see README)" if c.edits else "")
+            for c in calls
+        },
     }
 
 

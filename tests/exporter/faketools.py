@@ -83,7 +83,11 @@ def every_vendor(bin_dir: Path) -> dict[str, Path]:
     mb = mixed_bundle()
     answers: dict[str, dict[tuple[str, ...], Path]] = {}
     backend_of: dict[str, str] = {}
-    for c in mb.CALLS:
-        answers.setdefault(c.argv[0], {})[tuple(c.argv[1:])] = mb.FIXTURES / c.fixture
+    texts = bin_dir.parent / "answers"
+    texts.mkdir(parents=True, exist_ok=True)
+    for i, c in enumerate(mb.CALLS):
+        text = texts / f"{i:02d}-{c.argv[0]}.txt"
+        text.write_text(c.stdout(), encoding="utf-8")  # the bundle's stdout, documented edits included
+        answers.setdefault(c.argv[0], {})[tuple(c.argv[1:])] = text
         backend_of[c.argv[0]] = c.backend
     return {backend_of[tool]: answering(bin_dir, tool, a) for tool, a in answers.items()}

@@ -26,7 +26,18 @@ from tests.exporter.conftest import GOLDEN_CLOCK, ROOT, Exporter, cli_env, wait_
 
 BUNDLE = ROOT / "tests" / "fixtures" / "bundles" / "mixed-node.json"
 GOLDEN = ROOT / "tests" / "golden" / "mixed-node.txt"
-VENDORS = {"nvidia", "amd", "hygon", "cambricon", "kunlunxin", "metax", "mthreads", "iluvatar", "enflame"}
+VENDORS = {
+    "nvidia",
+    "amd",
+    "hygon",
+    "huawei",
+    "cambricon",
+    "kunlunxin",
+    "metax",
+    "mthreads",
+    "iluvatar",
+    "enflame",
+}
 GIB = 2**30
 # Memory capacity each model is sold with (vendor data sheets), as a [low, high] GiB window around the
 # usable size the tool reports (ECC/firmware reservations take a few percent).
@@ -39,6 +50,7 @@ MEMORY_GIB = {
     "MetaX C550": (60, 64),
     "MTT S5000": (76, 80),
     "Iluvatar BI-V150": (30, 32),
+    "Ascend310P3": (40, 48),  # Atlas 300I Duo: 96 GB LPDDR4X, 48 GB per chip
     "S60": (40, 48),  # 48 GB; with ECC enabled (device 1 of the capture) 1/8 less is usable
 }
 
@@ -70,6 +82,7 @@ def test_bundle_lists_every_cli_backend_and_its_sources() -> None:
         "nvidia-smi",
         "hygon",
         "amd",
+        "ascend",
         "cambricon",
         "kunlunxin",
         "metax",
@@ -78,9 +91,18 @@ def test_bundle_lists_every_cli_backend_and_its_sources() -> None:
         "enflame",
     ]
     for cmd in doc["commands"]:
-        source = ROOT / doc["meta"]["assembled_from"][" ".join(cmd["argv"])]
-        assert cmd["stdout"] == source.read_text(encoding="utf-8")
-        assert Path(f"{source}.source").exists() or (source.parent / "SOURCES.md").exists()
+        source, edited, _ = doc["meta"]["assembled_from"][" ".join(cmd["argv"])].partition(" (edited")
+        text = (ROOT / source).read_text(encoding="utf-8")
+        if edited:  # the Ascend card reports: only their NPU ID line differs (README of the bundle)
+            diff = [
+                (a, b) for a, b in zip(text.splitlines(), cmd["stdout"].splitlines(), strict=True) if a != b
+            ]
+            assert [(a.split(":")[0], b.split(":")[0]) for a, b in diff] == [("NPU ID" + " " * 25,) * 2]
+        else:
+            assert cmd["stdout"] == text
+        assert (
+            Path(f"{ROOT / source}.source").exists() or (ROOT / source).parent.joinpath("SOURCES.md").exists()
+        )
 
 
 @pytest.mark.slow
@@ -130,6 +152,7 @@ def test_mixed_golden_is_coherent() -> None:
         "nvidia": 1,
         "hygon": 1,
         "amd": 1,
+        "huawei": 2,
         "cambricon": 2,
         "kunlunxin": 8,
         "metax": 8,
@@ -147,7 +170,8 @@ def test_mixed_golden_is_coherent() -> None:
             assert tuple(s.labels.get(k) for k in keys) in known, s
 
     backends = {s.labels["backend"]: s.value for s in by_name[catalog.BACKEND_UP]}
-    assert set(backends) == {"nvidia-smi", *VENDORS - {"nvidia"}} and set(backends.values()) == {1.0}
+    assert set(backends) == {"nvidia-smi", "ascend", *VENDORS - {"nvidia", "huawei"}}
+    assert set(backends.values()) == {1.0}
     assert catalog.BACKEND_ERRORS not in by_name
 
     totals = {(s.labels["vendor"], s.labels["device"]): s for s in by_name[catalog.MEMORY_TOTAL]}

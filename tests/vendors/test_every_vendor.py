@@ -173,12 +173,110 @@ COMPLETE: dict[str, tuple[str, Expect]] = {
     ),
 }
 
+H = (("subsystem", "chip"),)
+COMPLETE |= {
+    # npu-smi info, 25.0.rc1.1 layout: one 300I Duo card (NPU 6) with two 310P3 chips, DDR 1175 / 44280 MB,
+    # power "NA" (310P reports power per card, in -t common), Health OK.
+    "ascend/npu-smi_info_310P3_25.0.rc1.1_2chips_procs.txt": (
+        "huawei",
+        {
+            (UTIL, "6-1", ()): 0.0,
+            (USED, "6-0", ()): 1175 * MIB,
+            (TOTAL, "6-0", ()): 44280 * MIB,
+            (USED, "6-1", ()): 8322 * MIB,
+            (TEMP, "6-0", CORE): 55.0,
+            (TEMP, "6-1", CORE): 52.0,
+            (catalog.HEALTH, "6-1", H): 1.0,
+        },
+    ),
+    # npu-smi 23.0.3, 2 x 910B2C: NPU 1 at 93.8 W, 53 C, HBM 3316 / 65536 MB.
+    "ascend/npu-smi_info_910B2C_23.0.3_no_procs.txt": (
+        "huawei",
+        {
+            (UTIL, "1-0", ()): 0.0,
+            (USED, "1-0", ()): 3316 * MIB,
+            (TOTAL, "1-0", ()): 65536 * MIB,
+            (TEMP, "1-0", CORE): 53.0,
+            (POWER, "1-0", ()): 93.8,
+            (catalog.HEALTH, "1-0", H): 1.0,
+        },
+    ),
+    # npu-smi 22.0.3.1, 8 x 910A: NPU 1 at 63.3 W, 38 C, HBM 0 / 32768 MB.
+    "ascend/npu-smi_info_910A_22.0.3.1_8npu.txt": (
+        "huawei",
+        {
+            (USED, "1-0", ()): 0.0,
+            (TOTAL, "1-0", ()): 32768 * MIB,
+            (TEMP, "1-0", CORE): 38.0,
+            (POWER, "1-0", ()): 63.3,
+        },
+    ),
+    # npu-smi 24.1.RC2: NPU 3 in Warning (health 0), 206.9 W, 39 C.
+    "ascend/npu-smi_info_910A_24.1.RC2_8npu_warning_procs.txt": (
+        "huawei",
+        {
+            (TEMP, "3-0", CORE): 39.0,
+            (POWER, "3-0", ()): 206.9,
+            (TOTAL, "3-0", ()): 32768 * MIB,
+            (catalog.HEALTH, "3-0", H): 0.0,
+            (catalog.HEALTH, "0-0", H): 1.0,
+        },
+    ),
+    # npu-smi 24.1.rc3.7 on an A3 (two dies per NPU): die 0 of NPU 2 carries the 176.3 W, die 1 none.
+    "ascend/npu-smi_info_A3_Ascend910_24.1.rc3.7_2dies_no_procs.txt": (
+        "huawei",
+        {(POWER, "2-0", ()): 176.3, (TEMP, "2-1", CORE): 36.0, (TOTAL, "2-1", ()): 65536 * MIB},
+    ),
+    # npu-smi 20.2.0 (oldest 310 layout): NPU 215 chip 0 at 12.8 W, 56 C, 2703 / 8192 MB.
+    "ascend/npu-smi_info_310_20.2.0_legacy.txt": (
+        "huawei",
+        {
+            (POWER, "215-0", ()): 12.8,
+            (TEMP, "215-0", CORE): 56.0,
+            (USED, "215-0", ()): 2703 * MIB,
+            (TOTAL, "215-0", ()): 8192 * MIB,
+        },
+    ),
+    # npu-smi 21.0.4 (310): NPU 6 chip 1 at 74 C, 2867 / 8192 MB.
+    "ascend/npu-smi_info_310_21.0.4_legacy.txt": (
+        "huawei",
+        {(TEMP, "6-1", CORE): 74.0, (USED, "6-1", ()): 2867 * MIB, (TOTAL, "6-1", ()): 8192 * MIB},
+    ),
+    # -t usages -i 0 (910B): HBM 32768 MB at 0 %; -t common -i 0: 46 C, 69 W.
+    "ascend/npu-smi_info_-t_usages_-i_0_910B.txt": (
+        "huawei",
+        {(UTIL, "0-0", ()): 0.0, (USED, "0-0", ()): 0.0, (TOTAL, "0-0", ()): 32768 * MIB},
+    ),
+    "ascend/npu-smi_info_-t_common_-i_0_910B.txt": (
+        "huawei",
+        {(UTIL, "0-0", ()): 0.0, (TEMP, "0-0", CORE): 46.0, (POWER, "0-0", ()): 69.0},
+    ),
+    # -t usages / -t common -i 1 (310P, two chips): DDR 44280 / 43693 MB at 3 %; 60 / 59 C.
+    "ascend/npu-smi_info_-t_usages_-i_1_310P.txt": (
+        "huawei",
+        {(TOTAL, "1-0", ()): 44280 * MIB, (TOTAL, "1-1", ()): 43693 * MIB},
+    ),
+    "ascend/npu-smi_info_-t_common_-i_1_310P.txt": (
+        "huawei",
+        {(TEMP, "1-0", CORE): 60.0, (TEMP, "1-1", CORE): 59.0},
+    ),
+    # npu-smi info -m: identity only (chips, skipping the Mcu pseudo-chip).
+    "ascend/npu-smi_info_-m_310P_2chips_per_card.txt": ("huawei", {(catalog.UP, "1-1", ()): 1.0}),
+    "ascend/npu-smi_info_-m_310_with_mcu.txt": ("huawei", {(catalog.UP, "6-1", ()): 1.0}),
+    "ascend/npu-smi_info_-m_910A.txt": ("huawei", {(catalog.UP, "1-0", ()): 1.0}),
+    "ascend/npu-smi_info_-m_910B_with_mcu.txt": ("huawei", {(catalog.UP, "1-0", ()): 1.0}),
+}
+
 # Truncated captures: a clean rejection (exit 1, one clear line per file, no traceback) or partial output.
 EXCERPTS: dict[str, str | None] = {
     "amd/amd-smi_metric_-u_json_radeon-pro-w7700_excerpt.txt": "not valid amd-smi-json: amd-smi metric: invalid JSON",
     "amd/amd-smi_metric_-w_1_json_watch_excerpt.txt": "not valid amd-smi-json: amd-smi metric: invalid JSON",
     "amd/amd-smi_static_text_mi350x_excerpt.txt": "no known format matches",
     "amd/device-metrics-exporter_scrape_mi300x-vf_issue171_excerpt.prom": "no known format matches",
+    # Diagnostic dumps holding several npu-smi commands (one file per host): not one tool output; the format
+    # that claims the first block rejects the file with the reason.
+    "ascend/npu-smi_info_-t_health_Alarm_with_error_codes.txt": "not valid npu-smi-health: npu-smi: rejected the query",
+    "ascend/npu-smi_info_910A_23.0.5_m_board_usages_health_OK.txt": "not valid npu-smi-info-m",
     # The two device blocks the excerpt holds are complete: partial output, exit 0.
     "mthreads/mthreads-gmi_S5000_2.3.2_excerpt.txt": None,
 }
@@ -259,6 +357,23 @@ CLAIMED_BY: dict[str, str | None] = {
     "amd/device-metrics-exporter_scrape_mi300x-vf_issue171_excerpt.prom": None,
     "hygon/rocm-smi_json_hygon_dcu_dtk24.04.3.json": "hy-smi-json",
     "hygon/rocm-smi_table_dcu_dtk23.10.1.txt": "hy-smi-table",
+    "ascend/npu-smi_info_310P3_25.0.rc1.1_2chips_procs.txt": "npu-smi-info",
+    "ascend/npu-smi_info_910B2C_23.0.3_no_procs.txt": "npu-smi-info",
+    "ascend/npu-smi_info_910A_22.0.3.1_8npu.txt": "npu-smi-info",
+    "ascend/npu-smi_info_910A_24.1.RC2_8npu_warning_procs.txt": "npu-smi-info",
+    "ascend/npu-smi_info_A3_Ascend910_24.1.rc3.7_2dies_no_procs.txt": "npu-smi-info",
+    "ascend/npu-smi_info_310_20.2.0_legacy.txt": "npu-smi-info",
+    "ascend/npu-smi_info_310_21.0.4_legacy.txt": "npu-smi-info",
+    "ascend/npu-smi_info_-t_usages_-i_0_910B.txt": "npu-smi-usages",
+    "ascend/npu-smi_info_-t_usages_-i_1_310P.txt": "npu-smi-usages",
+    "ascend/npu-smi_info_-t_common_-i_0_910B.txt": "npu-smi-common",
+    "ascend/npu-smi_info_-t_common_-i_1_310P.txt": "npu-smi-common",
+    "ascend/npu-smi_info_-t_health_Alarm_with_error_codes.txt": "npu-smi-health",
+    "ascend/npu-smi_info_910A_23.0.5_m_board_usages_health_OK.txt": "npu-smi-info-m",
+    "ascend/npu-smi_info_-m_310P_2chips_per_card.txt": "npu-smi-info-m",
+    "ascend/npu-smi_info_-m_310_with_mcu.txt": "npu-smi-info-m",
+    "ascend/npu-smi_info_-m_910A.txt": "npu-smi-info-m",
+    "ascend/npu-smi_info_-m_910B_with_mcu.txt": "npu-smi-info-m",
     "cambricon/cnmon_MLU370-X8_v5.10.13.txt": "cnmon-table",
     "enflame/efsmi_S60_1.2.0.301.txt": "efsmi-table",
     "iluvatar/ixsmi_BI-V150_4.3.0.txt": "ixsmi-table",
