@@ -51,9 +51,22 @@ def printing(bin_dir: Path, tool: str, fixture: Path) -> Path:
     return _write(bin_dir, tool, f"exec {_abs('cat')} {shlex.quote(str(fixture))}")
 
 
-def hanging(bin_dir: Path, tool: str) -> Path:
-    """``tool`` never answers (a driver call stuck in the kernel)."""
-    return _write(bin_dir, tool, f"exec {_abs('sleep')} 600")
+def hanging(bin_dir: Path, tool: str, marker: str = "0") -> Path:
+    """``tool`` never answers (a driver call stuck in the kernel). ``marker`` (a number, added to the sleep)
+    makes its processes findable in /proc: ``sleep 60 <marker>`` (60 s: a leftover after the test ends soon)."""
+    return _write(bin_dir, tool, f"exec {_abs('sleep')} 60 {marker}")
+
+
+def alive(marker: str) -> int:
+    """How many live (non-zombie) processes run ``sleep 60 <marker>``."""
+    n = 0
+    for proc in Path("/proc").glob("[0-9]*"):
+        try:
+            if proc.joinpath("cmdline").read_bytes().split(b"\0")[1:3] == [b"60", marker.encode()]:
+                n += 1
+        except (OSError, IndexError):
+            continue
+    return n
 
 
 def failing(bin_dir: Path, tool: str, message: str = "Invalid card id.") -> Path:

@@ -143,7 +143,8 @@ def test_node_survives_a_hanging_a_failing_and_a_garbling_tool(
     for backend, tool in faketools.every_vendor(bin_dir).items():
         if backend not in healthy:
             tool.unlink()
-    faketools.hanging(bin_dir, "cnmon")  # cambricon
+    marker = f"0.{os.getpid()}{int(time.time())}"
+    faketools.hanging(bin_dir, "cnmon", marker)  # cambricon
     faketools.failing(bin_dir, "efsmi", "Invalid card id.")  # enflame
     faketools.garbage(bin_dir, "mx-smi")  # metax
     broken = {"cambricon": "timeout", "enflame": "exit_status", "metax": "parse"}
@@ -178,6 +179,8 @@ def test_node_survives_a_hanging_a_failing_and_a_garbling_tool(
     want = {k: v for k, v in golden.items() if dict(k[1]).get("vendor") in healthy_vendors}
     assert _device_series(_scrape(exp.url), ()) == want
     assert not any("Traceback" in line for line in exp.log)
+    # Each hung cnmon was killed at its deadline: at most the one of the poll in flight is alive.
+    assert faketools.alive(marker) <= 1
 
 
 def _detection(log: list[str]) -> dict[str, str]:
