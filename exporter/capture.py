@@ -28,6 +28,10 @@ _SERIAL_FIELDS = re.compile(
     re.MULTILINE,
 )
 _KEEP_IPS = {"0.0.0.0", "127.0.0.1", "255.255.255.255"}
+# A dotted quad right after a version label is a version (xpu-smi "Driver Version: 5.0.21.21"), not an address.
+_VERSION_BEFORE = re.compile(r"(?:[Vv]ersion|[Vv]er\.?|\bv)\s*[:=]?\s*$")
+# Serial fields that hold no identifier: masking them would invent a serial on replay (rocm-smi "N/A").
+_NOT_A_SERIAL = re.compile(r"\[?(?:N/A|Not Supported|Unknown|None)\]?", re.IGNORECASE)
 
 
 class Redactor:
@@ -59,14 +63,15 @@ class Redactor:
         s = _ANY_UUID.sub(lambda m: (f"{m.group(1)}-" if m.group(1) else "") + self._uuid(m.group(2)), s)
         if self._serials:
             s = re.sub(
-                "|".join(map(re.escape, self._serials)),
+                # Whole tokens only: a zero placeholder serial must not eat into a longer id ("0x0000...").
+                rf"(?<![\w-])(?:{'|'.join(map(re.escape, self._serials))})(?![\w-])",
                 lambda m: self._mask("serial", m.group(0), lambda n: f"SERIAL{n:04d}"),
                 s,
             )
         s = _SERIAL_FIELDS.sub(
             lambda m: (
                 m.group(0)
-                if re.fullmatch(r"SERIAL\d{4,}", m.group(2))
+                if re.fullmatch(r"SERIAL\d{4,}", m.group(2)) or _NOT_A_SERIAL.fullmatch(m.group(2))
                 else m.group(1) + self._mask("serial", m.group(2), lambda n: f"SERIAL{n:04d}")
             ),
             s,
@@ -80,7 +85,7 @@ class Redactor:
         return _IPV4.sub(
             lambda m: (
                 m.group(0)
-                if m.group(0) in _KEEP_IPS
+                if m.group(0) in _KEEP_IPS or _VERSION_BEFORE.search(s, max(0, m.start() - 32), m.start())
                 else self._mask("ip", m.group(0), lambda n: f"192.0.2.{n % 254 + 1}")
             ),
             s,

@@ -895,7 +895,9 @@ ROCM_SMI_MINIMAL_ARGS = (*ROCM_SMI_BASE_ARGS, "--json")
 
 class FlagFallback:
     """Runs a rocm-smi-family tool with the full flag set; if it exits non-zero, retries with the minimal
-    set and keeps that one (an older build that rejects a flag would otherwise fail every poll)."""
+    set and keeps that one (an older build that rejects a flag would otherwise fail every poll). A replayed
+    bundle that holds only the minimal call (``not_recorded``: captured with the minimal flags) falls back
+    the same way."""
 
     def __init__(self, full: Sequence[str], minimal: Sequence[str]) -> None:
         self.candidates = [tuple(full)] if tuple(full) == tuple(minimal) else [tuple(full), tuple(minimal)]
@@ -905,7 +907,7 @@ class FlagFallback:
             try:
                 return runner.run([tool, *self.candidates[0]], timeout).stdout
             except BackendError as exc:
-                if exc.reason != "exit_status" or len(self.candidates) == 1:
+                if exc.reason not in ("exit_status", "not_recorded") or len(self.candidates) == 1:
                     raise
                 log.warning("%s refused %s (%s): retrying with fewer flags", tool, self.candidates[0], exc)
                 self.candidates.pop(0)

@@ -87,13 +87,19 @@ class SubprocessRunner:
             timestamp=started,
             duration_seconds=time.monotonic() - t0,
         )
-        if check and proc.returncode != 0:
-            first = (result.stderr.strip() or result.stdout.strip()).splitlines()[:1]
-            raise BackendError(
-                f"{argv[0]} exited {proc.returncode}: {first[0] if first else ''}".strip(),
-                reason="exit_status",
-            )
+        if check:
+            check_exit(result)
         return result
+
+
+def check_exit(result: CommandResult) -> None:
+    """Raise ``BackendError(reason="exit_status")`` with the tool's first output line if it exited non-zero."""
+    if result.returncode != 0:
+        first = (result.stderr.strip() or result.stdout.strip()).splitlines()[:1]
+        raise BackendError(
+            f"{result.argv[0]} exited {result.returncode}: {first[0] if first else ''}".strip(),
+            reason="exit_status",
+        )
 
 
 def _kill_group(proc: subprocess.Popen[bytes]) -> None:
@@ -110,7 +116,7 @@ def _reap(proc: subprocess.Popen[bytes]) -> None:
 
 
 class RecordingRunner:
-    """Wraps a runner and keeps every result, for ``xpuwatch capture``."""
+    """Wraps a runner and keeps every result, including non-zero exits, for ``xpuwatch capture``."""
 
     def __init__(self, inner: CommandRunner) -> None:
         self.inner = inner
@@ -121,9 +127,15 @@ class RecordingRunner:
         return self.inner.which(tool)
 
     def run(self, argv: Sequence[str], timeout: float) -> CommandResult:
-        result = self.inner.run(argv, timeout)
+        # A call that exits non-zero is recorded too (a replay answers it with the same exit_status error),
+        # so a bundle shows the tool refusing a flag or printing "Invalid card id.", not just the successes.
+        if isinstance(self.inner, SubprocessRunner):
+            result = self.inner.run(argv, timeout, check=False)
+        else:
+            result = self.inner.run(argv, timeout)
         with self._lock:
             self.results.append(result)
+        check_exit(result)
         return result
 
 

@@ -15,7 +15,7 @@ from exporter.reference import render_markdown
 from exporter.settings import Settings
 from tests.exporter.conftest import ROOT, Exporter, run_cli
 from vendors import registry
-from vendors.base import Device, DeviceSample, ParseError
+from vendors.base import BackendError, Device, DeviceSample, ParseError
 from vendors.command import ReplayRunner, SubprocessRunner, read_bundle, write_bundle
 from vendors.registry import BackendContext, BackendSpec, Detection, OutputFormat
 
@@ -193,6 +193,30 @@ def test_redactor_is_consistent_across_texts() -> None:
     )
 
 
+def test_redactor_keeps_serial_fields_that_hold_no_serial() -> None:
+    # rocm-smi prints "Serial Number": "N/A" on Radeon cards: masking it would invent a serial on replay.
+    r = Redactor()
+    text = '"Serial Number": "N/A", <serial>[Not Supported]</serial> "Serial Number": "TPX1234"'
+    assert (
+        r.text(text)
+        == '"Serial Number": "N/A", <serial>[Not Supported]</serial> "Serial Number": "SERIAL0001"'
+    )
+
+
+def test_redactor_masks_known_serials_as_whole_tokens_only() -> None:
+    # nvidia-smi's zeroed serial must not eat into rocm-smi's zero Unique ID (which then read as non-zero).
+    r = Redactor(serials=["0000000000000"])
+    text = "<serial>0000000000000</serial> Unique ID: 0x0000000000000000, sn 0000000000000."
+    assert r.text(text) == "<serial>SERIAL0001</serial> Unique ID: 0x0000000000000000, sn SERIAL0001."
+
+
+def test_redactor_keeps_dotted_quad_versions() -> None:
+    # xpu-smi's driver version is a dotted quad: only addresses are masked, never versions.
+    r = Redactor()
+    text = "Driver Version: 5.0.21.21  XPU-RT Version: 5.0.21 | peer 10.1.2.3"
+    assert r.text(text) == "Driver Version: 5.0.21.21  XPU-RT Version: 5.0.21 | peer 192.0.2.2"
+
+
 def test_metrics_doc_is_current() -> None:
     committed = (ROOT / "docs" / "metrics.md").read_text(encoding="utf-8")
     assert committed == render_markdown(), "docs/metrics.md is stale: run `xpuwatch metrics-doc`"
@@ -262,3 +286,20 @@ def test_capture_cli_writes_a_bundle(tmp_path: Path) -> None:
     meta, _results = read_bundle(out)
     assert meta["redacted"] is True and meta["node"] == "host-1"
     assert set(meta) >= {"backends", "skipped", "errors", "started", "finished", "tool_versions", "tools"}
+
+
+def test_recording_runner_keeps_failed_calls_and_replay_fails_them_alike(tmp_path: Path) -> None:
+    from vendors.command import RecordingRunner
+
+    tool = tmp_path / "npu-smi"
+    tool.write_text("#!/bin/sh\necho 'Invalid card id.' >&2\nexit 1\n")
+    tool.chmod(0o755)
+    recorder = RecordingRunner(SubprocessRunner())
+    with pytest.raises(BackendError, match=r"exited 1: Invalid card id\.") as live:
+        recorder.run([str(tool), "info", "-i", "9"], timeout=5)
+    assert live.value.reason == "exit_status"
+    [kept] = recorder.results
+    assert (kept.returncode, kept.stderr) == (1, "Invalid card id.\n")
+    with pytest.raises(BackendError) as replayed:
+        ReplayRunner(recorder.results).run(["npu-smi", "info", "-i", "9"], timeout=5)
+    assert replayed.value.reason == "exit_status"

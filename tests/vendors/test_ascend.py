@@ -494,6 +494,8 @@ def test_sniffers_leave_other_vendors_outputs_alone() -> None:
     for path in sorted(FIX.parent.rglob("*")):
         if not path.is_file() or path.suffix == ".source" or FIX in path.parents:
             continue
+        if path.parent.name == "bundles":  # capture bundles hold many tools' outputs, Ascend's among them
+            continue
         text = path.read_text(encoding="utf-8", errors="replace")
         assert [f.name for f in ascend.FORMATS if f.sniff(text)] == [], path
 

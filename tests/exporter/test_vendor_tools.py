@@ -1,0 +1,226 @@
+"""Every vendor through the real subprocess path: fake tools on PATH (tests/exporter/faketools.py) driving
+`xpuwatch capture` -> `serve --replay`, faults at node level, and the detection log of `xpuwatch serve`."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import time
+import urllib.request
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from exporter import catalog
+from tests.exporter import faketools
+from tests.exporter.conftest import GOLDEN_CLOCK, ROOT, Exporter, cli_env, run_cli, wait_ready
+
+GOLDEN = ROOT / "tests" / "golden" / "mixed-node.txt"
+Series = dict[tuple[str, tuple[tuple[str, str], ...]], float]
+
+
+def _series(text: str, drop: tuple[str, ...] = ()) -> Series:
+    return {
+        (s.name, tuple(sorted((k, v) for k, v in s.labels.items() if k not in drop))): s.value
+        for fam in text_string_to_metric_families(text)
+        for s in fam.samples
+    }
+
+
+def _scrape(url: str) -> str:
+    with urllib.request.urlopen(url + "/metrics", timeout=10) as r:
+        return str(r.read().decode())
+
+
+def _env(bin_dir: Path, isolated: bool = False) -> dict[str, str]:
+    # isolated: PATH holds only the fake tools (the fakes call cat/sleep by absolute path).
+    path = str(bin_dir) if isolated else f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}"
+    return cli_env(PATH=path)
+
+
+def _device_series(text: str, drop: tuple[str, ...]) -> Series:
+    return {k: v for k, v in _series(text, drop).items() if k[0].startswith("accelerator_")}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("redact", [False, True], ids=["plain", "redacted"])
+def test_capture_of_every_vendor_replays_the_same_devices(
+    tmp_path: Path, start_exporter: Callable[..., Exporter], redact: bool
+) -> None:
+    bins = faketools.every_vendor(tmp_path / "bin")
+    bundle = tmp_path / "capture.json"
+    names = [a for b in bins for a in ("--backend", b)]
+    res = run_cli(
+        "capture",
+        "-o",
+        str(bundle),
+        "--node-name",
+        "mixed-node-1",
+        *names,
+        *(["--redact"] if redact else []),
+        env=_env(tmp_path / "bin"),
+    )
+    assert res.returncode == 0, res.stderr
+    assert "errors" not in res.stdout
+    doc = json.loads(bundle.read_text())
+    assert doc["meta"]["backends"] == list(bins) and doc["meta"]["redacted"] is redact
+    # The rocm-smi-family tools refused the full flag set (as an older build does); the backends fell back
+    # to the captured flags, and the bundle keeps both calls so that the replay takes the same path.
+    refused = sorted(Path(c["argv"][0]).name for c in doc["commands"] if c["returncode"] != 0)
+    assert refused == ["hy-smi", "rocm-smi"]
+
+    exp = start_exporter("--replay", str(bundle), "--node-name", "mixed-node-1", "--sim-clock", GOLDEN_CLOCK)
+    wait_ready(exp.url)
+    body = _scrape(exp.url)
+    golden = GOLDEN.read_text()
+    if not redact:
+        # The same device series, label for label and value for value, as the assembled bundle's golden.
+        assert _device_series(body, ()) == _device_series(golden, ())
+        return
+    # Redacted: identical except uuid and serial, and each original uuid maps to exactly one mask (and back).
+    assert _device_series(body, ("uuid", "serial")) == _device_series(golden, ("uuid", "serial"))
+    serials = {
+        dict(lab)["vendor"] + dict(lab)["device"]: dict(lab)["serial"]
+        for (name, lab) in _series(body)
+        if name == catalog.INFO
+    }
+    # "N/A" serials (rocm-smi) stay absent instead of becoming an invented SERIALnnnn.
+    assert serials["amd0"] == "" and serials["hygon0"].startswith("SERIAL")
+
+    def uuids(text: str) -> dict[tuple[str, str], set[str]]:
+        out: dict[tuple[str, str], set[str]] = {}
+        for (name, labels), _ in _series(text).items():
+            lab = dict(labels)
+            if name.startswith("accelerator_") and "uuid" in lab:
+                key = (lab["vendor"], lab["device"] + "/" + lab.get("slice_id", ""))
+                out.setdefault(key, set()).add(lab["uuid"])
+        return out
+
+    before, after = uuids(golden), uuids(body)
+    assert before.keys() == after.keys()
+    assert all(len(v) == 1 for v in [*before.values(), *after.values()])
+    mapping = {next(iter(before[k])): next(iter(after[k])) for k in before}
+    assert len(set(mapping.values())) == len(mapping), "two devices share a mask"
+    raw = bundle.read_text()
+    masked = {orig: new for orig, new in mapping.items() if orig != new}
+    # The Hygon serial (its uuid) is an identifier: masked, and gone from the bundle. NVIDIA's GPU UUID is
+    # masked into the numbered shape (the fixture's placeholder ...0001 happens to be its own first mask).
+    assert list(masked) == ["TPXxxxx"] and re.fullmatch(r"SERIAL\d{4}", masked["TPXxxxx"])
+    assert "TPXxxxx" not in raw
+    assert {m for o, m in mapping.items() if o.startswith("GPU-")} == {
+        "GPU-00000000-0000-0000-0000-000000000001"
+    }
+
+
+def _wait_for(url: str, ok: Callable[[Series], bool], timeout: float = 60) -> Series:
+    deadline = time.monotonic() + timeout
+    got: Series = {}
+    while time.monotonic() < deadline:
+        got = _series(_scrape(url))
+        if ok(got):
+            return got
+        time.sleep(0.2)
+    raise AssertionError(f"condition not reached; last scrape: {sorted(got.items())}")
+
+
+def _errors(s: Series, backend: str) -> dict[str, float]:
+    return {
+        dict(lab)["reason"]: v
+        for (name, lab), v in s.items()
+        if name == catalog.BACKEND_ERRORS and dict(lab)["backend"] == backend
+    }
+
+
+@pytest.mark.slow
+def test_node_survives_a_hanging_a_failing_and_a_garbling_tool(
+    tmp_path: Path, start_exporter: Callable[..., Exporter]
+) -> None:
+    bin_dir = tmp_path / "bin"
+    healthy = {"nvidia-smi", "iluvatar", "kunlunxin", "hygon", "ascend"}
+    for backend, tool in faketools.every_vendor(bin_dir).items():
+        if backend not in healthy:
+            tool.unlink()
+    marker = f"0.{os.getpid()}{int(time.time())}"
+    faketools.hanging(bin_dir, "cnmon", marker)  # cambricon
+    faketools.failing(bin_dir, "efsmi", "Invalid card id.")  # enflame
+    faketools.garbage(bin_dir, "mx-smi")  # metax
+    broken = {"cambricon": "timeout", "enflame": "exit_status", "metax": "parse"}
+    config = tmp_path / "xpuwatch.yaml"
+    config.write_text(
+        "backends:\n" + "".join(f"  {b}: {{interval: 1, timeout: 3, timeout_seconds: 1}}\n" for b in broken)
+    )
+    names = [a for b in [*healthy, *broken] for a in ("--backend", b)]
+    exp = start_exporter(
+        "--config", str(config), "--node-name", "mixed-node-1", *names, env=_env(bin_dir, isolated=True)
+    )
+
+    def settled(s: Series) -> bool:
+        return all(_errors(s, b).get(reason, 0) >= 2 for b, reason in broken.items())
+
+    got = _wait_for(exp.url, settled)
+    for b, reason in broken.items():
+        assert set(_errors(got, b)) == {reason}, b
+        assert got[(catalog.BACKEND_UP, (("backend", b),))] == 0.0
+    for b in healthy:
+        assert got[(catalog.BACKEND_UP, (("backend", b),))] == 1.0
+        assert _errors(got, b) == {}
+    # The healthy vendors' devices are all there and up; the broken vendors never produced any.
+    ups = {dict(lab)["vendor"]: 0 for (name, lab), _ in got.items() if name == catalog.UP}
+    for (name, lab), v in got.items():
+        if name == catalog.UP:
+            assert v == 1.0
+            ups[dict(lab)["vendor"]] += 1
+    assert ups == {"nvidia": 1, "iluvatar": 16, "kunlunxin": 8, "hygon": 1, "huawei": 2}
+    golden = _device_series(GOLDEN.read_text(), ())
+    healthy_vendors = set(ups)
+    want = {k: v for k, v in golden.items() if dict(k[1]).get("vendor") in healthy_vendors}
+    assert _device_series(_scrape(exp.url), ()) == want
+    assert not any("Traceback" in line for line in exp.log)
+    # Each hung cnmon was killed at its deadline: at most the one of the poll in flight is alive.
+    assert faketools.alive(marker) <= 1
+
+
+def _detection(log: list[str]) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for line in log:
+        m = re.search(r"xpuwatch: backend (\S+): (found|skipped \((.*)\))$", line.rstrip("\n"))
+        if m:
+            out[m.group(1)] = m.group(3) if m.group(3) is not None else "found"
+    return out
+
+
+@pytest.mark.slow
+def test_serve_without_backend_logs_found_and_skipped(
+    tmp_path: Path, start_exporter: Callable[..., Exporter]
+) -> None:
+    bins = faketools.every_vendor(tmp_path / "bin")
+    exp = start_exporter("--node-name", "n1", env=_env(tmp_path / "bin", isolated=True))
+    wait_ready(exp.url)
+    found = _detection(exp.log)
+    assert {b for b, why in found.items() if why == "found"} == set(bins) - {"amd"}
+    assert found["amd"] == "superseded by hygon"
+    assert found["nvml"] and found["nvml"] != "found"  # no NVIDIA driver in the test machine
+    assert found["dcgm"] and found["dcgm"] != "found"
+    backends = {
+        dict(lab)["backend"] for (name, lab) in _series(_scrape(exp.url)) if name == catalog.BACKEND_UP
+    }
+    assert backends == set(bins) - {"amd"}
+
+
+@pytest.mark.slow
+def test_amd_rocm_smi_is_not_taken_for_hygon(tmp_path: Path, start_exporter: Callable[..., Exporter]) -> None:
+    """With only AMD's rocm-smi on PATH, hygon runs it once, sees no DCU, and AMD is enabled."""
+    mb = faketools.mixed_bundle()
+    amd = next(c for c in mb.CALLS if c.backend == "amd")
+    tool = faketools.printing(tmp_path / "bin", "rocm-smi", mb.FIXTURES / amd.fixture)
+    exp = start_exporter("--node-name", "n1", env=_env(tmp_path / "bin", isolated=True))
+    wait_ready(exp.url)
+    found = _detection(exp.log)
+    assert found["amd"] == "found"
+    assert found["hygon"] == f"rocm-smi at {tool} reports no Hygon DCU (AMD's)"
+    assert found["cambricon"] == "cnmon not on PATH"
+    assert found["kunlunxin"] == "xpu-smi / xpu_smi not on PATH"
+    assert found["metax"] == "mx-smi not on PATH"
