@@ -13,12 +13,15 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from exporter.attribution import EMPTY, Attribution, Holder, slice_key
-from exporter.kubeapi import ApiAccess, KubeApiError, list_node_pods
 from exporter.kubelet import DEFAULT_SOCKET, KubeletError, list_allocations
 from exporter.podmap import DEFAULT_RESOURCE_PREFIXES, DeviceRef, SliceRef, match, parse_hami_allocation
 from exporter.workload import DEFAULT_OWNER_LABELS, UNKNOWN, PodMeta, Workload, classify
+
+if TYPE_CHECKING:
+    from exporter.kubeapi import ApiAccess
 
 log = logging.getLogger(__name__)
 
@@ -103,7 +106,11 @@ class KubeletAttributionSource:
         self.node = node
         self._devices_fn = devices_fn
         self._clock = clock
-        self._api = ApiAccess(host=settings.kube_api_host, token=api_token) if settings.kube_api else None
+        self._api: ApiAccess | None = None
+        if settings.kube_api:  # the Kubernetes client costs a second to import: only when enabled
+            from exporter.kubeapi import ApiAccess
+
+            self._api = ApiAccess(host=settings.kube_api_host, token=api_token)
         self._attribution = EMPTY
         self._up: bool | None = None
         self._unmatched = 0
@@ -132,6 +139,8 @@ class KubeletAttributionSource:
             allocations = list_allocations(self.settings.socket, self.settings.timeout_seconds)
             pods = None
             if self._api is not None:
+                from exporter.kubeapi import KubeApiError, list_node_pods
+
                 try:
                     pods = asyncio.run(list_node_pods(self.node, self._api, self.settings.timeout_seconds))
                 except KubeApiError as exc:  # enrichment is optional: keep pod labels, lose kind/owner
