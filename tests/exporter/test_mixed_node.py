@@ -172,7 +172,7 @@ def test_mixed_golden_is_coherent() -> None:
     backends = {s.labels["backend"]: s.value for s in by_name[catalog.BACKEND_UP]}
     assert set(backends) == {"nvidia-smi", "ascend", *VENDORS - {"nvidia", "huawei"}}
     assert set(backends.values()) == {1.0}
-    assert catalog.BACKEND_ERRORS not in by_name
+    assert {s.value for s in by_name[catalog.BACKEND_ERRORS]} == {0.0}  # no backend failed, not even once
 
     totals = {(s.labels["vendor"], s.labels["device"]): s for s in by_name[catalog.MEMORY_TOTAL]}
     assert {v for v, _ in totals} == VENDORS, "every vendor reports its memory size"
