@@ -11,7 +11,10 @@ from alerts.alertmanager import Endpoints, render_alertmanager
 from alerts.rules import render_prometheusrule, render_rules
 from alerts.spec import DEFAULT_SPEC_PATH, SpecError, load_spec
 
-DEFAULT_OUT = Path(__file__).parent / "generated"
+# Relative to the current directory (the repository root): an installed package never writes into
+# site-packages, and a checkout's own spec.yaml is the one edited.
+DEFAULT_OUT = Path("alerts/generated")
+LOCAL_SPEC = Path("alerts/spec.yaml")
 _DEFAULTS = Endpoints()
 
 
@@ -42,7 +45,12 @@ def add_commands(sub: Any) -> None:
         "generate",
         help="write alerts/generated/{rules.yml,prometheusrule.yaml,alertmanager.yml} from the spec",
     )
-    gen.add_argument("--spec", type=Path, default=DEFAULT_SPEC_PATH, help="spec file (default: %(default)s)")
+    gen.add_argument(
+        "--spec",
+        type=Path,
+        default=LOCAL_SPEC if LOCAL_SPEC.is_file() else DEFAULT_SPEC_PATH,
+        help="spec file (default: alerts/spec.yaml here, else the packaged one)",
+    )
     gen.add_argument("--out", type=Path, default=DEFAULT_OUT, help="output folder (default: %(default)s)")
     gen.add_argument("--check", action="store_true", help="write nothing; exit 1 if any output is stale")
     gen.add_argument("--relay-url", default=_DEFAULTS.relay_url, help="relay base URL (default: %(default)s)")

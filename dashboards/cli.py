@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from dashboards.generator import DEFAULT_OUT, render_all, stale_files
+from dashboards.generator import render_all, stale_files
 
 
 def add_commands(sub: Any) -> None:
@@ -16,7 +16,10 @@ def add_commands(sub: Any) -> None:
     gen = dash_sub.add_parser(
         "generate", help="write dashboards/generated/<uid>.json from the dashboard modules"
     )
-    gen.add_argument("--out", type=Path, default=DEFAULT_OUT, help="output folder (default: %(default)s)")
+    # Relative to the current directory (the repository root), never into an installed package.
+    gen.add_argument(
+        "--out", type=Path, default=Path("dashboards/generated"), help="output folder (default: %(default)s)"
+    )
     gen.add_argument("--check", action="store_true", help="write nothing; exit 1 if any output is stale")
     gen.set_defaults(func=generate)
     dash.set_defaults(func=lambda args: (dash.print_help(), 2)[1])

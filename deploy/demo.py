@@ -107,7 +107,7 @@ def load_demo_scenario(path: Path | None) -> tuple[str, Scenario]:
         else:
             text = path.read_text(encoding="utf-8")
         return text, parse_scenario(text)
-    except OSError as exc:
+    except (OSError, UnicodeDecodeError) as exc:
         raise DemoError(f"scenario {path}: {exc}", 2) from None
     except ScenarioError as exc:
         raise DemoError(f"scenario {path or SCENARIO_RESOURCE}: {exc}", 2) from None

@@ -87,8 +87,9 @@ def add_commands(sub: Any) -> None:
     ins = sub.add_parser(
         "inspect", help="print the exposition the exporter would serve for captured tool outputs"
     )
-    ins.add_argument("files", nargs="+", metavar="FILE")
+    ins.add_argument("files", nargs="*", metavar="FILE")
     ins.add_argument("--format", help="output format name (default: detect); see --list-formats")
+    ins.add_argument("--list-formats", action="store_true", help="list the formats inspect understands")
     ins.add_argument("--node-name", default=None, help="node label (default: $NODE_NAME, else 'inspect')")
     ins.set_defaults(func=run_inspect)
 
@@ -158,6 +159,9 @@ def assemble(
     backend whose options are invalid.
     """
     specs = all_specs()
+    for name in settings.backends:
+        if name not in specs:
+            raise ConfigError(f"backends.{name}: unknown backend (known: {', '.join(sorted(specs))})")
     backends: list[tuple[Backend, PollSettings]] = []
     attribution = attribution or StaticAttributionSource()
     node = explicit_node or socket.gethostname()
@@ -246,6 +250,8 @@ def run_serve(args: argparse.Namespace) -> int:
     explicit_node = settings.node or os.environ.get("NODE_NAME") or None
     try:
         if args.simulate:
+            if args.backend:
+                raise ConfigError("--backend: not with --simulate (the simulator is the only backend then)")
             names = ["sim"]
         elif args.replay:
             meta, results = read_bundle(Path(args.replay))
@@ -395,6 +401,12 @@ def _sniff(fn: Callable[[str], bool], text: str) -> bool:
 
 
 def run_inspect(args: argparse.Namespace) -> int:
+    if args.list_formats:
+        for name in sorted(all_formats()):
+            print(name)
+        return 0
+    if not args.files:
+        return _fail("inspect: give one or more FILEs (or --list-formats)")
     node = args.node_name or os.environ.get("NODE_NAME") or "inspect"
     body, errors = inspect_files(args.files, args.format, node)
     for e in errors:
@@ -414,8 +426,9 @@ def run_metrics_doc(args: argparse.Namespace) -> int:
         return 0
     path = Path(args.output)
     if args.check:
-        current = path.read_text(encoding="utf-8") if path.exists() else ""
-        if current != text:
+        if not path.exists():
+            return _fail(f"{path} not found (run from the repository root, or pass -o)", 1)
+        if path.read_text(encoding="utf-8") != text:
             return _fail(f"{path} is stale: run `xpuwatch metrics-doc -o {path}`", 1)
         return 0
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -232,7 +232,7 @@ def parse(doc: Any, source: str = "config") -> Settings:
     if doc is None:
         doc = {}
     if not isinstance(doc, dict):
-        raise ConfigError(f"{source}: must be a mapping of keys (node, enable, web, backends)")
+        raise ConfigError(f"{source}: must be a mapping of keys (node, enable, web, backends, pod_mapping)")
     unknown = set(doc) - {"node", "enable", "web", "backends", "pod_mapping"}
     if unknown:
         raise ConfigError(
@@ -262,6 +262,10 @@ def load(path: str | None, env: Mapping[str, str], flags: Mapping[str, Any]) -> 
             raise ConfigError(f"--config: cannot read {path}: {exc.strerror or exc}") from exc
         except yaml.YAMLError as exc:
             raise ConfigError(f"--config: {path} is not valid YAML: {exc}") from exc
+        except UnicodeDecodeError as exc:
+            raise ConfigError(
+                f"--config: {path} is not UTF-8 text ({exc.reason} at byte {exc.start})"
+            ) from exc
     s = parse(doc, source=str(path or "config"))
 
     def pick(flag: str, env_key: str, current: Any) -> Any:

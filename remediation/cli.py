@@ -38,6 +38,8 @@ def effective(settings: Settings, apply: bool, listen: str | None) -> Settings:
     webhook = settings.webhook
     if listen:
         host, _, port = listen.rpartition(":")
+        if not port.isdigit() or not 0 <= int(port) <= 65535:
+            raise ConfigError(f"--listen: {listen!r} is not host:port with a port in 0-65535")
         webhook = dataclasses.replace(webhook, listen_host=host or "0.0.0.0", listen_port=int(port))
     return dataclasses.replace(settings, guard=guard, webhook=webhook)
 
@@ -66,7 +68,15 @@ def run(args: argparse.Namespace) -> int:
         print(describe(settings))
         return 0
     log.info("remediation controller starting in %s mode", "dry-run" if settings.guard.dry_run else "APPLY")
-    return asyncio.run(serve(settings))
+    try:
+        return asyncio.run(serve(settings))
+    except StartupError as exc:
+        log.error("%s", exc)
+        return 2
+
+
+class StartupError(Exception):
+    """The controller cannot start (no Kubernetes credentials, cannot listen); the message says why."""
 
 
 async def serve(settings: Settings) -> int:
@@ -84,7 +94,13 @@ async def serve(settings: Settings) -> int:
     from .telemetry import Telemetry
     from .webhook import build_app
 
-    kube = await Kube.connect(settings.kube, instance=settings.leader.identity)
+    try:
+        kube = await Kube.connect(settings.kube, instance=settings.leader.identity)
+    except Exception as exc:  # the config loaders raise several types for a missing/invalid kubeconfig
+        raise StartupError(
+            f"no Kubernetes credentials: not in a cluster and no usable kubeconfig ({exc}); "
+            "set kube.kubeconfig, kube.host or KUBECONFIG"
+        ) from None
     telemetry = Telemetry()
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -107,7 +123,13 @@ async def serve(settings: Settings) -> int:
         )
         runner = web.AppRunner(build_app(ctl))
         await runner.setup()
-        await web.TCPSite(runner, settings.webhook.listen_host, settings.webhook.listen_port).start()
+        try:
+            await web.TCPSite(runner, settings.webhook.listen_host, settings.webhook.listen_port).start()
+        except OSError as exc:
+            await runner.cleanup()
+            await kube.close()
+            where = f"{settings.webhook.listen_host}:{settings.webhook.listen_port}"
+            raise StartupError(f"cannot listen on {where}: {exc.strerror or exc}") from None
 
         async def ticker() -> None:
             while not stop.is_set():

@@ -284,6 +284,8 @@ def parse(raw: Any, base: Path = Path(".")) -> Settings:
             "webhook: set bearer_token_file/_env or basic_auth (or allow_unauthenticated: true, for local tests)"
         )
     webhook = _section(WebhookSettings, wh, "webhook", wh_over)
+    if not 0 <= webhook.listen_port <= 65535:
+        raise ConfigError(f"webhook.listen_port: {webhook.listen_port} is not a port (0-65535)")
 
     rc = dict(raw.get("reclaim") or {})
     rc_over: dict[str, Any] = {}
@@ -353,9 +355,11 @@ def load(path: str | Path) -> Settings:
     """Read and validate the YAML config at ``path``. Errors: ``ConfigError``."""
     p = Path(path)
     try:
-        raw = yaml.safe_load(p.read_text())
+        raw = yaml.safe_load(p.read_text(encoding="utf-8"))
     except OSError as exc:
         raise ConfigError(f"{p}: {exc.strerror}") from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{p}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
     except yaml.YAMLError as exc:
         raise ConfigError(f"{p}: invalid YAML: {exc}") from None
     return parse(raw, p.parent)

@@ -812,7 +812,7 @@ def load_scenario(options: Mapping[str, Any]) -> Scenario:
     if path:
         try:
             text = Path(str(path)).read_text(encoding="utf-8")
-        except OSError as exc:
+        except (OSError, UnicodeDecodeError) as exc:
             raise ScenarioError(f"sim config {path}: cannot read: {exc}") from exc
     try:
         scenario = parse_scenario(text)

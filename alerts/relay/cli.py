@@ -13,6 +13,7 @@ from aiohttp import web
 
 from alerts.relay.config import ConfigError, load_settings
 from alerts.relay.server import build_app, build_relay
+from exporter.settings import parse_listen_address
 
 log = logging.getLogger(__name__)
 
@@ -26,10 +27,10 @@ def add_commands(sub: Any) -> None:
     relay.set_defaults(func=run)
 
 
-def split_address(address: str) -> tuple[str, int]:
-    """``:9852`` -> ("0.0.0.0", 9852); ``127.0.0.1:0`` -> ("127.0.0.1", 0)."""
-    host, _, port = address.rpartition(":")
-    return (host.strip("[]") or "0.0.0.0", int(port))
+def split_address(address: str, key: str = "listen_address") -> tuple[str, int]:
+    """``:9852`` -> ("0.0.0.0", 9852); ``127.0.0.1:0`` -> ("127.0.0.1", 0). ValueError names ``key``."""
+    host, port = parse_listen_address(address, key)
+    return (host or "0.0.0.0", port)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -39,7 +40,9 @@ def run(args: argparse.Namespace) -> int:
             settings = replace(settings, listen_address=args.listen_address)
         if args.outbox:
             settings = replace(settings, outbox=args.outbox)
-        host, port = split_address(settings.listen_address)
+        host, port = split_address(
+            settings.listen_address, "--listen-address" if args.listen_address else "listen_address"
+        )
         if args.check:
             from alerts.relay.server import check_settings
 
@@ -50,7 +53,11 @@ def run(args: argparse.Namespace) -> int:
     except (ConfigError, ValueError) as exc:
         log.error("relay config: %s", exc)
         return 2
-    asyncio.run(_serve(relay, host, port))
+    try:
+        asyncio.run(_serve(relay, host, port))
+    except OSError as exc:
+        log.error("relay: cannot listen on %s:%d: %s", host, port, exc.strerror or exc)
+        return 1
     return 0
 
 
@@ -58,7 +65,11 @@ async def _serve(relay: Any, host: str, port: int) -> None:
     runner = web.AppRunner(build_app(relay))
     await runner.setup()
     site = web.TCPSite(runner, host, port)
-    await site.start()
+    try:
+        await site.start()
+    except OSError:
+        await runner.cleanup()
+        raise
     bound = [s.getsockname() for s in site._server.sockets] if site._server else []  # type: ignore[union-attr,attr-defined]
     # One parseable line so supervisors and tests can find the port when 0 was asked for.
     print(f"relay listening on {bound[0][0]}:{bound[0][1]}" if bound else "relay listening", flush=True)

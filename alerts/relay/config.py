@@ -136,7 +136,7 @@ def load_settings(path: str | Path, env: Mapping[str, str] | None = None) -> Set
     path = Path(path)
     try:
         doc = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except (OSError, yaml.YAMLError) as exc:
+    except (OSError, yaml.YAMLError, UnicodeDecodeError) as exc:
         raise ConfigError(f"{path}: {exc}") from None
     return parse_settings(doc, base=path.parent, env=os.environ if env is None else env)
 

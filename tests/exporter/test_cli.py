@@ -303,3 +303,31 @@ def test_recording_runner_keeps_failed_calls_and_replay_fails_them_alike(tmp_pat
     with pytest.raises(BackendError) as replayed:
         ReplayRunner(recorder.results).run(["npu-smi", "info", "-i", "9"], timeout=5)
     assert replayed.value.reason == "exit_status"
+
+
+def test_bad_inputs_fail_with_one_line_naming_the_cause(tmp_path: Path) -> None:
+    """Ugly cases a new user hit: each is one clear line and a non-zero exit, never a traceback."""
+    binary = tmp_path / "bin.yaml"
+    binary.write_bytes(b"\xff\xfe\x00bad")
+    unknown = tmp_path / "unknown-backend.yaml"
+    unknown.write_text("backends:\n  nosuch: {interval: 3}\n")
+    cases = [
+        (("serve", "--config", str(binary)), "is not UTF-8 text"),
+        (("serve", "--simulate", "--sim-config", str(binary)), "sim config"),
+        (("serve", "--simulate", "--config", str(unknown)), "backends.nosuch: unknown backend"),
+        (("serve", "--simulate", "--backend", "nvml"), "--backend: not with --simulate"),
+        (("inspect",), "give one or more FILEs"),
+        (("metrics-doc", "--check", "-o", str(tmp_path / "missing.md")), "not found"),
+    ]
+    for argv, message in cases:
+        res = run_cli(*argv)
+        assert res.returncode != 0, argv
+        assert message in res.stderr and "Traceback" not in res.stderr, (argv, res.stderr)
+
+
+def test_inspect_lists_its_formats() -> None:
+    res = run_cli("inspect", "--list-formats")
+    names = res.stdout.split()
+    assert res.returncode == 0 and {"nvidia-smi-xml", "npu-smi-info", "amd-smi-json", "cnmon-table"} <= set(
+        names
+    )

@@ -132,3 +132,33 @@ def test_basic_auth_forms(tmp_path: Path) -> None:
     (tmp_path / "hash").write_text("$2b$04$abcdefghijklmnopqrstuu\n")
     s = parse({"webhook": {"basic_auth": {"username": "am", "password_hash_file": "hash"}}}, tmp_path)
     assert s.webhook.basic_password_hash == b"$2b$04$abcdefghijklmnopqrstuu"
+
+
+def test_startup_failures_are_one_line(tmp_path: Path) -> None:
+    """No Kubernetes credentials, a bad --listen, a port out of range: a clear line and exit 2."""
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[2]
+    cfg = tmp_path / "rem.yaml"
+    cfg.write_text("webhook: {allow_unauthenticated: true, listen_port: 0}\n")
+    env = {k: v for k, v in os.environ.items() if k != "KUBECONFIG"}
+    env.update(PYTHONPATH=str(root), HOME=str(tmp_path))
+
+    def run(*argv: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "exporter.entry", "remediate", *argv],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            cwd=root,
+        )
+
+    res = run("--config", str(cfg))
+    assert res.returncode == 2 and "no Kubernetes credentials" in res.stderr and "Traceback" not in res.stderr
+    res = run("--config", str(cfg), "--listen", "nonsense")
+    assert res.returncode == 2 and "--listen: 'nonsense'" in res.stderr
+    cfg.write_text("webhook: {allow_unauthenticated: true, listen_port: 99999}\n")
+    res = run("--config", str(cfg), "--check")
+    assert res.returncode == 2 and "webhook.listen_port: 99999 is not a port" in res.stderr
