@@ -46,7 +46,8 @@ class KubeEvent:
     message: str
 
 
-def _status(code: int, reason: str, message: str) -> web.Response:
+def status_response(code: int, reason: str, message: str) -> web.Response:
+    """A Kubernetes ``Status`` failure body (API conventions, "Response Status Kind")."""
     body = {
         "kind": "Status",
         "apiVersion": "v1",
@@ -151,14 +152,14 @@ class KubeStandIn:
         elif len(parts) >= 3 and parts[0] == "apis" and parts[1] == "coordination.k8s.io":
             rest = parts[3:]
         else:
-            return _status(
+            return status_response(
                 404, "NotFound", f"the server could not find the requested resource ({request.path})"
             )
         namespace = ""
         if len(rest) >= 2 and rest[0] == "namespaces" and len(rest) > 2:
             namespace, rest = rest[1], rest[2:]
         if not rest or len(rest) > 2:
-            return _status(
+            return status_response(
                 404, "NotFound", f"the server could not find the requested resource ({request.path})"
             )
         resource, name = rest[0], (rest[1] if len(rest) == 2 else "")
@@ -167,9 +168,9 @@ class KubeStandIn:
             try:
                 body = json.loads(await request.read())
             except ValueError:
-                return _status(400, "BadRequest", "the body is not valid JSON")
+                return status_response(400, "BadRequest", "the body is not valid JSON")
             if not isinstance(body, dict):
-                return _status(400, "BadRequest", "the body must be a JSON object")
+                return status_response(400, "BadRequest", "the body must be a JSON object")
         method = request.method
         if not name and method == "GET":
             return self._list(resource, namespace, request.query)
@@ -178,7 +179,7 @@ class KubeStandIn:
         key = (resource, namespace, name)
         obj = self.objects.get(key)
         if obj is None and method in ("GET", "PUT", "PATCH"):
-            return _status(404, "NotFound", f'{resource} "{name}" not found')
+            return status_response(404, "NotFound", f'{resource} "{name}" not found')
         if method == "GET":
             return web.json_response(obj)
         if method == "PUT":
@@ -187,14 +188,14 @@ class KubeStandIn:
             if request.query.get("dryRun"):
                 return web.json_response(merge_patch(obj, body))
             return web.json_response(self._store(resource, merge_patch(obj, body)))
-        return _status(405, "MethodNotAllowed", f"{method} is not supported by this stand-in")
+        return status_response(405, "MethodNotAllowed", f"{method} is not supported by this stand-in")
 
     def _list(self, resource: str, namespace: str, query: Mapping[str, str]) -> web.Response:
         items = [o for (r, ns, _), o in self.objects.items() if r == resource and namespace in ("", ns)]
         for term in filter(None, query.get("fieldSelector", "").split(",")):
             field, _, value = term.partition("=")
             if resource != "pods" or field != "spec.nodeName":
-                return _status(400, "BadRequest", f'field label not supported: "{field}"')
+                return status_response(400, "BadRequest", f'field label not supported: "{field}"')
             items = [o for o in items if o["spec"].get("nodeName") == value]
         if query.get("labelSelector"):
             items = [o for o in items if _selected(o["metadata"].get("labels") or {}, query["labelSelector"])]
@@ -211,14 +212,14 @@ class KubeStandIn:
         meta = body.setdefault("metadata", {})
         if not meta.get("name"):
             if not meta.get("generateName"):
-                return _status(
+                return status_response(
                     422, "Invalid", "metadata.name: Required value: name or generateName is required"
                 )
             meta["name"] = f"{meta['generateName']}{next(self._uid):08x}"
         meta["namespace"] = namespace
         meta.pop("resourceVersion", None)
         if (resource, namespace, meta["name"]) in self.objects:
-            return _status(409, "AlreadyExists", f'{resource} "{meta["name"]}" already exists')
+            return status_response(409, "AlreadyExists", f'{resource} "{meta["name"]}" already exists')
         obj = self._store(resource, body)
         if resource == "events":
             inv = body.get("involvedObject") or {}
@@ -237,7 +238,7 @@ class KubeStandIn:
     def _replace(self, key: tuple[str, str, str], obj: dict[str, Any], body: dict[str, Any]) -> web.Response:
         sent = (body.get("metadata") or {}).get("resourceVersion")
         if sent != obj["metadata"]["resourceVersion"]:
-            return _status(
+            return status_response(
                 409,
                 "Conflict",
                 "the object has been modified; please apply your changes to the latest version and try again",

@@ -23,7 +23,6 @@ It keeps a request log so tests can count calls (e.g. evictions per pod).
 
 from __future__ import annotations
 
-import copy
 import json
 import uuid as uuidlib
 from collections.abc import Mapping
@@ -31,33 +30,11 @@ from typing import Any
 
 from aiohttp import web
 
+from deploy.standin_kube import merge_patch
+from deploy.standin_kube import status_response as _status
+
 SMP = "application/strategic-merge-patch+json"
 MERGE = "application/merge-patch+json"
-
-
-def _status(code: int, reason: str, message: str) -> web.Response:
-    body = {
-        "kind": "Status",
-        "apiVersion": "v1",
-        "status": "Failure",
-        "reason": reason,
-        "message": message,
-        "code": code,
-    }
-    return web.json_response(body, status=code)
-
-
-def merge_patch(target: Any, patch: Any) -> Any:
-    """RFC 7386 JSON merge patch; strategic-merge for our objects behaves the same (no merge keys used)."""
-    if not isinstance(patch, dict):
-        return copy.deepcopy(patch)
-    out = dict(target) if isinstance(target, dict) else {}
-    for k, v in patch.items():
-        if v is None:
-            out.pop(k, None)
-        else:
-            out[k] = merge_patch(out.get(k), v)
-    return out
 
 
 def _labels_match(labels: Mapping[str, str], selector: str) -> bool:
