@@ -51,19 +51,7 @@ def parse(text: str) -> Sequence[DeviceSample]:
         raise ParseError("not a MetaX mx-smi table: no MX-SMI/MetaX title")
     driver = t.header_value(text, r"Kernel Mode Driver Version:\s*([0-9][\w.\-]*)")
 
-    def identify(block: t.Block) -> Device:
-        head = t.cell(block, 0, 0).split()
-        if len(head) < 2 or not t.is_index(head[0]):
-            raise ParseError(f"GPU line {t.cell(block, 0, 0)!r} is not 'GPU NAME'")
-        bus = t.pci_bus_id(t.cell(block, 0, 1))
-        return Device(
-            vendor=VENDOR,
-            model=" ".join(head[1:]),
-            index=head[0],
-            uuid=bus,
-            pci_bus_id=bus,
-            driver_version=driver,
-        )
+    identify = t.index_name_device(VENDOR, driver, "GPU NAME")
 
     def read(device: Device, block: t.Block) -> DeviceSample:
         m = _LINE2.fullmatch(t.cell(block, 1, 0))

@@ -183,3 +183,25 @@ def samples_from_blocks(
         except ParseError as exc:
             out.append(DeviceSample.lost(device, f"parse: {exc}"))
     return out
+
+
+def index_name_device(vendor: str, driver: str | None, columns: str) -> Callable[[Block], Device]:
+    """The ``identify`` of tables whose first cell is ``<index> <model name...>`` and second the PCI bus id
+    (MetaX mx-smi, Moore Threads mthreads-gmi, Iluvatar ixsmi). The bus id is the uuid: none of these tables
+    prints a UUID. ``columns`` names the first cell in the error message (e.g. "GPU Name")."""
+
+    def identify(block: Block) -> Device:
+        head = cell(block, 0, 0).split()
+        if len(head) < 2 or not is_index(head[0]):
+            raise ParseError(f"GPU line {cell(block, 0, 0)!r} is not '{columns}'")
+        bus = pci_bus_id(cell(block, 0, 1))
+        return Device(
+            vendor=vendor,
+            model=" ".join(head[1:]),
+            index=head[0],
+            uuid=bus,
+            pci_bus_id=bus,
+            driver_version=driver,
+        )
+
+    return identify
