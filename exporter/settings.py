@@ -101,11 +101,11 @@ class Settings:
         return self.backends.get(name, BackendSettings())
 
 
-def parse_listen_address(value: str, key: str) -> tuple[str, int]:
+def parse_listen_address(value: str, key: str, default_port: int = DEFAULT_PORT) -> tuple[str, int]:
     """``host:port`` / ``:port`` / ``[v6]:port`` -> (host, port); host "" = all interfaces."""
     m = re.fullmatch(r"(\[[0-9a-fA-F:.]+\]|[^:\[\]]*):(\d{1,5})", value or "")
     if not m or not 0 <= int(m.group(2)) <= 65535:
-        raise ConfigError(f"{key}: {value!r} is not [host]:port (e.g. ':{DEFAULT_PORT}' or '127.0.0.1:0')")
+        raise ConfigError(f"{key}: {value!r} is not [host]:port (e.g. ':{default_port}' or '127.0.0.1:0')")
     return m.group(1).strip("[]"), int(m.group(2))
 
 

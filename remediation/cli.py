@@ -8,7 +8,9 @@ import contextlib
 import dataclasses
 import json
 import logging
+import os
 import signal
+from pathlib import Path
 from typing import Any
 
 from .settings import ConfigError, Settings, load
@@ -97,9 +99,10 @@ async def serve(settings: Settings) -> int:
     try:
         kube = await Kube.connect(settings.kube, instance=settings.leader.identity)
     except Exception as exc:  # the config loaders raise several types for a missing/invalid kubeconfig
+        path = Path(settings.kube.kubeconfig or os.environ.get("KUBECONFIG") or "~/.kube/config").expanduser()
+        why = f"no kubeconfig at {path}" if not path.exists() else f"{path}: {exc}"
         raise StartupError(
-            f"no Kubernetes credentials: not in a cluster and no usable kubeconfig ({exc}); "
-            "set kube.kubeconfig, kube.host or KUBECONFIG"
+            f"no Kubernetes credentials: not in a cluster and {why}; set kube.kubeconfig, kube.host or KUBECONFIG"
         ) from None
     telemetry = Telemetry()
     stop = asyncio.Event()

@@ -29,7 +29,7 @@ def add_commands(sub: Any) -> None:
 
 def split_address(address: str, key: str = "listen_address") -> tuple[str, int]:
     """``:9852`` -> ("0.0.0.0", 9852); ``127.0.0.1:0`` -> ("127.0.0.1", 0). ValueError names ``key``."""
-    host, port = parse_listen_address(address, key)
+    host, port = parse_listen_address(address, key, default_port=9852)
     return (host or "0.0.0.0", port)
 
 
