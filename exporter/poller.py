@@ -31,7 +31,7 @@ OPEN_BACKOFF_INITIAL_SECONDS = 1.0
 OPEN_BACKOFF_MAX_SECONDS = 300.0
 STUCK_RECHECK_SECONDS = 0.5
 # Reasons the poller itself assigns: exported at 0 from the start so that increase() sees the first error.
-POLLER_REASONS = ("timeout", "unexpected")
+POLLER_REASONS = ("timeout", "unexpected", "field")
 
 
 @dataclass(frozen=True)
@@ -239,7 +239,11 @@ class BackendPoller:
             self._record_failure("unexpected", duration)
             log.error("backend %s: %s", self.name, exc)
             return _FAILED
+        unread = sum(len(s.unread) for s in samples)
         with self._lock:
+            if unread:
+                self._errors["field"] = self._errors.get("field", 0) + unread
+                self._errors_view = MappingProxyType(dict(self._errors))
             self._samples = samples
             self._last_success = self._clock()
             self._last_ok = True

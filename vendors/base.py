@@ -97,6 +97,12 @@ class DeviceSample:
     health: Mapping[str, bool] = field(default_factory=dict)  # subsystem -> ok
     vendor_metrics: Mapping[str, float] = field(default_factory=dict)  # VendorMetric.name -> value
     slices: tuple[Slice, ...] = ()
+    unread: Mapping[str, str] = field(default_factory=dict)
+    """Readings the tool printed but that could not be read this poll: reading name (a field of this class,
+    or a column name) -> short reason (``"'xxxxx MiB' is not a number with unit MiB"``). Each costs that one
+    reading, never the device: the poller counts them in ``xpuwatch_backend_errors_total{reason="field"}``
+    and ``xpuwatch inspect --explain`` prints them. Cells the vendor marks unavailable (``N/A``, ``-``) are
+    not unread: they are None, as the vendor cannot tell."""
 
     @classmethod
     def lost(cls, device: Device, reason: str) -> DeviceSample:

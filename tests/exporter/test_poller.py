@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 
 from exporter import poller as P
 from exporter.poller import BackendPoller, Poller, PollSettings
 from tests.exporter.fakes import FlakyOpenBackend, GoodBackend, HangingBackend, RaisingBackend
+from vendors.base import DeviceSample
 
 
 class Clock:
@@ -26,7 +28,7 @@ def test_success_sets_up_samples_and_timestamp() -> None:
     assert (
         v.last_success == 1000.0
         and v.poll_duration == 0.0
-        and dict(v.errors) == {"timeout": 0, "unexpected": 0}
+        and dict(v.errors) == {"timeout": 0, "unexpected": 0, "field": 0}
     )
 
 
@@ -63,7 +65,7 @@ def test_failed_poll_marks_down_but_serves_last_good_until_stale() -> None:
         not v.up
         and v.fresh
         and len(v.samples) == 2
-        and dict(v.errors) == {"timeout": 0, "unexpected": 0, "parse": 1}
+        and dict(v.errors) == {"timeout": 0, "unexpected": 0, "field": 0, "parse": 1}
     )
     clock.t += 3.5
     assert p.view(clock()).samples == ()
@@ -75,8 +77,8 @@ def test_errors_counted_by_reason_and_unexpected() -> None:
     for _ in range(3):
         p.poll_once()
         q.poll_once()
-    assert dict(p.view(1000).errors) == {"timeout": 0, "unexpected": 0, "exit_status": 3}
-    assert dict(q.view(1000).errors) == {"timeout": 0, "unexpected": 3}
+    assert dict(p.view(1000).errors) == {"timeout": 0, "unexpected": 0, "field": 0, "exit_status": 3}
+    assert dict(q.view(1000).errors) == {"timeout": 0, "unexpected": 3, "field": 0}
     assert not p.view(1000).up and p.view(1000).last_success is None
 
 
@@ -85,7 +87,7 @@ def test_wrong_return_type_counts_as_unexpected() -> None:
     b.sample = lambda: ["not a sample"]  # type: ignore[method-assign,return-value]
     p = BackendPoller(b, PollSettings(1, 1), Clock())
     p.poll_once()
-    assert dict(p.view(1000).errors) == {"timeout": 0, "unexpected": 1}
+    assert dict(p.view(1000).errors) == {"timeout": 0, "unexpected": 1, "field": 0}
 
 
 def test_hung_call_times_out_and_no_second_call_starts_until_it_returns() -> None:
@@ -98,12 +100,12 @@ def test_hung_call_times_out_and_no_second_call_starts_until_it_returns() -> Non
         while p.view(clock()).errors.get("timeout", 0) < 1 and time.monotonic() < deadline:
             time.sleep(0.01)
         v = p.view(clock())
-        assert dict(v.errors) == {"timeout": 1, "unexpected": 0} and not v.up
+        assert dict(v.errors) == {"timeout": 1, "unexpected": 0, "field": 0} and not v.up
         time.sleep(0.5)  # many intervals pass: still the one stuck call, no new one
         assert (
             b.active == 1
             and b.max_active == 1
-            and dict(p.view(clock()).errors) == {"timeout": 1, "unexpected": 0}
+            and dict(p.view(clock()).errors) == {"timeout": 1, "unexpected": 0, "field": 0}
         )
         b.release.set()  # the call returns late: discarded; the next polls succeed
         while not p.view(clock()).up and time.monotonic() < deadline:
@@ -120,7 +122,10 @@ def test_open_is_retried_with_exponential_backoff() -> None:
     delays = [p.poll_once() for _ in range(4)]
     assert delays == [1.0, 2.0, 4.0, 5]
     assert b.opens == 4 and b.calls == 1
-    assert dict(p.view(1000).errors) == {"timeout": 0, "unexpected": 0, "init": 3} and p.view(1000).up
+    assert (
+        dict(p.view(1000).errors) == {"timeout": 0, "unexpected": 0, "field": 0, "init": 3}
+        and p.view(1000).up
+    )
 
 
 def test_poller_ready_and_listeners() -> None:
@@ -137,3 +142,21 @@ def test_poller_ready_and_listeners() -> None:
     assert len(seen) == 2
     assert [v.backend for v in poller.view(clock())] == ["a", "b"]
     assert Poller().ready(0) == (False, [])
+
+
+class _UnreadBackend(GoodBackend):
+    """Two devices, one with two cells the tool printed but that could not be read."""
+
+    def sample(self) -> list[DeviceSample]:  # type: ignore[override]
+        good, other = super().sample()[:2]
+        return [good, replace(other, unread={"power_watts": "'xx W'", "memory_used_bytes": "'xxxxx MiB'"})]
+
+
+def test_unread_cells_are_counted_as_field_errors_and_keep_the_device_up() -> None:
+    clock = Clock()
+    p = BackendPoller(_UnreadBackend(n=2), PollSettings(interval=5, timeout=1), clock, monotonic=lambda: 0.0)
+    p.poll_once()
+    p.poll_once()
+    v = p.view(clock())
+    assert v.up and [s.up for s in v.samples] == [True, True]
+    assert dict(v.errors) == {"timeout": 0, "unexpected": 0, "field": 4}

@@ -65,6 +65,7 @@ timeline: [{at: 0, device: "0", fault: hung_backend}]
         assert m["xpuwatch_backend_errors_total"] == {
             (("backend", "sim"), ("reason", "timeout")): 1.0,
             (("backend", "sim"), ("reason", "unexpected")): 0.0,
+            (("backend", "sim"), ("reason", "field")): 0.0,
         }
         assert "accelerator_up" not in m
         assert asm.poller.ready(CLOCK.wall()) == (False, ["sim"])

@@ -162,12 +162,12 @@ def test_node_survives_a_hanging_a_failing_and_a_garbling_tool(
 
     got = _wait_for(exp.url, settled)
     for b, reason in broken.items():
-        # only the expected reason counts up (timeout/unexpected are exported at 0 from the start)
+        # only the expected reason counts up (timeout/unexpected/field are exported at 0 from the start)
         assert {r for r, v in _errors(got, b).items() if v} == {reason}, b
         assert got[(catalog.BACKEND_UP, (("backend", b),))] == 0.0
     for b in healthy:
         assert got[(catalog.BACKEND_UP, (("backend", b),))] == 1.0
-        assert _errors(got, b) == {"timeout": 0.0, "unexpected": 0.0}
+        assert _errors(got, b) == {"timeout": 0.0, "unexpected": 0.0, "field": 0.0}
     # The healthy vendors' devices are all there and up; the broken vendors never produced any.
     ups = {dict(lab)["vendor"]: 0 for (name, lab), _ in got.items() if name == catalog.UP}
     for (name, lab), v in got.items():
