@@ -7,7 +7,7 @@ Both tools print the same family of boxed tables, 2 lines per GPU; columns are f
 * mx-smi 2.1.12 and 2.2.4 (and ht-smi 2.2.4): ``Temp Pwr:Usage/Cap | Memory-Usage | GPU-State``;
 * mx-smi 2.2.8 (N260): ``GPU NAME Persistence-M | Bus-id | GPU-Util sGPU-M`` /
   ``Temp Pwr:Usage/Cap Perf | Memory-Usage | GPU-State``;
-* ht-smi 2.2.9+ (Mars X201), four cells::
+* ht-smi 2.2.9+ (Mars X201) and mx-smi 2.3.1 (C500), four cells::
 
     | Board       Name | GPU   Persist-M | Bus-id              | GPU-Util      sGPU-M |
     | Pwr:Usage/Cap    | Temp       Perf | Memory-Usage        | GPU-State            |

@@ -158,17 +158,45 @@ def _pieces(line: str, pattern: re.Pattern[str]) -> list[tuple[int, int, int, st
     return out
 
 
-def _column_of(token: tuple[int, int, int, str], names: Sequence[tuple[int, int, int, str]]) -> str | None:
-    """The header name (of the token's own cell) a value token belongs to: most overlap, else nearest."""
+def _column_of(
+    token: tuple[int, int, int, str],
+    phrase: tuple[int, int],
+    names: Sequence[tuple[int, int, int, str]],
+) -> str | None:
+    """The header name (of the token's own cell) a value token belongs to: the one its span overlaps most;
+    a token under no name goes with its phrase (the run of tokens one space apart it is part of, as in
+    "MetaX C500" under a right-aligned "Name"), else to the nearest name."""
     _, start, end, _ = token
-    best: str | None = None
-    best_score = (-1, 0)
-    for _, n_start, n_end, name in names:
-        overlap = min(end, n_end) - max(start, n_start)
-        score = (overlap, 0) if overlap > 0 else (0, -max(n_start - end, start - n_end))
-        if best is None or score > best_score:
-            best, best_score = name, score
-    return best
+
+    def best(a: int, b: int) -> tuple[str | None, tuple[int, int]]:
+        choice: str | None = None
+        top = (-1, 0)
+        for _, n_start, n_end, name in names:
+            overlap = min(b, n_end) - max(a, n_start)
+            score = (overlap, 0) if overlap > 0 else (0, -max(n_start - b, a - n_end))
+            if choice is None or score > top:
+                choice, top = name, score
+        return choice, top
+
+    choice, score = best(start, end)
+    if score[0] > 0:
+        return choice
+    by_phrase, phrase_score = best(*phrase)
+    return by_phrase if phrase_score[0] > 0 else choice
+
+
+def _phrases(tokens: Sequence[tuple[int, int, int, str]]) -> list[tuple[int, int]]:
+    """For each token, the span of its phrase: neighbours in the same cell separated by one space."""
+    spans: list[tuple[int, int]] = []
+    group: list[int] = []
+    for i, tok in enumerate(tokens):
+        if group and (tokens[group[-1]][0] != tok[0] or tok[1] - tokens[group[-1]][2] > 1):
+            spans.extend([(tokens[group[0]][1], tokens[group[-1]][2])] * len(group))
+            group = []
+        group.append(i)
+    if group:
+        spans.extend([(tokens[group[0]][1], tokens[group[-1]][2])] * len(group))
+    return spans
 
 
 def table_rows(text: str, anchor: str) -> list[Row]:
@@ -222,8 +250,9 @@ def table_rows(text: str, anchor: str) -> list[Row]:
             n[3].lower(): [] for row_names in names for cell_names in row_names.values() for n in cell_names
         }
         for line, row_names in zip(block, names, strict=True):
-            for token in _pieces(line, _TOKEN):
-                column = _column_of(token, row_names.get(token[0], ()))
+            tokens = _pieces(line, _TOKEN)
+            for token, phrase in zip(tokens, _phrases(tokens), strict=True):
+                column = _column_of(token, phrase, row_names.get(token[0], ()))
                 if column is not None:
                     values[column.lower()].append(token[3])
         rows.append(Row({k: " ".join(v) for k, v in values.items()}, block[0]))
