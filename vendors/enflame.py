@@ -62,7 +62,7 @@ def identify(driver: str | None, row: t.Row) -> Device:
         uuid=bus,
         pci_bus_id=bus,
         driver_version=driver,
-        serial=None if not sn or t.is_not_available(sn) else sn,
+        serial=None if not sn or t.is_not_available(sn) or t.is_masked(sn) else sn,
     )
 
 

@@ -66,6 +66,11 @@ def is_index(token: str) -> bool:
     return re.fullmatch(r"[0-9]{1,6}", token) is not None
 
 
+def is_masked(token: str) -> bool:
+    """A value the publisher or tool masked: only x's or asterisks ("xxx", "xxxxx")."""
+    return _MASKED_TOKEN.fullmatch(token.strip()) is not None
+
+
 def is_not_available(token: str) -> bool:
     return token.strip().upper() in NOT_AVAILABLE
 
