@@ -347,13 +347,21 @@ def samples_from_rows(
     identify: Callable[[Row], Device],
     read: Callable[[Device, Row], DeviceSample],
 ) -> list[DeviceSample]:
-    """One sample per Row. ``identify`` failing rejects the output (a device we cannot name cannot be
-    reported); ``read`` records unreadable cells in ``DeviceSample.unread`` and should not raise, but if
-    it does the device stays up with that reason as its only unread entry. Duplicate uuids reject."""
+    """One sample per Row. A row whose identity cannot be read (index, name or bus id garbled or masked) is
+    left out: a device that cannot be named cannot be reported, and one such row must not cost the others
+    (the backend reports a device it saw before and misses now as lost). ParseError when no row can be
+    identified, naming the first failure, or when two rows carry the same uuid. ``read`` records
+    unreadable cells in ``DeviceSample.unread`` and should not raise; if it does, the device stays up with
+    that reason as its only unread entry."""
     out: list[DeviceSample] = []
     seen: set[str] = set()
+    first_error: ParseError | None = None
     for row in rows:
-        device = identify(row)
+        try:
+            device = identify(row)
+        except ParseError as exc:
+            first_error = first_error or exc
+            continue
         if device.uuid in seen:
             raise ParseError(f"two devices with uuid {device.uuid!r}")
         seen.add(device.uuid)
@@ -361,6 +369,8 @@ def samples_from_rows(
             out.append(read(device, row))
         except ParseError as exc:
             out.append(DeviceSample(device=device, unread={"row": str(exc)}))
+    if not out:
+        raise first_error or ParseError("device table holds no device")
     return out
 
 

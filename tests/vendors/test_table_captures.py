@@ -250,6 +250,18 @@ def test_cnmon_masked_total_keeps_all_eight_cards_up_with_their_power() -> None:
     }
 
 
+def test_a_device_whose_bus_id_is_masked_is_left_out_not_the_others() -> None:
+    text = (
+        (FIXTURES / "cambricon/cnmon_MLU370-X8_v5.10.13.txt")
+        .read_text()
+        .replace("0000:39:00.0", "0000:xx:00.0")
+    )
+    (only,) = all_formats()["cnmon-table"].parse(text)
+    assert only.up and only.device.pci_bus_id == "0000:3d:00.0" and only.power_watts == 106.0
+    with pytest.raises(ParseError, match="bus id"):
+        all_formats()["cnmon-table"].parse(text.replace("0000:3D:00.0", "0000:xx:00.0"))
+
+
 # --- the header-driven reader ------------------------------------------------------------------------------
 
 
