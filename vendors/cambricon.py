@@ -65,7 +65,7 @@ def read(device: Device, row: t.Row) -> DeviceSample:
     c = t.CellReader(row)
     power, cap = c.pair(("power_watts", "power_limit_watts"), ["Pwr:Usage/Cap"], t.WATTS)
     used, total = c.pair(("memory_used_bytes", "memory_total_bytes"), ["Memory-Usage"], t.MEMORY_AS_BYTES)
-    ecc = c.number(ECC_ERRORS.name, ["Ecc-Error"], t.COUNT)
+    ecc = c.number(f"vendor_metrics.{ECC_ERRORS.name}", ["Ecc-Error"], t.COUNT)
     return DeviceSample(
         device=device,
         utilization_ratio=c.number("utilization_ratio", ["Util"], t.PERCENT_AS_RATIO),

@@ -73,7 +73,7 @@ def read(device: Device, row: t.Row) -> DeviceSample:
     ecc_text = (c.text("ECC") or "").lower()
     ecc = _ECC_MODE.get(ecc_text)
     if ecc_text and ecc is None:
-        c.unread[ECC_ENABLED.name] = f"ECC: {ecc_text!r} is not Enable/Disable"
+        c.unread[f"vendor_metrics.{ECC_ENABLED.name}"] = f"ECC: {ecc_text!r} is not Enable/Disable"
     return DeviceSample(
         device=device,
         utilization_ratio=c.number("utilization_ratio", ["DUsed"], t.PERCENT_AS_RATIO),

@@ -92,7 +92,9 @@ def _read_v5(device: Device, row: t.Row) -> DeviceSample:
     c = t.CellReader(row)
     power, cap = c.pair(("power_watts", "power_limit_watts"), ["Pwr:Usage/Cap"], t.WATTS)
     used, total = c.pair(("memory_used_bytes", "memory_total_bytes"), ["Memory-Usage"], t.MEMORY_AS_BYTES)
-    l3_used, l3_total = c.pair((L3_USED.name, L3_TOTAL.name), ["L3-Usage"], t.MEMORY_AS_BYTES)
+    l3_used, l3_total = c.pair(
+        (f"vendor_metrics.{L3_USED.name}", f"vendor_metrics.{L3_TOTAL.name}"), ["L3-Usage"], t.MEMORY_AS_BYTES
+    )
     ecc = c.number("ecc_errors.uncorrected", ["Volatile Uncorr. ECC"], t.COUNT)
     return DeviceSample(
         device=device,
@@ -179,7 +181,9 @@ def parse_v4(text: str) -> Sequence[DeviceSample]:
     def read(device: Device, row: t.Row) -> DeviceSample:
         c = t.CellReader(row)
         used, total = c.pair(("memory_used_bytes", "memory_total_bytes"), ["Memory"], MB_AS_MIB_BYTES)
-        l3_used, l3_total = c.pair((L3_USED.name, L3_TOTAL.name), ["L3"], MB_AS_MIB_BYTES)
+        l3_used, l3_total = c.pair(
+            (f"vendor_metrics.{L3_USED.name}", f"vendor_metrics.{L3_TOTAL.name}"), ["L3"], MB_AS_MIB_BYTES
+        )
         temp = c.number("temperatures_celsius.core", ["Temp"], t.CELSIUS, default_unit="C")
         return DeviceSample(
             device=device,

@@ -92,7 +92,10 @@ def test_capture_matches_its_expectations(capture: Path) -> None:
 
 # --- one bad cell per column -----------------------------------------------------------------------------
 
-# (capture, printed text in device 0's block, same-width replacement, reading it feeds, other readings kept)
+ECC_CN = "vendor_metrics.accelerator_cambricon_ecc_errors_total"
+L3_TOTAL = "vendor_metrics.accelerator_kunlunxin_l3_total_bytes"
+# (capture, printed text (its first occurrence is in one device's block), same-width replacement, reading
+# it feeds, another reading of that device that must stay)
 MASKS = [
     ("cambricon/cnmon_MLU370-X8_v5.10.13.txt", "32C ", "xxC ", "temperatures_celsius.core", "power_watts"),
     ("cambricon/cnmon_MLU370-X8_v5.10.13.txt", "106 W/", "xxx W/", "power_watts", "power_limit_watts"),
@@ -175,6 +178,61 @@ MASKS = [
         "utilization_ratio",
         "temperatures_celsius.core",
     ),
+    (
+        "mthreads/mthreads-gmi_S5000x8_2.4.1.txt",
+        "(81920MiB)",
+        "(xxxxxMiB)",
+        "memory_total_bytes",
+        "memory_used_bytes",
+    ),
+    (
+        "cambricon/cnmon_MLU370-X8_v5.10.13.txt",
+        "/ 23374 MiB",
+        "/ xxxxx MiB",
+        "memory_total_bytes",
+        "memory_used_bytes",
+    ),
+    ("cambricon/cnmon_MLU370-X8x2_v5.10.22_mode-col.txt", "  0 |\n", "  x |\n", ECC_CN, "power_watts"),
+    ("enflame/efsmi_S60_1.2.0.301.txt", "300W |", "xxxW |", "power_limit_watts", "power_watts"),
+    (
+        "kunlunxin/xpu-smi_P800_drv5.0.21.21.txt",
+        "0MiB / 98304MiB",
+        "xMiB / 98304MiB",
+        "memory_used_bytes",
+        "memory_total_bytes",
+    ),
+    ("kunlunxin/xpu-smi_P800_drv5.0.21.21.txt", "/    96MiB", "/    xxMiB", L3_TOTAL, "memory_total_bytes"),
+    (
+        "kunlunxin/xpu-smi_P800_drv5.0.21.21.txt",
+        "    0 |\n",
+        "    x |\n",
+        "ecc_errors.uncorrected",
+        "power_watts",
+    ),
+    ("metax/mx-smi_C550_2.2.4.txt", "| 0%     ", "| x%     ", "utilization_ratio", "power_watts"),
+    (
+        "metax/mx-smi_C550_2.2.4.txt",
+        "858/65536 MiB",
+        "xxx/65536 MiB",
+        "memory_used_bytes",
+        "memory_total_bytes",
+    ),
+    (
+        "metax/mx-smi_C550x8_2.1.6_kmd2.5.014_old-header.txt",
+        "44W ",
+        "xxW ",
+        "power_watts",
+        "temperatures_celsius.core",
+    ),
+    ("iluvatar/ixsmi_BI-V150_4.3.0.txt", "103W /", "xxxW /", "power_watts", "power_limit_watts"),
+    ("iluvatar/ixsmi_BI-V150_4.3.0.txt", "/ 350W", "/ xxxW", "power_limit_watts", "power_watts"),
+    (
+        "iluvatar/ixsmi_BI-V150_4.3.0.txt",
+        "| 0%        Default",
+        "| x%        Default",
+        "utilization_ratio",
+        "temperatures_celsius.core",
+    ),
 ]
 
 
@@ -194,13 +252,11 @@ def test_a_masked_cell_costs_only_its_reading(
     _, _, clean, damaged = _damaged(capture, old, new)
     assert damaged.keys() == clean.keys()
     assert all(s.up for s in damaged.values())
-    first = next(iter(damaged))
-    assert reading(clean[first], field) is not None
-    assert reading(damaged[first], field) is None
-    assert set(damaged[first].unread) == {field}
-    assert reading(damaged[first], kept) == reading(clean[first], kept) is not None
-    for index in list(clean)[1:]:  # the other devices are untouched
-        assert damaged[index] == clean[index]
+    (hit,) = [i for i in clean if damaged[i] != clean[i]]  # one device changed, the others are untouched
+    assert reading(clean[hit], field) is not None
+    assert reading(damaged[hit], field) is None
+    assert set(damaged[hit].unread) == {field}
+    assert reading(damaged[hit], kept) == reading(clean[hit], kept) is not None
 
 
 @pytest.mark.parametrize(("capture", "old", "new", "field", "kept"), MASKS, ids=lambda v: str(v)[:24])
@@ -210,11 +266,11 @@ def test_a_dashed_cell_is_no_reading_and_not_an_error(
     # The quantity becomes "-" (what efsmi prints for a sleeping card): unavailable, not unread.
     fmt, text, clean, _ = _damaged(capture, old, new)
     damaged = by_index(text.replace(old, _only_dash(old, new), 1), fmt)
-    first = next(iter(damaged))
     assert all(s.up for s in damaged.values())
-    assert reading(damaged[first], field) is None
-    assert field not in damaged[first].unread
-    assert reading(damaged[first], kept) == reading(clean[first], kept)
+    (hit,) = [i for i in clean if damaged[i] != clean[i]]
+    assert reading(damaged[hit], field) is None
+    assert damaged[hit].unread == {}
+    assert reading(damaged[hit], kept) == reading(clean[hit], kept)
 
 
 def _only_dash(old: str, masked: str) -> str:
