@@ -1,24 +1,26 @@
 """Enflame GCU backend: the default ``efsmi`` table -> DeviceSample, one per GCU.
 
-Source of the layout: ``efsmi`` V1.2.0.301 on 2 x S60 (PaddlePaddle/docs
-``docs/hardware_support/gcu/install_cn.md``; fixture ``tests/fixtures/enflame/efsmi_S60_1.2.0.301.txt``)::
+Columns are found by header name (``smi_table.table_rows``), 2 lines per GCU. Layouts read (fixtures in
+``tests/fixtures/enflame/``: PaddlePaddle docs 1.2.0, vllm-gcu 1.4.0, FlagTree 1.6.3 and 1.7.2)::
 
-    |EFSMI    V1.2.0.301       Driver Ver: 1.2.0.301                           |
-    | DEV    NAME                | FW VER          | BUS-ID      ECC           |
-    | TEMP   Dpm   Pwr(Usage/Cap)| Mem     GCU Virt| DUsed       SN            |
-    | 0      S60                 | 33.6.2          | 00:01:00.0  Disable       |
-    | 39 C   Sleep    105W  300W | 49120MiB Disable|   0.0%      SN00000000000 |
+    | DEV    NAME                 | FW VER            | BUS-ID      ECC           |
+    | TEMP   Lpm   Pwr(Usage/Cap) | Mem      GCU Virt | DUsed       SN            |
+    | 0      Enflame L300         | 40.2.8.3          | 00:2d:00.0  Enable        |
+    | 35     LP1      68W / 300W  | 147456MiB Disable | 0%          A000000000002 |
 
-Units as printed: Celsius (``39 C``), W, MiB, percent. ``Mem`` is the memory capacity (vendors.md 3.7: the
-column shows total only), so memory used is not known from this view. ``DUsed`` is read as the device (DTU,
-Enflame's compute unit) utilization percentage. ``ECC`` shows the ECC mode (Enable/Disable), not error
-counts: exported as a vendor metric. No machine-readable mode is documented. Identity: ``uuid`` is the PCI
-bus id (sysfs form, the printed ``00:01:00.0`` is domain:bus:device.function); the SN goes to ``serial``.
+Version differences the reader absorbs: ``Dpm`` (1.2-1.4) or ``Lpm`` (1.6+); TEMP as ``39 C``, ``34℃``
+or a bare ``35`` (Celsius, the only unit efsmi uses); power as ``105W  300W``, ``68W / 300W``, ``N/A``
+or ``-`` (a sleeping card prints ``-`` for TEMP and power: no reading, the card stays up). ``Mem`` is
+the memory capacity (vendors.md 3.7: total only), so memory used is not known from this view.
+``DUsed`` is the device (GCU) utilization percentage. ``ECC`` is the ECC mode (Enable/Disable), not
+error counts: exported as a vendor metric. ``efsmi -q`` prints more (used memory, GCU Usage) as
+``key : value`` text; it is not read yet for want of a complete real capture. Identity: ``uuid`` is the
+PCI bus id (sysfs form; the printed ``00:01:00.0`` is domain:bus:device.function); the SN goes to
+``serial``.
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 
 from vendors import smi_table as t
@@ -38,9 +40,6 @@ ECC_ENABLED = VendorMetric(
     source="efsmi default table, column ECC (Enable/Disable)",
 )
 
-_LINE2 = re.compile(
-    r"(?P<temp>N/A|[0-9.]+\s?C)\s+(?P<dpm>\S+)\s+(?P<power>N/A|[0-9.]+\s?W)\s+(?P<cap>N/A|[0-9.]+\s?W)"
-)
 _ECC_MODE = {"enable": 1.0, "enabled": 1.0, "disable": 0.0, "disabled": 0.0}
 
 
@@ -49,50 +48,52 @@ def sniff(text: str) -> bool:
     return "EFSMI" in text and HEADER in text
 
 
+def identify(driver: str | None, row: t.Row) -> Device:
+    """DEV, NAME, BUS-ID and SN -> Device. ParseError when DEV is not a number or BUS-ID not a PCI id."""
+    dev, name = row.get("DEV") or "", row.get("NAME") or ""
+    if not t.is_index(dev) or not name:
+        raise ParseError(f"GCU line {row.line!r} is not 'DEV NAME'")
+    bus = t.pci_bus_id(row.get("BUS-ID") or "")
+    sn = (row.get("SN") or "").strip()
+    return Device(
+        vendor=VENDOR,
+        model=name,
+        index=dev,
+        uuid=bus,
+        pci_bus_id=bus,
+        driver_version=driver,
+        serial=None if not sn or t.is_not_available(sn) or t.is_masked(sn) else sn,
+    )
+
+
+def read(device: Device, row: t.Row) -> DeviceSample:
+    """The readings of one GCU; unreadable cells go to ``unread``."""
+    c = t.CellReader(row)
+    power, cap = c.pair(("power_watts", "power_limit_watts"), ["Pwr(Usage/Cap)"], t.WATTS)
+    ecc_text = (c.text("ECC") or "").lower()
+    ecc = _ECC_MODE.get(ecc_text)
+    if ecc_text and ecc is None:
+        c.unread[f"vendor_metrics.{ECC_ENABLED.name}"] = f"ECC: {ecc_text!r} is not Enable/Disable"
+    return DeviceSample(
+        device=device,
+        utilization_ratio=c.number("utilization_ratio", ["DUsed"], t.PERCENT_AS_RATIO),
+        memory_total_bytes=c.number("memory_total_bytes", ["Mem"], t.MEMORY_AS_BYTES),
+        temperatures_celsius=t.temperatures(
+            c.number("temperatures_celsius.core", ["TEMP"], t.CELSIUS, default_unit="C")
+        ),
+        power_watts=power,
+        power_limit_watts=cap,
+        vendor_metrics={} if ecc is None else {ECC_ENABLED.name: ecc},
+        unread=c.unread,
+    )
+
+
 def parse(text: str) -> Sequence[DeviceSample]:
     """Default ``efsmi`` output -> one DeviceSample per GCU. Raises ParseError on anything else."""
     if "EFSMI" not in text:
         raise ParseError("not an efsmi table: no EFSMI title")
     driver = t.header_value(text, r"Driver Ver:\s*([0-9][\w.\-]*)")
-
-    def identify(block: t.Block) -> Device:
-        head = t.cell(block, 0, 0).split()
-        bus_ecc = t.cell(block, 0, 2).split()
-        dused_sn = t.cell(block, 1, 2).split()
-        if len(head) < 2 or not t.is_index(head[0]) or not bus_ecc:
-            raise ParseError(f"GCU line {t.cell(block, 0, 0)!r} is not 'DEV NAME'")
-        bus = t.pci_bus_id(bus_ecc[0])
-        sn = dused_sn[1] if len(dused_sn) > 1 else None
-        return Device(
-            vendor=VENDOR,
-            model=" ".join(head[1:]),
-            index=head[0],
-            uuid=bus,
-            pci_bus_id=bus,
-            driver_version=driver,
-            serial=None if sn is None or t.is_not_available(sn) else sn,
-        )
-
-    def read(device: Device, block: t.Block) -> DeviceSample:
-        m = _LINE2.fullmatch(t.cell(block, 1, 0))
-        mem = t.cell(block, 1, 1).split()
-        dused = t.cell(block, 1, 2).split()
-        if m is None or not mem or not dused:
-            raise ParseError(f"device block {block!r} does not match the efsmi layout")
-        bus_ecc = t.cell(block, 0, 2).split()
-        ecc = _ECC_MODE.get(bus_ecc[1].lower()) if len(bus_ecc) > 1 else None
-        temp = t.quantity(m["temp"], t.CELSIUS, "TEMP")
-        return DeviceSample(
-            device=device,
-            utilization_ratio=t.quantity(dused[0], t.PERCENT_AS_RATIO, "DUsed"),
-            memory_total_bytes=t.quantity(mem[0], t.MIB_AS_BYTES, "Mem"),
-            temperatures_celsius={} if temp is None else {"core": temp},
-            power_watts=t.quantity(m["power"], t.WATTS, "Pwr Usage"),
-            power_limit_watts=t.quantity(m["cap"], t.WATTS, "Pwr Cap"),
-            vendor_metrics={} if ecc is None else {ECC_ENABLED.name: ecc},
-        )
-
-    return t.samples_from_blocks(t.device_blocks(text, HEADER, rows=2), identify, read)
+    return t.samples_from_rows(t.table_rows(text, HEADER), lambda row: identify(driver, row), read)
 
 
 def create(ctx: BackendContext) -> Backend:

@@ -1,7 +1,8 @@
 """Iluvatar CoreX GPU backend: the default ``ixsmi`` table (nvidia-smi-like) -> DeviceSample, one per GPU.
 
-Source of the layout: ``ixsmi`` 4.3.0 on 16 x BI-V150 (ERNIE ``docs/devices/README_ILUVATAR_GPU.md``;
-fixture ``tests/fixtures/iluvatar/ixsmi_BI-V150_4.3.0.txt``)::
+Columns are found by header name (``smi_table.table_rows``), 2 lines per GPU. Layouts read (fixtures in
+``tests/fixtures/iluvatar/``): 4.1.0 and 4.3.0 on BI-V150 (PaddleNLP, ERNIE docs), 4.4.0 on MR-V100 DUO
+(a wider first cell, so the power column moves)::
 
     |  IX-ML: 4.3.0       Driver Version: 4.3.0       CUDA Version: 10.2          |
     | GPU  Name                     | Bus-Id               | Clock-SM  Clock-Mem  |
@@ -11,7 +12,8 @@ fixture ``tests/fixtures/iluvatar/ixsmi_BI-V150_4.3.0.txt``)::
 
 Units as printed: percent, Celsius, W, MiB, MHz. Every second BI-V150 prints ``N/A / N/A`` power (one
 reading per dual-die board, plausibly): those devices get no power series, never 0. Identity: no UUID in
-the table, so ``uuid`` is the PCI bus id (sysfs form), in both modes.
+the table, so ``uuid`` is the PCI bus id (sysfs form), in both modes. A cell that cannot be read costs
+that reading only (``DeviceSample.unread``).
 
 ``ixsmi --query-gpu=... --format=csv`` (vendors.md 3.6: ixsmi mimics nvidia-smi; SWAN's ``iluvatar.py``
 queries ``board.power.draw``) is read when the backend's option ``mode`` is ``csv``. No real capture of it
@@ -34,12 +36,39 @@ VENDOR = "iluvatar"
 TOOLS = ("ixsmi",)
 HEADER = "Pwr:Usage/Cap"
 
-_LINE2 = re.compile(r"(?P<fan>\S+)\s+(?P<temp>\S+)\s+(?P<perf>\S+)\s+" + t.POWER_PAIR)
-
 
 def sniff(text: str) -> bool:
     """An ixsmi table: the IX-ML title and the nvidia-smi-like column header."""
     return "IX-ML" in text and HEADER in text
+
+
+def identify(driver: str | None, row: t.Row) -> Device:
+    """GPU, Name and Bus-Id -> Device. ParseError when GPU is not a number or Bus-Id not a PCI id."""
+    index, name = row.get("GPU") or "", row.get("Name") or ""
+    if not t.is_index(index) or not name:
+        raise ParseError(f"GPU line {row.line!r} is not 'GPU Name'")
+    bus = t.pci_bus_id(row.get("Bus-Id") or "")
+    return Device(vendor=VENDOR, model=name, index=index, uuid=bus, pci_bus_id=bus, driver_version=driver)
+
+
+def read(device: Device, row: t.Row) -> DeviceSample:
+    """The readings of one GPU; unreadable cells go to ``unread``."""
+    c = t.CellReader(row)
+    power, cap = c.pair(("power_watts", "power_limit_watts"), ["Pwr:Usage/Cap"], t.WATTS)
+    used, total = c.pair(("memory_used_bytes", "memory_total_bytes"), ["Memory-Usage"], t.MEMORY_AS_BYTES)
+    sm = c.number("clocks_hertz.sm", ["Clock-SM"], t.MHZ_AS_HERTZ)
+    mem = c.number("clocks_hertz.memory", ["Clock-Mem"], t.MHZ_AS_HERTZ)
+    return DeviceSample(
+        device=device,
+        utilization_ratio=c.number("utilization_ratio", ["GPU-Util"], t.PERCENT_AS_RATIO),
+        memory_used_bytes=used,
+        memory_total_bytes=total,
+        temperatures_celsius=t.temperatures(c.number("temperatures_celsius.core", ["Temp"], t.CELSIUS)),
+        power_watts=power,
+        power_limit_watts=cap,
+        clocks_hertz={k: v for k, v in (("sm", sm), ("memory", mem)) if v is not None},
+        unread=c.unread,
+    )
 
 
 def parse(text: str) -> Sequence[DeviceSample]:
@@ -47,31 +76,7 @@ def parse(text: str) -> Sequence[DeviceSample]:
     if "IX-ML" not in text:
         raise ParseError("not an ixsmi table: no IX-ML title")
     driver = t.header_value(text, r"Driver Version:\s*([0-9][\w.\-]*)")
-
-    identify = t.index_name_device(VENDOR, driver, "GPU Name")
-
-    def read(device: Device, block: t.Block) -> DeviceSample:
-        clocks = t.cell(block, 0, 2).split()
-        m = _LINE2.fullmatch(t.cell(block, 1, 0))
-        util = t.cell(block, 1, 2).split()
-        if len(clocks) != 2 or m is None or not util:
-            raise ParseError(f"device block {block!r} does not match the ixsmi layout")
-        used, total = t.used_total(t.cell(block, 1, 1), t.MIB_AS_BYTES, "Memory-Usage")
-        temp = t.quantity(m["temp"], t.CELSIUS, "Temp")
-        sm = t.quantity(clocks[0], t.MHZ_AS_HERTZ, "Clock-SM")
-        mem = t.quantity(clocks[1], t.MHZ_AS_HERTZ, "Clock-Mem")
-        return DeviceSample(
-            device=device,
-            utilization_ratio=t.quantity(util[0], t.PERCENT_AS_RATIO, "GPU-Util"),
-            memory_used_bytes=used,
-            memory_total_bytes=total,
-            temperatures_celsius={} if temp is None else {"core": temp},
-            power_watts=t.quantity(m["power"], t.WATTS, "Pwr:Usage"),
-            power_limit_watts=t.quantity(m["cap"], t.WATTS, "Pwr:Cap"),
-            clocks_hertz={k: v for k, v in (("sm", sm), ("memory", mem)) if v is not None},
-        )
-
-    return t.samples_from_blocks(t.device_blocks(text, HEADER, rows=2), identify, read)
+    return t.samples_from_rows(t.table_rows(text, HEADER), lambda row: identify(driver, row), read)
 
 
 # Fields of the CSV mode: SWAN's query (which ixsmi answers) plus pci.bus_id for the same identity as the table.
@@ -132,54 +137,54 @@ def parse_csv(text: str) -> Sequence[DeviceSample]:
     if missing:
         raise ParseError(f"CSV header lacks {missing}")
 
-    def raw(block: t.Block, field: str) -> str | None:
-        if field not in fields:
-            return None
-        row = block[0]
-        if len(row) != len(rows[0]):
-            raise ParseError(f"CSV row has {len(row)} cells, header has {len(rows[0])}")
-        value = row[fields[field][0]].strip()
-        return None if value.upper() in _NA_CELLS or t.is_not_available(value) else value
+    width = len(rows[0])
+    body = [row for row in rows[1:] if any(c.strip() for c in row)]
+    if not body:
+        raise ParseError("CSV output has no device rows")
+    if any(len(row) != width for row in body):
+        raise ParseError(f"a CSV row has not the header's {width} cells")
+    table = [t.Row({f: row[i].strip() for f, (i, _) in fields.items()}, ",".join(row)) for row in body]
 
-    def number(block: t.Block, *names: str) -> float | None:
-        for name in names:
-            value = raw(block, name)
-            if value is not None:
-                token = value if value[-1:].isalpha() or value.endswith("%") else f"{value} {fields[name][1]}"
-                return t.quantity(token, _CSV_UNITS, name)
-        return None
+    def raw(row: t.Row, field: str) -> str | None:
+        value = row.get(field)
+        return None if value is None or value.upper() in _NA_CELLS or t.is_not_available(value) else value
 
-    def identify(block: t.Block) -> Device:
-        index, name, bus = raw(block, "index"), raw(block, "name"), raw(block, "pci.bus_id")
+    def identify(row: t.Row) -> Device:
+        index, name, bus = raw(row, "index"), raw(row, "name"), raw(row, "pci.bus_id")
         if index is None or not t.is_index(index) or not name or bus is None:
-            raise ParseError(f"CSV row {block[0]!r} lacks index/name/pci.bus_id")
+            raise ParseError(f"CSV row {row.line!r} lacks index/name/pci.bus_id")
         bus_id = t.pci_bus_id(bus)
         return Device(
-            VENDOR, name, index, bus_id, pci_bus_id=bus_id, driver_version=raw(block, "driver_version")
+            VENDOR, name, index, bus_id, pci_bus_id=bus_id, driver_version=raw(row, "driver_version")
         )
 
-    def read(device: Device, block: t.Block) -> DeviceSample:
-        temp = number(block, "temperature.gpu")
+    def read(device: Device, row: t.Row) -> DeviceSample:
+        c = t.CellReader(row)
+
+        def number(reading: str, *names: str) -> float | None:
+            name = next((n for n in names if raw(row, n) is not None), None)
+            return None if name is None else c.number(reading, [name], _CSV_UNITS, fields[name][1])
+
         clocks = {
-            "sm": number(block, "clocks.current.sm", "clocks.sm"),
-            "memory": number(block, "clocks.current.memory", "clocks.mem"),
+            "sm": number("clocks_hertz.sm", "clocks.current.sm", "clocks.sm"),
+            "memory": number("clocks_hertz.memory", "clocks.current.memory", "clocks.mem"),
         }
         return DeviceSample(
             device=device,
-            utilization_ratio=number(block, "utilization.gpu"),
-            memory_bandwidth_utilization_ratio=number(block, "utilization.memory"),
-            memory_used_bytes=number(block, "memory.used"),
-            memory_total_bytes=number(block, "memory.total"),
-            temperatures_celsius={} if temp is None else {"core": temp},
-            power_watts=number(block, "board.power.draw", "power.draw"),
-            power_limit_watts=number(block, "power.limit", "enforced.power.limit"),
+            utilization_ratio=number("utilization_ratio", "utilization.gpu"),
+            memory_bandwidth_utilization_ratio=number(
+                "memory_bandwidth_utilization_ratio", "utilization.memory"
+            ),
+            memory_used_bytes=number("memory_used_bytes", "memory.used"),
+            memory_total_bytes=number("memory_total_bytes", "memory.total"),
+            temperatures_celsius=t.temperatures(number("temperatures_celsius.core", "temperature.gpu")),
+            power_watts=number("power_watts", "board.power.draw", "power.draw"),
+            power_limit_watts=number("power_limit_watts", "power.limit", "enforced.power.limit"),
             clocks_hertz={k: v for k, v in clocks.items() if v is not None},
+            unread=c.unread,
         )
 
-    body = [(tuple(row),) for row in rows[1:] if any(c.strip() for c in row)]
-    if not body:
-        raise ParseError("CSV output has no device rows")
-    return t.samples_from_blocks(body, identify, read)
+    return t.samples_from_rows(table, identify, read)
 
 
 def create(ctx: BackendContext) -> Backend:

@@ -1,6 +1,8 @@
 """Kunlunxin XPU backend: both generations of the ``xpu-smi`` / ``xpu_smi`` default output -> DeviceSample.
 
-The binary is spelled ``xpu_smi`` in the Paddle docs and ``xpu-smi`` elsewhere (vendors.md 3.3): both are
+Columns are found by header name in both (``smi_table.table_rows`` for the box; the DEVICES table is one
+line per XPU with one column per cell); a cell that cannot be read costs that reading only
+(``DeviceSample.unread``). The binary is spelled ``xpu_smi`` in the Paddle docs and ``xpu-smi`` elsewhere (vendors.md 3.3): both are
 probed. Its default output has two generations, told apart by their header:
 
 * driver 5.x (P800), an nvidia-smi-like box, 3 lines per XPU (ERNIE ``docs/devices/README_XPU.md``;
@@ -16,7 +18,9 @@ probed. Its default output has two generations, told apart by their header:
 
     | DevID |   PCI Addr   | Model |   SN   |    INODE   | UseRate |    L3     |    Memory    |
 
-  with no temperature or power. Memory is labelled ``MB`` but is binary: an R300 card has 32 GiB and
+  (the wide variant on R200/K100/K200 adds ``State``, ``Power(W)``, ``Temp``, ``Freq(MHz)``, firmware and
+  CPLD versions; fixtures ``xpu_smi_R200-K100_drv4.0_wide-power-temp.txt``, ``xpu_smi_K200x4_...``),
+  with no temperature or power in the narrow one. Memory is labelled ``MB`` but is binary: an R300 card has 32 GiB and
   prints ``32768 MB`` (= 32 x 1024), so ``MB`` is read as MiB; L3 likewise.
 
 Identity: no UUID is printed, so ``uuid`` is the PCI bus id (sysfs form); the 4.x SN column goes to
@@ -25,7 +29,6 @@ Identity: no UUID is printed, so ``uuid`` is the PCI bus id (sysfs form); the 4.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 
 from vendors import smi_table as t
@@ -54,7 +57,6 @@ L3_TOTAL = VendorMetric(
     source="xpu-smi 5.x L3-Usage (MiB); xpu_smi 4.x DEVICES column L3 (printed MB, binary)",
 )
 
-_LINE2_V5 = re.compile(r"(?P<fan>\S+)\s+(?P<temp>\S+)\s+(?P<perf>\S+)\s+" + t.POWER_PAIR)
 _DRIVER = r"Driver Version:\s*([0-9][\w.\-]*)"
 _V4_COLUMNS = ("DevID", "PCI Addr", "Model", "UseRate", "Memory")
 
@@ -78,54 +80,46 @@ def _l3(used: float | None, total: float | None) -> dict[str, float]:
     return out
 
 
+def _identify_v5(driver: str | None, row: t.Row) -> Device:
+    index, name = row.get("XPU") or "", row.get("Name") or ""
+    if not t.is_index(index) or not name:
+        raise ParseError(f"XPU line {row.line!r} is not 'XPU Name Persistence-M'")
+    bus = t.pci_bus_id(row.get("Bus-Id") or "")
+    return Device(vendor=VENDOR, model=name, index=index, uuid=bus, pci_bus_id=bus, driver_version=driver)
+
+
+def _read_v5(device: Device, row: t.Row) -> DeviceSample:
+    c = t.CellReader(row)
+    power, cap = c.pair(("power_watts", "power_limit_watts"), ["Pwr:Usage/Cap"], t.WATTS)
+    used, total = c.pair(("memory_used_bytes", "memory_total_bytes"), ["Memory-Usage"], t.MEMORY_AS_BYTES)
+    l3_used, l3_total = c.pair(
+        (f"vendor_metrics.{L3_USED.name}", f"vendor_metrics.{L3_TOTAL.name}"), ["L3-Usage"], t.MEMORY_AS_BYTES
+    )
+    ecc = c.number("ecc_errors.uncorrected", ["Volatile Uncorr. ECC"], t.COUNT)
+    return DeviceSample(
+        device=device,
+        utilization_ratio=c.number("utilization_ratio", ["XPU-Util"], t.PERCENT_AS_RATIO),
+        memory_used_bytes=used,
+        memory_total_bytes=total,
+        temperatures_celsius=t.temperatures(c.number("temperatures_celsius.core", ["Temp"], t.CELSIUS)),
+        power_watts=power,
+        power_limit_watts=cap,
+        ecc_errors={} if ecc is None else {"uncorrected": int(ecc)},
+        vendor_metrics=_l3(l3_used, l3_total),
+        unread=c.unread,
+    )
+
+
 def parse_v5(text: str) -> Sequence[DeviceSample]:
     """Driver 5.x ``xpu-smi`` box -> one DeviceSample per XPU. Raises ParseError on anything else."""
     if "XPU-SMI" not in text:
         raise ParseError("not an xpu-smi 5.x table: no XPU-SMI title")
     driver = t.header_value(text, _DRIVER)
-
-    def identify(block: t.Block) -> Device:
-        head = t.cell(block, 0, 0).split()
-        bus = t.cell(block, 0, 1).split()
-        if len(head) < 3 or not t.is_index(head[0]) or not bus:
-            raise ParseError(f"XPU line {t.cell(block, 0, 0)!r} is not 'XPU Name Persistence-M'")
-        bus_id = t.pci_bus_id(bus[0])
-        return Device(
-            vendor=VENDOR,
-            model=" ".join(head[1:-1]),
-            index=head[0],
-            uuid=bus_id,
-            pci_bus_id=bus_id,
-            driver_version=driver,
-        )
-
-    def read(device: Device, block: t.Block) -> DeviceSample:
-        ecc = t.quantity(t.cell(block, 0, 2), t.COUNT, "Volatile Uncorr. ECC")
-        m = _LINE2_V5.fullmatch(t.cell(block, 1, 0))
-        if m is None:
-            raise ParseError(f"Fan/Temp/Perf/Pwr cell {t.cell(block, 1, 0)!r}")
-        used, total = t.used_total(t.cell(block, 1, 1), t.MIB_AS_BYTES, "Memory-Usage")
-        util = t.cell(block, 1, 2).split()
-        if not util:
-            raise ParseError("empty XPU-Util cell")
-        l3_used, l3_total = t.used_total(t.cell(block, 2, 1), t.MIB_AS_BYTES, "L3-Usage")
-        temp = t.quantity(m["temp"], t.CELSIUS, "Temp")
-        return DeviceSample(
-            device=device,
-            utilization_ratio=t.quantity(util[0], t.PERCENT_AS_RATIO, "XPU-Util"),
-            memory_used_bytes=used,
-            memory_total_bytes=total,
-            temperatures_celsius={} if temp is None else {"core": temp},
-            power_watts=t.quantity(m["power"], t.WATTS, "Pwr:Usage"),
-            power_limit_watts=t.quantity(m["cap"], t.WATTS, "Pwr:Cap"),
-            ecc_errors={} if ecc is None else {"uncorrected": int(ecc)},
-            vendor_metrics=_l3(l3_used, l3_total),
-        )
-
-    return t.samples_from_blocks(t.device_blocks(text, HEADER_V5, rows=3), identify, read)
+    return t.samples_from_rows(t.table_rows(text, HEADER_V5), lambda row: _identify_v5(driver, row), _read_v5)
 
 
-def _v4_rows(text: str) -> tuple[t.Cells, list[t.Cells]]:
+def _v4_rows(text: str) -> list[t.Row]:
+    """The DEVICES table as Rows (column name -> cell), one per XPU; ParseError when it is not there."""
     lines = text.splitlines()
     at = next((i for i, line in enumerate(lines) if "DevID" in line and "UseRate" in line), None)
     if at is None:
@@ -149,50 +143,60 @@ def _v4_rows(text: str) -> tuple[t.Cells, list[t.Cells]]:
         rows.pop()  # a table not closed by a rule was cut off: its last row may be half a line
     if not rows:
         raise ParseError("DEVICES table holds no complete device row")
-    return names, rows
+    out: list[t.Row] = []
+    for row in rows:
+        if len(row) != len(names):
+            raise ParseError(f"DEVICES row has {len(row)} cells, header has {len(names)}")
+        out.append(t.Row({n.lower(): v for n, v in zip(names, row, strict=True)}, "|".join(row)))
+    return out
 
 
 def parse_v4(text: str) -> Sequence[DeviceSample]:
-    """Driver 4.x ``xpu_smi`` DEVICES table -> one DeviceSample per XPU. Raises ParseError on anything else."""
-    names, rows = _v4_rows(text)
+    """Driver 4.x ``xpu_smi`` DEVICES table -> one DeviceSample per XPU. Raises ParseError on anything else.
+
+    The wide variant adds ``Power(W)`` and ``Temp`` (bare numbers, units in the header: W and Celsius).
+    Kunlun 1 K200 boards hold two XPUs behind one PCI address; such XPUs get ``<bus>-xpu<DevID>`` as uuid.
+    """
+    rows = _v4_rows(text)
     driver = t.header_value(text, _DRIVER)
+    buses = [row.get("PCI Addr") for row in rows]
 
-    def col(block: t.Block, name: str) -> str:
-        row = block[0]
-        if len(row) != len(names):
-            raise ParseError(f"DEVICES row has {len(row)} cells, header has {len(names)}")
-        return row[names.index(name)]
-
-    def identify(block: t.Block) -> Device:
-        index = col(block, "DevID")
+    def identify(row: t.Row) -> Device:
+        index = row.get("DevID") or ""
         if not t.is_index(index):
             raise ParseError(f"DevID {index!r} is not a number")
-        bus_id = t.pci_bus_id(col(block, "PCI Addr"))
-        sn = col(block, "SN") if "SN" in names else ""
+        bus_text = row.get("PCI Addr") or ""
+        bus_id = t.pci_bus_id(bus_text)
+        sn = (row.get("SN") or "").strip()
         return Device(
             vendor=VENDOR,
-            model=col(block, "Model"),
+            model=row.get("Model") or "",
             index=index,
-            uuid=bus_id,
+            uuid=bus_id if buses.count(bus_text) == 1 else f"{bus_id}-xpu{index}",
             pci_bus_id=bus_id,
             driver_version=driver,
             serial=None if not sn or t.is_not_available(sn) else sn,
         )
 
-    def read(device: Device, block: t.Block) -> DeviceSample:
-        used, total = t.used_total(col(block, "Memory"), MB_AS_MIB_BYTES, "Memory")
-        l3: dict[str, float] = {}
-        if "L3" in names:
-            l3 = _l3(*t.used_total(col(block, "L3"), MB_AS_MIB_BYTES, "L3"))
+    def read(device: Device, row: t.Row) -> DeviceSample:
+        c = t.CellReader(row)
+        used, total = c.pair(("memory_used_bytes", "memory_total_bytes"), ["Memory"], MB_AS_MIB_BYTES)
+        l3_used, l3_total = c.pair(
+            (f"vendor_metrics.{L3_USED.name}", f"vendor_metrics.{L3_TOTAL.name}"), ["L3"], MB_AS_MIB_BYTES
+        )
+        temp = c.number("temperatures_celsius.core", ["Temp"], t.CELSIUS, default_unit="C")
         return DeviceSample(
             device=device,
-            utilization_ratio=t.quantity(col(block, "UseRate"), t.PERCENT_AS_RATIO, "UseRate"),
+            utilization_ratio=c.number("utilization_ratio", ["UseRate"], t.PERCENT_AS_RATIO),
             memory_used_bytes=used,
             memory_total_bytes=total,
-            vendor_metrics=l3,
+            temperatures_celsius=t.temperatures(temp),
+            power_watts=c.number("power_watts", ["Power(W)"], t.WATTS, default_unit="W"),
+            vendor_metrics=_l3(l3_used, l3_total),
+            unread=c.unread,
         )
 
-    return t.samples_from_blocks([(row,) for row in rows], identify, read)
+    return t.samples_from_rows(rows, identify, read)
 
 
 def parse(text: str) -> Sequence[DeviceSample]:

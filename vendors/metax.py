@@ -1,24 +1,29 @@
-"""MetaX GPU backend: the default ``mx-smi`` table -> DeviceSample, one per GPU.
+"""MetaX GPU backend: the default ``mx-smi`` table, or ``ht-smi`` (MetaX HPCC stack) -> DeviceSample.
 
-Source of the layout: ``mx-smi`` 2.2.4 on 8 x C550 (ERNIE ``docs/devices/README_METAX_GPU.md``; fixture
-``tests/fixtures/metax/mx-smi_C550_2.2.4.txt``)::
+Both tools print the same family of boxed tables, 2 lines per GPU; columns are found by header name
+(``smi_table.table_rows``). Layouts read (fixtures in ``tests/fixtures/metax/``):
 
-    | MX-SMI 2.2.4                        Kernel Mode Driver Version: 2.15.9          |
-    | GPU         NAME                   | Bus-id              | GPU-Util             |
-    | Temp        Pwr:Usage/Cap          | Memory-Usage        | GPU-State            |
-    | 0           MetaX C550             | 0000:0f:00.0        | 0%                   |
-    | 29C         53W / 450W             | 858/65536 MiB       | Available            |
+* mx-smi 2.1.6: ``GPU NAME | Bus-id | GPU-Util`` / ``Temp Power | Memory-Usage |`` (power without cap);
+* mx-smi 2.1.12 and 2.2.4 (and ht-smi 2.2.4): ``Temp Pwr:Usage/Cap | Memory-Usage | GPU-State``;
+* mx-smi 2.2.8 (N260): ``GPU NAME Persistence-M | Bus-id | GPU-Util sGPU-M`` /
+  ``Temp Pwr:Usage/Cap Perf | Memory-Usage | GPU-State``;
+* ht-smi 2.2.9+ (Mars X201) and mx-smi 2.3.1 (C500), four cells::
 
-Units as printed: percent, Celsius, W, MiB (printed once after ``used/total``). No JSON mode exists
-(vendors.md 3.5). MOFFETT's SPU tool is also called ``mx-smi`` (header "MOFFETT-SMI"): detection runs the
-tool once and enables this backend only when the MetaX header is there; the parser rejects other headers.
-Identity: no UUID is printed, so ``uuid`` is the PCI bus id (sysfs form). ``driver_version`` is the kernel
-mode driver version.
+    | Board       Name | GPU   Persist-M | Bus-id              | GPU-Util      sGPU-M |
+    | Pwr:Usage/Cap    | Temp       Perf | Memory-Usage        | GPU-State            |
+    | 0      Mars X201 | 0           Off | 0000:4b:00.0        | 0%          Disabled |
+    | 38W / 350W       | 34C          P0 | 858/65536 MiB       | Available            |
+
+Units as printed: percent, Celsius, W, MiB (printed once after ``used/total``). ``mx-smi -j`` exists on
+newer releases (a third-party detector reads its driver/MACA versions) but no real capture of its device
+readings was found, so the table is read. MOFFETT's SPU tool is also called ``mx-smi`` (header
+"MOFFETT-SMI"): detection runs the tool once and enables this backend only when a MetaX header is there.
+Identity: no UUID is printed, so ``uuid`` is the PCI bus id (sysfs form); ``index`` is the GPU column.
+``driver_version`` is the kernel mode driver version.
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 
 from vendors import smi_table as t
@@ -27,10 +32,9 @@ from vendors.registry import BackendContext, BackendSpec, Detection, OutputForma
 from vendors.smi_tool import DEFAULT_TIMEOUT_SECONDS, ToolBackend, locate
 
 VENDOR = "metax"
-TOOLS = ("mx-smi",)
-HEADER = "Pwr:Usage/Cap"
-
-_LINE2 = re.compile(r"(?P<temp>\S+)\s+" + t.POWER_PAIR)
+TOOLS = ("mx-smi", "ht-smi")
+HEADER = "Memory-Usage"
+_DRIVER = r"Kernel Mode Driver Version:\s*([0-9][\w.\-]*)"
 
 
 def _is_moffett(text: str) -> bool:
@@ -39,7 +43,45 @@ def _is_moffett(text: str) -> bool:
 
 def sniff(text: str) -> bool:
     """A MetaX mx-smi table: the MX-SMI title with MetaX named in it, never MOFFETT's tool of the same name."""
-    return "MX-SMI" in text and "MetaX" in text and "GPU-State" in text and not _is_moffett(text)
+    return (
+        "MX-SMI" in text and "MetaX" in text and HEADER in text and "Bus-id" in text and not _is_moffett(text)
+    )
+
+
+def sniff_ht(text: str) -> bool:
+    """A MetaX ht-smi table: the HT-SMI title and the HPCC version line."""
+    return "HT-SMI" in text and "HPCC Version" in text and HEADER in text and "Bus-id" in text
+
+
+def identify(driver: str | None, row: t.Row) -> Device:
+    """GPU, NAME and Bus-id -> Device. ParseError when GPU is not a number or Bus-id not a PCI id."""
+    index, name = row.get("GPU") or "", row.get("NAME", "Name") or ""
+    if not t.is_index(index) or not name:
+        raise ParseError(f"GPU line {row.line!r} is not 'GPU NAME'")
+    bus = t.pci_bus_id(row.get("Bus-id") or "")
+    return Device(vendor=VENDOR, model=name, index=index, uuid=bus, pci_bus_id=bus, driver_version=driver)
+
+
+def read(device: Device, row: t.Row) -> DeviceSample:
+    """The readings of one GPU; unreadable cells go to ``unread``."""
+    c = t.CellReader(row)
+    power, cap = c.pair(("power_watts", "power_limit_watts"), ["Pwr:Usage/Cap", "Power"], t.WATTS)
+    used, total = c.pair(("memory_used_bytes", "memory_total_bytes"), ["Memory-Usage"], t.MEMORY_AS_BYTES)
+    return DeviceSample(
+        device=device,
+        utilization_ratio=c.number("utilization_ratio", ["GPU-Util"], t.PERCENT_AS_RATIO),
+        memory_used_bytes=used,
+        memory_total_bytes=total,
+        temperatures_celsius=t.temperatures(c.number("temperatures_celsius.core", ["Temp"], t.CELSIUS)),
+        power_watts=power,
+        power_limit_watts=cap,
+        unread=c.unread,
+    )
+
+
+def _parse(text: str) -> list[DeviceSample]:
+    driver = t.header_value(text, _DRIVER)
+    return t.samples_from_rows(t.table_rows(text, HEADER), lambda row: identify(driver, row), read)
 
 
 def parse(text: str) -> Sequence[DeviceSample]:
@@ -49,39 +91,31 @@ def parse(text: str) -> Sequence[DeviceSample]:
         raise ParseError("this mx-smi is MOFFETT's SPU tool, not MetaX's")
     if "MX-SMI" not in text or "MetaX" not in text:
         raise ParseError("not a MetaX mx-smi table: no MX-SMI/MetaX title")
-    driver = t.header_value(text, r"Kernel Mode Driver Version:\s*([0-9][\w.\-]*)")
+    return _parse(text)
 
-    identify = t.index_name_device(VENDOR, driver, "GPU NAME")
 
-    def read(device: Device, block: t.Block) -> DeviceSample:
-        m = _LINE2.fullmatch(t.cell(block, 1, 0))
-        if m is None:
-            raise ParseError(f"Temp/Pwr cell {t.cell(block, 1, 0)!r}")
-        used, total = t.used_total(t.cell(block, 1, 1), t.MIB_AS_BYTES, "Memory-Usage")
-        temp = t.quantity(m["temp"], t.CELSIUS, "Temp")
-        return DeviceSample(
-            device=device,
-            utilization_ratio=t.quantity(t.cell(block, 0, 2), t.PERCENT_AS_RATIO, "GPU-Util"),
-            memory_used_bytes=used,
-            memory_total_bytes=total,
-            temperatures_celsius={} if temp is None else {"core": temp},
-            power_watts=t.quantity(m["power"], t.WATTS, "Pwr:Usage"),
-            power_limit_watts=t.quantity(m["cap"], t.WATTS, "Pwr:Cap"),
-        )
+def parse_ht(text: str) -> Sequence[DeviceSample]:
+    """MetaX ``ht-smi`` output -> one DeviceSample per GPU. Raises ParseError on anything else."""
+    if "HT-SMI" not in text:
+        raise ParseError("not an ht-smi table: no HT-SMI title")
+    return _parse(text)
 
-    return t.samples_from_blocks(t.device_blocks(text, HEADER, rows=2), identify, read)
+
+def parse_any(text: str) -> Sequence[DeviceSample]:
+    """Either tool's table, chosen by its title (the backend runs whichever tool is installed)."""
+    return parse_ht(text) if "HT-SMI" in text else parse(text)
 
 
 def create(ctx: BackendContext) -> Backend:
-    return ToolBackend("metax", ctx, TOOLS, (), parse)
+    return ToolBackend("metax", ctx, TOOLS, (), parse_any)
 
 
 def detect(ctx: BackendContext) -> Detection:
-    """Found when ``mx-smi`` is on PATH and prints the MetaX header (not MOFFETT's). When the tool fails
-    here, the backend is still enabled so that its failures show in the backend error counter."""
+    """Found when ``mx-smi`` or ``ht-smi`` is on PATH and prints a MetaX header (not MOFFETT's). When the
+    tool fails here, the backend is still enabled so that its failures show in the backend error counter."""
     path = locate(ctx, TOOLS)
     if path is None:
-        return Detection(False, "mx-smi not on PATH")
+        return Detection(False, "mx-smi / ht-smi not on PATH")
     timeout = float(ctx.options.get("timeout_seconds", DEFAULT_TIMEOUT_SECONDS))
     try:
         out = ctx.runner.run([path], timeout).stdout
@@ -89,8 +123,8 @@ def detect(ctx: BackendContext) -> Detection:
         return Detection(True, f"found {path}; header not checked: {exc}")
     if _is_moffett(out):
         return Detection(False, f"{path} is MOFFETT's SPU mx-smi, not MetaX's")
-    if not sniff(out):
-        return Detection(False, f"{path} printed no MetaX mx-smi header")
+    if not (sniff(out) or sniff_ht(out)):
+        return Detection(False, f"{path} printed no MetaX mx-smi/ht-smi header")
     return Detection(True, f"found {path} (MetaX header)")
 
 
@@ -100,7 +134,10 @@ register(
         vendor=VENDOR,
         create=create,
         detect=detect,
-        formats=(OutputFormat("mx-smi-table", parse, sniff),),
+        formats=(
+            OutputFormat("mx-smi-table", parse, sniff),
+            OutputFormat("ht-smi-table", parse_ht, sniff_ht),
+        ),
         priority=74,
     )
 )

@@ -1,7 +1,8 @@
 """Moore Threads GPU backend: the default ``mthreads-gmi`` table -> DeviceSample, one per GPU.
 
-Source of the layout: ``mthreads-gmi`` 2.3.2 on MTT S5000 (vllm-project/vllm-omni PR 2337; fixture
-``tests/fixtures/mthreads/mthreads-gmi_S5000_2.3.2_excerpt.txt``), 3 lines per GPU::
+Columns are found by header name (``smi_table.table_rows``), 3 lines per GPU. Layouts read (fixtures in
+``tests/fixtures/mthreads/``): 1.14.0 and 2.0.0 on MTT S80 (no ``Perf`` column), 2.3.2 and 2.4.1 on MTT
+S5000::
 
     ID   Name                 |PCIe                |%GPU  Mem
          Device Type   Perf   |Pcie Lane Width     |Temp  MPC Capable
@@ -11,9 +12,9 @@ Source of the layout: ``mthreads-gmi`` 2.3.2 on MTT S5000 (vllm-project/vllm-omn
                                                    |      On-die, EDC
 
 Units as printed: percent, Celsius, memory ``used(total)`` in MiB. This view has no power column. The
-``-q --json`` mode (vendors.md 3.4) is known only from a third-party parser, with no real capture to test
-against, so the table (a real capture) is what this backend reads. Identity: no UUID in the table, so
-``uuid`` is the PCI bus id (sysfs form).
+``-q --json`` mode (vendors.md 3.4) would be preferred, but it is known only from a third-party parser,
+with no real capture to test against, so the table (several real captures) is what this backend reads.
+Identity: no UUID in the table, so ``uuid`` is the PCI bus id (sysfs form).
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ VENDOR = "mthreads"
 TOOLS = ("mthreads-gmi",)
 HEADER = "MPC Capable"
 
-_UTIL_MEM = re.compile(r"(?P<util>\S+)\s+(?P<used>[^\s(]+)\((?P<total>[^)]+)\)")
+_USED_TOTAL = re.compile(r"(?P<used>[^\s(]+)\((?P<total>[^)]+)\)")
 
 
 def sniff(text: str) -> bool:
@@ -38,31 +39,43 @@ def sniff(text: str) -> bool:
     return "mthreads-gmi" in text and "%GPU" in text and HEADER in text
 
 
+def identify(driver: str | None, row: t.Row) -> Device:
+    """ID, Name and PCIe -> Device. ParseError when ID is not a number or PCIe not a PCI id."""
+    index, name = row.get("ID") or "", row.get("Name") or ""
+    if not t.is_index(index) or not name:
+        raise ParseError(f"GPU line {row.line!r} is not 'ID Name'")
+    bus = t.pci_bus_id(row.get("PCIe") or "")
+    return Device(vendor=VENDOR, model=name, index=index, uuid=bus, pci_bus_id=bus, driver_version=driver)
+
+
+def read(device: Device, row: t.Row) -> DeviceSample:
+    """The readings of one GPU; unreadable cells go to ``unread``."""
+    c = t.CellReader(row)
+    used = total = None
+    mem = c.text("Mem")
+    if mem is not None:
+        m = _USED_TOTAL.fullmatch(mem)
+        if m is None:
+            c.unread["memory_used_bytes"] = f"Mem: {mem!r} is not 'used(total)'"
+        else:
+            used = c.value("memory_used_bytes", m["used"], t.MEMORY_AS_BYTES)
+            total = c.value("memory_total_bytes", m["total"], t.MEMORY_AS_BYTES)
+    return DeviceSample(
+        device=device,
+        utilization_ratio=c.number("utilization_ratio", ["%GPU"], t.PERCENT_AS_RATIO),
+        memory_used_bytes=used,
+        memory_total_bytes=total,
+        temperatures_celsius=t.temperatures(c.number("temperatures_celsius.core", ["Temp"], t.CELSIUS)),
+        unread=c.unread,
+    )
+
+
 def parse(text: str) -> Sequence[DeviceSample]:
     """Default ``mthreads-gmi`` output -> one DeviceSample per GPU. Raises ParseError on anything else."""
     if "mthreads-gmi" not in text:
         raise ParseError("not an mthreads-gmi table: no mthreads-gmi title")
     driver = t.header_value(text, r"Driver Version:\s*([0-9][\w.\-]*)")
-
-    identify = t.index_name_device(VENDOR, driver, "ID Name")
-
-    def read(device: Device, block: t.Block) -> DeviceSample:
-        m = _UTIL_MEM.fullmatch(t.cell(block, 0, 2))
-        if m is None:
-            raise ParseError(f"%GPU/Mem cell {t.cell(block, 0, 2)!r}")
-        temp_mpc = t.cell(block, 1, 2).split()
-        if not temp_mpc:
-            raise ParseError("empty Temp cell")
-        temp = t.quantity(temp_mpc[0], t.CELSIUS, "Temp")
-        return DeviceSample(
-            device=device,
-            utilization_ratio=t.quantity(m["util"], t.PERCENT_AS_RATIO, "%GPU"),
-            memory_used_bytes=t.quantity(m["used"], t.MIB_AS_BYTES, "Mem used"),
-            memory_total_bytes=t.quantity(m["total"], t.MIB_AS_BYTES, "Mem total"),
-            temperatures_celsius={} if temp is None else {"core": temp},
-        )
-
-    return t.samples_from_blocks(t.device_blocks(text, HEADER, rows=3), identify, read)
+    return t.samples_from_rows(t.table_rows(text, HEADER), lambda row: identify(driver, row), read)
 
 
 def create(ctx: BackendContext) -> Backend:

@@ -3,9 +3,10 @@ mthreads-gmi, ixsmi and efsmi parsers.
 
 The Chinese vendors' default tool outputs are boxed tables in the nvidia-smi style: a title, a header of
 column names, a rule, then one block of N lines per device, each block closed by a rule line. Cells are
-separated by ``|``. This module splits such a table into per-device blocks of cells and turns cell tokens
-("32C", "106 W", "0 MiB/ 23374 MiB", "0.0%", "N/A") into floats in base units. Every function raises only
-``vendors.base.ParseError``.
+separated by ``|``. This module reads such a table by header NAME (``table_rows``: one Row per device,
+column name -> text) and turns cell tokens ("32C", "34℃", "106 W/ 250 W", "0 MiB/ 23374 MiB", "0.0%",
+"N/A") into floats in base units with per-cell isolation (``CellReader``: an unreadable cell costs one
+reading, recorded in ``DeviceSample.unread``). Every function raises only ``vendors.base.ParseError``.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 
 from vendors.base import Device, DeviceSample, ParseError
 
@@ -23,24 +25,24 @@ NOT_AVAILABLE = frozenset({"N/A", "NA", "N\\A", "-", "--", "NOT SUPPORTED", "UNK
 
 # Unit tables for ``quantity``: unit suffix as printed -> factor to the base unit.
 PERCENT_AS_RATIO: Mapping[str, float] = {"%": 0.01}
-CELSIUS: Mapping[str, float] = {"C": 1.0}
+# Celsius as the tools print it: "32C", "39 C", "34℃" (efsmi 1.6+), "34°C".
+CELSIUS: Mapping[str, float] = {"C": 1.0, "℃": 1.0, "°C": 1.0}
 WATTS: Mapping[str, float] = {"W": 1.0}
 MIB_AS_BYTES: Mapping[str, float] = {"MiB": MIB}
+# Memory cells of the boxed tables: "MiB" as labelled, "GiB" x 1024; "MB" is read as MiB because every
+# tool here that prints "MB" means binary sizes (xpu_smi 4.x: an R300 with 32 GiB prints "32768 MB").
+MEMORY_AS_BYTES: Mapping[str, float] = {"MiB": MIB, "MB": MIB, "GiB": 1024 * MIB}
 MHZ_AS_HERTZ: Mapping[str, float] = {"MHz": 1e6}
 COUNT: Mapping[str, float] = {"": 1.0}
 
 _NUMBER = r"[0-9]+(?:\.[0-9]+)?"
-# "106 W/ 250 W", "88W / 400W", "N/A / N/A": the Pwr:Usage/Cap cell of the nvidia-smi-like layouts, as a
-# regex fragment with groups ``power`` and ``cap`` (a lazy ".+?/" would split inside "N/A").
-POWER_PAIR = r"(?P<power>N/A|[0-9.]+\s*W)\s*/\s*(?P<cap>N/A|[0-9.]+\s*W)"
-_QUANTITY = re.compile(rf"({_NUMBER})\s*([A-Za-z%]*)")
+_QUANTITY = re.compile(rf"({_NUMBER})\s*([A-Za-z%℃°]*)")
 _BUS_ID = re.compile(r"(?:([0-9a-fA-F]{1,8}):)?([0-9a-fA-F]{2}):([0-9a-fA-F]{2})\.([0-7])")
-_USED_TOTAL = re.compile(rf"(N/A|{_NUMBER}\s*[A-Za-z]*)\s*/\s*(N/A|{_NUMBER}\s*[A-Za-z]*)")
+_MASKED = re.compile(r"[xX*]{2,}")
 _RULE_CHARS = frozenset("+-=|")
 _PROCESS_TITLE = re.compile(r"process(es)?\b", re.IGNORECASE)
 
 Cells = tuple[str, ...]
-Block = tuple[Cells, ...]
 
 
 def is_rule(line: str) -> bool:
@@ -59,54 +61,14 @@ def cells(line: str) -> Cells:
     return tuple(c.strip() for c in s.split("|"))
 
 
-def device_blocks(text: str, header: str, rows: int) -> list[Block]:
-    """Split a boxed device table into one block of ``rows`` lines (as cells) per device.
-
-    The table starts at the first rule after the first line containing ``header`` (a column title unique
-    to the format) and ends at the first line without a ``|`` (a blank line before the process table, or
-    the end of the text) or at a ``Processes:`` title glued to it. A block that is not closed by a rule is
-    a cut-off output: it is dropped, so that device reads as missing rather than with half its values.
-    Raises ParseError when the header is absent (usage text, another tool, garbage), when a closed block
-    has the wrong number of lines, or when no complete device block remains.
-    """
-    lines = text.splitlines()
-    start = next((i for i, line in enumerate(lines) if header in line), None)
-    if start is None:
-        raise ParseError(f"no device table: column header {header!r} not found")
-    i = start + 1
-    while i < len(lines) and not is_rule(lines[i]):
-        i += 1
-    if i >= len(lines):
-        raise ParseError("device table header is not followed by a rule (output cut short)")
-    blocks: list[Block] = []
-    current: list[Cells] = []
-    for line in lines[i + 1 :]:
-        if is_rule(line):
-            if current:
-                if len(current) != rows:
-                    raise ParseError(f"device block has {len(current)} lines, expected {rows}")
-                blocks.append(tuple(current))
-                current = []
-            continue
-        if "|" not in line or _PROCESS_TITLE.match(cells(line)[0]):
-            break
-        current.append(cells(line))
-    if not blocks:
-        raise ParseError("device table holds no complete device block")
-    return blocks
-
-
-def cell(block: Block, row: int, col: int) -> str:
-    """One cell of a block; ParseError when the line has fewer cells (a garbled or cut line)."""
-    try:
-        return block[row][col]
-    except IndexError:
-        raise ParseError(f"device block line {row + 1} has no cell {col + 1}") from None
-
-
 def is_index(token: str) -> bool:
     """A device index as tools print it: ASCII digits only (``str.isdigit`` also accepts "²" and "٣")."""
     return re.fullmatch(r"[0-9]{1,6}", token) is not None
+
+
+def is_masked(token: str) -> bool:
+    """A value the publisher or tool masked: only x's or asterisks ("xxx", "xxxxx")."""
+    return _MASKED_TOKEN.fullmatch(token.strip()) is not None
 
 
 def is_not_available(token: str) -> bool:
@@ -131,21 +93,6 @@ def quantity(token: str, units: Mapping[str, float], what: str) -> float | None:
     return value
 
 
-def used_total(token: str, units: Mapping[str, float], what: str) -> tuple[float | None, float | None]:
-    """``"0 MiB/ 23374 MiB"``, ``"858/65536 MiB"`` or ``"N/A / N/A"`` -> (used, total) in base units.
-
-    A bare number on the left takes the unit printed on the right (mx-smi prints the unit once).
-    """
-    m = _USED_TOTAL.fullmatch(token.strip())
-    if m is None:
-        raise ParseError(f"{what}: {token!r} is not 'used/total'")
-    left, right = m.group(1).strip(), m.group(2).strip()
-    unit = _QUANTITY.fullmatch(right)
-    if unit is not None and re.fullmatch(_NUMBER, left):
-        left += unit.group(2)
-    return quantity(left, units, f"{what} used"), quantity(right, units, f"{what} total")
-
-
 def pci_bus_id(token: str) -> str:
     """A PCI address as printed (``00000000:03:00.0``, ``0000:3D:00.0``, ``00:01:00.0``) in the Linux
     sysfs form ``dddd:bb:dd.f``, lower-case. Raises ParseError when it is not a PCI address."""
@@ -162,46 +109,270 @@ def header_value(text: str, pattern: str) -> str | None:
     return m.group(1) if m else None
 
 
-def samples_from_blocks(
-    blocks: Sequence[Block],
-    identify: Callable[[Block], Device],
-    read: Callable[[Device, Block], DeviceSample],
+# --- header-driven boxed tables ---------------------------------------------------------------------------
+#
+# The nvidia-smi-style tables print several columns in one ``|`` cell, over 2-3 header lines, e.g. cnmon::
+#
+#     | Fan   Temp      Pwr:Usage/Cap |         Memory-Usage | SR-IOV   Compute-Mode |
+#     |  0%   32C        106 W/ 250 W |     0 MiB/ 23374 MiB | N/A           Default |
+#
+# Versions move, add and rename those sub-columns, so a column is found by its header name, never by its
+# position in a split line: each header name (words separated by single spaces; names are separated by two
+# or more) has a character span in its line; each value token of the same line and ``|`` cell goes to the
+# header name its span overlaps most (else the nearest one). Tokens are unit-aware, so "106 W/ 250 W",
+# "0 / 63 MB", "N/A / N/A" and "39 C" each stay one token. Several tokens under one name are joined by a
+# space ("Iluvatar BI-V150", "105W 300W").
+
+_UNIT = r"(?:MiB|MB|GiB|KiB|W|C|°C|℃|%|MHz)"
+_QTY = rf"(?:N/A|{_NUMBER}\s?{_UNIT}?|[xX*]{{2,}}\s?{_UNIT}?)"
+_TOKEN = re.compile(rf"{_QTY}\s*/\s*{_QTY}(?![\w/])|{_NUMBER}\s{_UNIT}(?![\w/])|\S+")
+_HEADER_NAME = re.compile(r"\S+(?: \S+)*")
+_PAIR = re.compile(r"(N/A|[^/]+?)\s*/\s*(N/A|[^/]+?)")
+_MAX_HEADER_LINES = 4
+
+
+@dataclass(frozen=True)
+class Row:
+    """One device of a header-driven table: column name (lower-case, as printed) -> the text under it
+    ("" when the device printed nothing there). ``line`` is the device's first line, for messages."""
+
+    values: Mapping[str, str]
+    line: str
+
+    def get(self, *names: str) -> str | None:
+        """The text of the first of ``names`` (aliases across versions) that the header has, else None."""
+        for name in names:
+            got = self.values.get(name.lower())
+            if got is not None:
+                return got
+        return None
+
+    def has(self, *names: str) -> bool:
+        return any(name.lower() in self.values for name in names)
+
+
+def _pieces(line: str, pattern: re.Pattern[str]) -> list[tuple[int, int, int, str]]:
+    """(cell index, start, end, text) of each ``pattern`` match in ``line``; the cell index counts the
+    ``|`` before the match, so header and value lines of one table row agree on it."""
+    out: list[tuple[int, int, int, str]] = []
+    pos = 0
+    for cell, part in enumerate(line.split("|")):
+        for m in pattern.finditer(part):
+            out.append((cell, pos + m.start(), pos + m.end(), m.group(0)))
+        pos += len(part) + 1
+    return out
+
+
+def _column_of(
+    token: tuple[int, int, int, str],
+    phrase: tuple[int, int],
+    names: Sequence[tuple[int, int, int, str]],
+) -> str | None:
+    """The header name (of the token's own cell) a value token belongs to: the one its span overlaps most;
+    a token under no name goes with its phrase (the run of tokens one space apart it is part of, as in
+    "MetaX C500" under a right-aligned "Name"), else to the nearest name."""
+    _, start, end, _ = token
+
+    def best(a: int, b: int) -> tuple[str | None, tuple[int, int]]:
+        choice: str | None = None
+        top = (-1, 0)
+        for _, n_start, n_end, name in names:
+            overlap = min(b, n_end) - max(a, n_start)
+            score = (overlap, 0) if overlap > 0 else (0, -max(n_start - b, a - n_end))
+            if choice is None or score > top:
+                choice, top = name, score
+        return choice, top
+
+    choice, score = best(start, end)
+    if score[0] > 0:
+        return choice
+    by_phrase, phrase_score = best(*phrase)
+    return by_phrase if phrase_score[0] > 0 else choice
+
+
+def _phrases(tokens: Sequence[tuple[int, int, int, str]]) -> list[tuple[int, int]]:
+    """For each token, the span of its phrase: neighbours in the same cell separated by one space."""
+    spans: list[tuple[int, int]] = []
+    group: list[int] = []
+    for i, tok in enumerate(tokens):
+        if group and (tokens[group[-1]][0] != tok[0] or tok[1] - tokens[group[-1]][2] > 1):
+            spans.extend([(tokens[group[0]][1], tokens[group[-1]][2])] * len(group))
+            group = []
+        group.append(i)
+    if group:
+        spans.extend([(tokens[group[0]][1], tokens[group[-1]][2])] * len(group))
+    return spans
+
+
+def table_rows(text: str, anchor: str) -> list[Row]:
+    """A boxed device table read by header names: one Row per device block.
+
+    The header is the run of ``|`` lines around the first line containing ``anchor`` (a column name that
+    only this tool prints), bounded by rule lines; every device block below it has as many lines as the
+    header, line i under header line i. Blocks end at a line without ``|`` or a ``Processes:`` title (a rule closes each; a block
+    cut off before its rule is dropped). Raises ParseError when the anchor is absent, the header is not
+    bounded by rules, a closed block has the wrong number of lines, or no complete block remains.
+    """
+    lines = text.splitlines()
+    at = next((i for i, line in enumerate(lines) if anchor in line), None)
+    if at is None:
+        raise ParseError(f"no device table: column header {anchor!r} not found")
+    first = at
+    while first > 0 and "|" in lines[first - 1] and not is_rule(lines[first - 1]):
+        first -= 1
+    last = at
+    while last + 1 < len(lines) and "|" in lines[last + 1] and not is_rule(lines[last + 1]):
+        last += 1
+    if first == 0 or last + 1 >= len(lines) or not is_rule(lines[first - 1]) or not is_rule(lines[last + 1]):
+        raise ParseError("device table header is not enclosed by rules (output cut short?)")
+    header = lines[first : last + 1]
+    if len(header) > _MAX_HEADER_LINES:
+        raise ParseError(f"device table header has {len(header)} lines")
+    names: list[dict[int, list[tuple[int, int, int, str]]]] = []
+    for line in header:
+        by_cell: dict[int, list[tuple[int, int, int, str]]] = {}
+        for piece in _pieces(line, _HEADER_NAME):
+            by_cell.setdefault(piece[0], []).append(piece)
+        names.append(by_cell)
+    blocks: list[list[str]] = []
+    current: list[str] = []
+    for line in lines[last + 2 :]:
+        if is_rule(line):
+            if current:
+                if len(current) != len(header):
+                    raise ParseError(f"device block has {len(current)} lines, expected {len(header)}")
+                blocks.append(current)
+                current = []
+            continue
+        if "|" not in line or _PROCESS_TITLE.match(cells(line)[0]):
+            break
+        current.append(line)
+    if not blocks:
+        raise ParseError("device table holds no complete device block")
+    rows: list[Row] = []
+    for block in blocks:
+        values: dict[str, list[str]] = {
+            n[3].lower(): [] for row_names in names for cell_names in row_names.values() for n in cell_names
+        }
+        for line, row_names in zip(block, names, strict=True):
+            tokens = _pieces(line, _TOKEN)
+            for token, phrase in zip(tokens, _phrases(tokens), strict=True):
+                column = _column_of(token, phrase, row_names.get(token[0], ()))
+                if column is not None:
+                    values[column.lower()].append(token[3])
+        rows.append(Row({k: " ".join(v) for k, v in values.items()}, block[0]))
+    return rows
+
+
+class CellReader:
+    """Reads the cells of one Row into base units with per-cell isolation: a cell the vendor marks
+    unavailable (``N/A``, ``-``) is None; one that cannot be read (masked ``xxxxx MiB``, garbage) is None
+    AND recorded in ``unread`` (reading name -> reason), so it costs that one reading, never the device."""
+
+    def __init__(self, row: Row) -> None:
+        self.row = row
+        self.unread: dict[str, str] = {}
+
+    def text(self, *names: str) -> str | None:
+        """The cell text, or None when the column is absent, blank or marked unavailable."""
+        got = self.row.get(*names)
+        if got is None or not got.strip() or is_not_available(got):
+            return None
+        return got.strip()
+
+    def value(
+        self, field: str, token: str, units: Mapping[str, float], default_unit: str = ""
+    ) -> float | None:
+        """One token (a part of a cell) -> a quantity, or None with ``field`` recorded in ``unread``."""
+        t = token.strip()
+        if _NA_WITH_UNIT.fullmatch(t):
+            return None
+        if default_unit and re.fullmatch(_NUMBER, t):
+            t += default_unit
+        try:
+            return quantity(t, units, field)
+        except ParseError as exc:
+            self.unread[field] = "masked" if _MASKED_TOKEN.match(t) else str(exc)
+            return None
+
+    def number(
+        self, field: str, names: Sequence[str], units: Mapping[str, float], default_unit: str = ""
+    ) -> float | None:
+        """One quantity, e.g. field ``utilization_ratio`` from column ``Util`` in PERCENT_AS_RATIO.
+        ``default_unit`` is the unit of a bare number where the vendor prints none (efsmi 1.7 TEMP)."""
+        token = self.text(*names)
+        return None if token is None else self.value(field, token, units, default_unit)
+
+    def pair(
+        self,
+        fields: tuple[str, str],
+        names: Sequence[str],
+        units: Mapping[str, float],
+        default_unit: str = "",
+    ) -> tuple[float | None, float | None]:
+        """A ``left / right`` cell ("106 W/ 250 W", "858/65536 MiB", "N/A / N/A"; also "105W 300W" and a
+        lone "44W") -> two quantities, each read on its own. A bare left number takes the right's unit."""
+        token = self.text(*names)
+        if token is None:
+            return None, None
+        m = _PAIR.fullmatch(token)
+        if m is not None:
+            left, right = m.group(1).strip(), m.group(2).strip()
+        else:
+            parts = _PAIR_PART.findall(token)
+            if not 1 <= len(parts) <= 2 or "".join(parts).replace(" ", "") != token.replace(" ", ""):
+                self.unread[fields[0]] = f"{names[0]}: {token!r} is not 'value / value'"
+                return None, None
+            left, right = parts[0].strip(), parts[1].strip() if len(parts) == 2 else ""
+        unit = re.search(r"[A-Za-z%℃°]+$", right)
+        if unit is not None and re.fullmatch(_NUMBER, left):
+            left += unit.group(0)
+        a = None if is_not_available(left) else self.value(fields[0], left, units, default_unit)
+        b = (
+            None
+            if not right or is_not_available(right)
+            else self.value(fields[1], right, units, default_unit)
+        )
+        return a, b
+
+
+_MASKED_TOKEN = re.compile(r"[xX*]{2,}")
+# An unavailable marker with the unit still printed after it ("- C", "N/A W", "-MiB").
+_PAIR_PART = re.compile(r"(?:N/A|-+|[0-9.]+|[xX*]+)\s*[A-Za-z%℃°]*")
+_NA_WITH_UNIT = re.compile(r"(?:N/A|NA|-+)\s*[A-Za-z%℃°]*")
+
+
+def samples_from_rows(
+    rows: Sequence[Row],
+    identify: Callable[[Row], Device],
+    read: Callable[[Device, Row], DeviceSample],
 ) -> list[DeviceSample]:
-    """One sample per device block. ``identify`` reads the identity (a failure there rejects the whole
-    output: a device we cannot name cannot be reported); ``read`` the readings, where a garbled value makes
-    only that device lost (``up=False``, ``error="parse: ..."``) and the others are served. Two blocks with
-    the same uuid reject the output."""
+    """One sample per Row. A row whose identity cannot be read (index, name or bus id garbled or masked) is
+    left out: a device that cannot be named cannot be reported, and one such row must not cost the others
+    (the backend reports a device it saw before and misses now as lost). ParseError when no row can be
+    identified, naming the first failure, or when two rows carry the same uuid. ``read`` records
+    unreadable cells in ``DeviceSample.unread`` and should not raise; if it does, the device stays up with
+    that reason as its only unread entry."""
     out: list[DeviceSample] = []
     seen: set[str] = set()
-    for block in blocks:
-        device = identify(block)
+    first_error: ParseError | None = None
+    for row in rows:
+        try:
+            device = identify(row)
+        except ParseError as exc:
+            first_error = first_error or exc
+            continue
         if device.uuid in seen:
             raise ParseError(f"two devices with uuid {device.uuid!r}")
         seen.add(device.uuid)
         try:
-            out.append(read(device, block))
+            out.append(read(device, row))
         except ParseError as exc:
-            out.append(DeviceSample.lost(device, f"parse: {exc}"))
+            out.append(DeviceSample(device=device, unread={"row": str(exc)}))
+    if not out:
+        raise first_error or ParseError("device table holds no device")
     return out
 
 
-def index_name_device(vendor: str, driver: str | None, columns: str) -> Callable[[Block], Device]:
-    """The ``identify`` of tables whose first cell is ``<index> <model name...>`` and second the PCI bus id
-    (MetaX mx-smi, Moore Threads mthreads-gmi, Iluvatar ixsmi). The bus id is the uuid: none of these tables
-    prints a UUID. ``columns`` names the first cell in the error message (e.g. "GPU Name")."""
-
-    def identify(block: Block) -> Device:
-        head = cell(block, 0, 0).split()
-        if len(head) < 2 or not is_index(head[0]):
-            raise ParseError(f"GPU line {cell(block, 0, 0)!r} is not '{columns}'")
-        bus = pci_bus_id(cell(block, 0, 1))
-        return Device(
-            vendor=vendor,
-            model=" ".join(head[1:]),
-            index=head[0],
-            uuid=bus,
-            pci_bus_id=bus,
-            driver_version=driver,
-        )
-
-    return identify
+def temperatures(core: float | None) -> dict[str, float]:
+    return {} if core is None else {"core": core}

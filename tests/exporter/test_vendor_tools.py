@@ -224,4 +224,4 @@ def test_amd_rocm_smi_is_not_taken_for_hygon(tmp_path: Path, start_exporter: Cal
     assert found["hygon"] == f"rocm-smi at {tool} reports no Hygon DCU (AMD's)"
     assert found["cambricon"] == "cnmon not on PATH"
     assert found["kunlunxin"] == "xpu-smi / xpu_smi not on PATH"
-    assert found["metax"] == "mx-smi not on PATH"
+    assert found["metax"] == "mx-smi / ht-smi not on PATH"

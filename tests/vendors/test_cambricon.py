@@ -51,10 +51,16 @@ def test_sr_iov_virtual_function_row_is_its_own_device() -> None:
     assert (vf.index, vf.uuid, vf.pci_bus_id) == ("0-1", "0000:3d:00.0-vf1", "0000:3d:00.0")
 
 
-def test_garbled_reading_loses_only_that_card() -> None:
+def test_garbled_reading_costs_only_that_reading() -> None:
     text = TEXT.replace("32C", "3#C", 1)
     first, second = cambricon.parse(text)
-    assert not first.up and first.error is not None and first.error.startswith("parse: Temp")
+    assert first.up and first.error is None
+    assert first.temperatures_celsius == {}
+    assert (
+        set(first.unread) == {"temperatures_celsius.core"}
+        and "'3#C'" in first.unread["temperatures_celsius.core"]
+    )
+    assert (first.power_watts, first.memory_total_bytes) == (106.0, 23374 * 2**20)
     assert first.device.uuid == "0000:39:00.0"
     assert second == mlu("1", "0000:3d:00.0", 39.0)
 

@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
+import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -30,9 +31,22 @@ CASES = [
     ("mthreads", "mthreads-gmi", "mthreads/mthreads-gmi_S5000_2.3.2_excerpt.txt", "mthreads-gmi-table", 2),
     ("iluvatar", "ixsmi", "iluvatar/ixsmi_BI-V150_4.3.0.txt", "ixsmi-table", 16),
     ("enflame", "efsmi", "enflame/efsmi_S60_1.2.0.301.txt", "efsmi-table", 2),
+    (
+        "cambricon",
+        "cnmon",
+        "cambricon/cnmon_MLU370-X4x3_v4.20.11_legacy-inited-vmemory-cols.txt",
+        "cnmon-table",
+        3,
+    ),
+    ("metax", "ht-smi", "metax/ht-smi_X201x8_2.2.9_board-gpu-cols.txt", "ht-smi-table", 8),
 ]
-OURS = {fmt for _, _, _, fmt, _ in CASES} | {"ixsmi-csv"}
-OWN_FORMAT = {fixture: fmt for _, _, fixture, fmt, _ in CASES}
+# Every capture of these vendors names its format in its hand-written <capture>.expected.yaml.
+OWN_FORMAT = {
+    str(p.relative_to(FIXTURES)).removesuffix(".expected.yaml"): yaml.safe_load(p.read_text())["format"]
+    for vendor in ("cambricon", "kunlunxin", "metax", "mthreads", "iluvatar", "enflame")
+    for p in (FIXTURES / vendor).glob("*.expected.yaml")
+}
+OURS = set(OWN_FORMAT.values()) | {"ixsmi-csv"}
 MODULES = {"cambricon": cambricon, "kunlunxin": kunlunxin, "metax": metax, "mthreads": mthreads}
 MODULES |= {"iluvatar": iluvatar, "enflame": enflame}
 
@@ -46,7 +60,7 @@ def every_fixture() -> list[Path]:
         p
         for p in FIXTURES.rglob("*")
         if p.is_file()
-        and not p.name.endswith(".source")
+        and not p.name.endswith((".source", ".expected.yaml"))
         and p.name != "SOURCES.md"
         # capture bundles hold many tools' outputs at once: not one tool's output
         and p.parent.name != "bundles"
@@ -128,7 +142,7 @@ def check_parse(fmt: OutputFormat, text: str) -> None:
         assert s.up or (s.error or "").startswith("parse: ")
 
 
-@pytest.mark.parametrize("fixture", sorted(OWN_FORMAT))
+@pytest.mark.parametrize("fixture", sorted(fixture for _, _, fixture, _, _ in CASES))
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(data=st.data())
 def test_damaged_output_raises_nothing_but_parse_error(fixture: str, data: st.DataObject) -> None:

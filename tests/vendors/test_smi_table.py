@@ -51,12 +51,15 @@ def test_quantity_rejects(token: str) -> None:
         ("0 MiB/ 23374 MiB", (0.0, 23374 * MIB)),
         ("64MiB / 32768MiB", (64 * MIB, 32768 * MIB)),
         ("858/65536 MiB", (858 * MIB, 65536 * MIB)),
+        ("0 / 63 MB", (0.0, 63 * MIB)),
         ("N/A / N/A", (None, None)),
         ("N/A / 32768MiB", (None, 32768 * MIB)),
     ],
 )
 def test_used_total(token: str, pair: tuple[float | None, float | None]) -> None:
-    assert t.used_total(token, t.MIB_AS_BYTES, "mem") == pair
+    c = t.CellReader(t.Row({"mem": token}, token))
+    assert c.pair(("used", "total"), ["mem"], t.MEMORY_AS_BYTES) == pair
+    assert c.unread == {}
 
 
 @pytest.mark.parametrize(
@@ -73,10 +76,12 @@ def test_pci_bus_id(token: str, bus: str) -> None:
     assert t.pci_bus_id(token) == bus
 
 
-def test_device_blocks_split_by_rules_and_stop_at_the_process_table() -> None:
+def test_table_rows_split_by_rules_and_stop_at_the_process_table() -> None:
     text = "\n".join(
         [
+            "+---+",
             "| A | Pwr:Usage/Cap |",
+            "| B | M             |",
             "|===|",
             "| 0 | x |",
             "| a | b |",
@@ -89,12 +94,13 @@ def test_device_blocks_split_by_rules_and_stop_at_the_process_table() -> None:
             "+---+",
         ]
     )
-    assert t.device_blocks(text, "Pwr:Usage/Cap", rows=2) == [
-        (("0", "x"), ("a", "b")),
-        (("1", "y"), ("c", "d")),
+    rows = t.table_rows(text, "Pwr:Usage/Cap")
+    assert [dict(r.values) for r in rows] == [
+        {"a": "0", "pwr:usage/cap": "x", "b": "a", "m": "b"},
+        {"a": "1", "pwr:usage/cap": "y", "b": "c", "m": "d"},
     ]
-    with pytest.raises(ParseError, match="expected 3"):
-        t.device_blocks(text, "Pwr:Usage/Cap", rows=3)
+    with pytest.raises(ParseError, match="expected 2"):
+        t.table_rows(text.replace("| a | b |\n", ""), "Pwr:Usage/Cap")
 
 
 @settings(max_examples=200, deadline=None)
@@ -102,9 +108,9 @@ def test_device_blocks_split_by_rules_and_stop_at_the_process_table() -> None:
 def test_token_parsers_raise_only_parse_error(token: str) -> None:
     for call in (
         lambda: t.quantity(token, t.MIB_AS_BYTES, "x"),
-        lambda: t.used_total(token, t.MIB_AS_BYTES, "x"),
+        lambda: t.CellReader(t.Row({"x": token}, token)).pair(("a", "b"), ["x"], t.MEMORY_AS_BYTES),
         lambda: t.pci_bus_id(token),
-        lambda: t.device_blocks(token, "|", rows=1),
+        lambda: t.table_rows(token, "|"),
     ):
         with contextlib.suppress(ParseError):
             call()
