@@ -68,33 +68,39 @@ def _vendor_labelled(spec: Spec) -> str:
     return expr
 
 
-def _pending_age(spec: Spec) -> str:
-    """Seconds since creation of the oldest waiting pod, by namespace and resource. Alerts evaluate it
-    themselves rather than read the record, so ``$value`` is the age at the alert's own evaluation."""
-    return (
-        "max by (cluster, namespace, resource, vendor) (\n"
-        f"  (time() - max by (cluster, namespace, pod) ({KSM_CREATED}{{{spec.rec('queue_ksm_selector')}}}))\n"
-        f"  + on (cluster, namespace, pod) group_right ()\n  (0 * ({QUEUE.pod_pending} > 0))\n)"
-    )
-
-
-def recording_rules(spec: Spec, idle_p95: str) -> tuple[tuple[str, str], ...]:
-    """(record, expr) pairs, in evaluation order. ``idle_p95`` is the device P95 utilization record."""
+def pod_pending_expr(spec: Spec) -> str:
+    """Accelerators requested by each waiting pod, by (cluster, namespace, pod, resource, vendor): the raw
+    expression behind the ``pod_pending`` record, for readers that cannot rely on the rules (the report)."""
     ksm = spec.rec("queue_ksm_selector")
-    idle_max = spec.rec("queue_idle_utilization")
     waiting = (
         f'max by (cluster, namespace, pod) ({KSM_PHASE}{{{ksm}, phase="Pending"}}) == 1\n'
         f"and on (cluster, namespace, pod)\n"
         f'max by (cluster, namespace, pod) ({KSM_SCHEDULED}{{{ksm}, condition="false"}}) == 1'
     )
     return (
-        (
-            QUEUE.pod_pending,
-            f"sum by (cluster, namespace, pod, resource, vendor) (\n{_vendor_labelled(spec)}\n)\n"
-            f"* on (cluster, namespace, pod) group_left ()\n(\n{waiting}\n)",
-        ),
+        f"sum by (cluster, namespace, pod, resource, vendor) (\n{_vendor_labelled(spec)}\n)\n"
+        f"* on (cluster, namespace, pod) group_left ()\n(\n{waiting}\n)"
+    )
+
+
+def pending_age_expr(spec: Spec, pods: str = QUEUE.pod_pending) -> str:
+    """Seconds since creation of the oldest waiting pod, by (cluster, namespace, resource, vendor); ``pods``
+    is the waiting-pod expression (the record by default). Alerts evaluate it themselves rather than read
+    the age record, so ``$value`` is the age at the alert's own evaluation."""
+    return (
+        "max by (cluster, namespace, resource, vendor) (\n"
+        f"  (time() - max by (cluster, namespace, pod) ({KSM_CREATED}{{{spec.rec('queue_ksm_selector')}}}))\n"
+        f"  + on (cluster, namespace, pod) group_right ()\n  (0 * (({pods}) > 0))\n)"
+    )
+
+
+def recording_rules(spec: Spec, idle_p95: str) -> tuple[tuple[str, str], ...]:
+    """(record, expr) pairs, in evaluation order. ``idle_p95`` is the device P95 utilization record."""
+    idle_max = spec.rec("queue_idle_utilization")
+    return (
+        (QUEUE.pod_pending, pod_pending_expr(spec)),
         (QUEUE.pending, f"sum by (cluster, namespace, resource, vendor) ({QUEUE.pod_pending} > 0)"),
-        (QUEUE.pending_age, _pending_age(spec)),
+        (QUEUE.pending_age, pending_age_expr(spec)),
         (
             QUEUE.idle,
             "count by (cluster, vendor) (\n"
@@ -118,7 +124,7 @@ _WAIT = "{{ $labels.namespace }} waits for {{ $labels.resource }}"
 def jobs_queued_while_idle(a: AlertSpec, spec: Spec) -> Body:
     t = a.value("pending_seconds")
     return (
-        f"{_pending_age(spec)} > {t}\nand on (cluster, vendor)\n{QUEUE.idle} > 0",
+        f"{pending_age_expr(spec)} > {t}\nand on (cluster, vendor)\n{QUEUE.idle} > 0",
         "Jobs queue for {{ $labels.resource }} while {{ $labels.vendor }} cards idle",
         f"{_WAIT} (oldest pod pending {{{{ $value | humanizeDuration }}}}, threshold {t:.0f}s) while "
         "{{ $labels.vendor }} devices in this cluster are free or held idle: check the pod's node selector, "
@@ -129,7 +135,7 @@ def jobs_queued_while_idle(a: AlertSpec, spec: Spec) -> Body:
 def queue_time_high(a: AlertSpec, spec: Spec) -> Body:
     t = a.value("pending_seconds")
     return (
-        f"{_pending_age(spec)} > {t}\nunless on (cluster, vendor)\n{QUEUE.idle} > 0",
+        f"{pending_age_expr(spec)} > {t}\nunless on (cluster, vendor)\n{QUEUE.idle} > 0",
         "Jobs queue for {{ $labels.resource }}: {{ $labels.vendor }} pool saturated",
         f"{_WAIT} (oldest pod pending {{{{ $value | humanizeDuration }}}}, threshold {t:.0f}s) and no "
         "{{ $labels.vendor }} device in this cluster is free or idle: a capacity signal (add cards, share "
