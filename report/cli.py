@@ -60,11 +60,18 @@ def add_commands(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-
 
 
 def run_report(args: argparse.Namespace) -> int:
-    from tqdm import tqdm
+    try:
+        from tqdm import tqdm
 
+        from report.render import html
+    except ModuleNotFoundError as exc:
+        print(
+            f"xpuwatch report: {exc.name} is missing; install the report extra: pip install 'xpuwatch[report]'",
+            file=sys.stderr,
+        )
+        return 2
     from report.baseline import Window, collect, figures, queries, range_queries
     from report.prom import Prometheus, ReportError
-    from report.render import html
 
     try:
         spec = load_spec(args.spec)
