@@ -75,6 +75,15 @@ def build_config(spec: Spec, endpoints: Endpoints = Endpoints()) -> dict[str, An
             endpoints.remediator_url.rstrip("/") + REMEDIATE_PATH, endpoints.remediator_credentials_file
         ),
     }
+    if ro.capacity is not None and ro.capacity.receiver not in receivers:
+        receivers[ro.capacity.receiver] = _webhook(
+            f"{relay}/alertmanager/{ro.capacity.receiver}", endpoints.relay_credentials_file
+        )
+    capacity = (
+        [_route(ro.capacity, [f'alertname=~"{"|".join(ro.capacity_alerts)}"'])]
+        if ro.capacity is not None
+        else []
+    )
     if ro.root_receiver not in receivers:
         raise ValueError(f"routing.root_receiver {ro.root_receiver!r} is none of {sorted(receivers)}")
     return {
@@ -84,6 +93,7 @@ def build_config(spec: Spec, endpoints: Endpoints = Endpoints()) -> dict[str, An
             "routes": [
                 _route(ro.remediation, [f'action=~"{actions}"'], **{"continue": True}),
                 _route(ro.hardware, ['category="hardware"']),
+                *capacity,
                 _route(ro.performance, ['category="performance"']),
             ],
         },

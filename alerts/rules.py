@@ -18,6 +18,7 @@ from typing import Any
 
 import yaml
 
+from alerts import queue
 from alerts.spec import AlertSpec, Spec, SpecError
 from exporter import catalog as c
 
@@ -145,6 +146,7 @@ def recording_rules(spec: Spec) -> tuple[RecordingRule, ...]:
             f"or {_ON_DEV}\n  (-1 * group by ({DEVICE_ID}) ({c.UP}))\n",
         ),
     ]
+    out += [RecordingRule(name, expr) for name, expr in queue.recording_rules(spec, r.utilization_p95)]
     return tuple(out)
 
 
@@ -470,6 +472,8 @@ ALERTS: Mapping[str, tuple[str, Callable[[AlertSpec, Spec], Body]]] = MappingPro
         "AcceleratorFaultApplication": (GROUP_PERFORMANCE, fault_application),
         "AcceleratorPoolUnderused": (GROUP_PERFORMANCE, pool_underused),
         "AcceleratorPoolSaturated": (GROUP_PERFORMANCE, pool_saturated),
+        "AcceleratorJobsQueuedWhileIdle": (GROUP_PERFORMANCE, queue.jobs_queued_while_idle),
+        "AcceleratorQueueTimeHigh": (GROUP_PERFORMANCE, queue.queue_time_high),
     }
 )
 

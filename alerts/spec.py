@@ -77,6 +77,8 @@ class Routing:
     performance: RouteSpec
     remediation: RouteSpec
     remediation_actions: tuple[str, ...]
+    capacity: RouteSpec | None = None
+    capacity_alerts: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -200,6 +202,14 @@ def _check_param(key: str, value: Any, path: str) -> None:
             for code, meaning in _mapping(table, f"{path}.{vendor}").items():
                 if not re.fullmatch(r"[0-9A-Za-z]+", str(code)) or not isinstance(meaning, str):
                     raise SpecError(f"{path}.{vendor}: {code!r} must map a code to its meaning")
+    elif key.endswith("_resources"):
+        for vendor, regex in _mapping(value, path).items():
+            if not isinstance(vendor, str) or not re.fullmatch(r"[a-z0-9_]+", vendor):
+                raise SpecError(f"{path}: vendor {vendor!r} is not a vendor label value")
+            if not isinstance(regex, str) or not regex or '"' in regex or "\\" in regex:
+                raise SpecError(
+                    f"{path}.{vendor}: expected a resource-name regex without quotes or backslashes"
+                )
     elif key in ("reasons", "metrics"):
         if (
             not isinstance(value, list)
@@ -275,6 +285,16 @@ def parse_spec(data: Any) -> Spec:
         inhibition = _mapping(top["inhibition"], "inhibition")
         remediation = dict(_mapping(routing["remediation"], "routing.remediation"))
         actions = _param(remediation.pop("actions", None), "routing.remediation.actions").value
+        capacity_node = routing.get("capacity")
+        capacity: RouteSpec | None = None
+        capacity_alerts: tuple[str, ...] = ()
+        if capacity_node is not None:
+            capacity_map = dict(_mapping(capacity_node, "routing.capacity"))
+            capacity_alerts = _labels(
+                _param(capacity_map.pop("alerts", None), "routing.capacity.alerts").value,
+                "routing.capacity.alerts",
+            )
+            capacity = _route(capacity_map, "routing.capacity")
         if not isinstance(actions, list) or not actions:
             raise SpecError("routing.remediation.actions: expected a non-empty list of actions")
         for a in actions:
@@ -311,6 +331,8 @@ def parse_spec(data: Any) -> Spec:
                     performance=_route(routing["performance"], "routing.performance"),
                     remediation=_route(remediation, "routing.remediation"),
                     remediation_actions=tuple(actions),
+                    capacity=capacity,
+                    capacity_alerts=capacity_alerts,
                 )
             ),
             inhibition=Inhibition(

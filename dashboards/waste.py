@@ -4,12 +4,14 @@ Answers: idle notebooks (the AcceleratorIdleNotebook condition), memory hoarders
 P95 utilization is below the AcceleratorLowUtilization threshold), starved cards (power far below the limit:
 the AcceleratorPowerStarved condition), wrongly sized slices (recorded slice bottleneck class memory or
 compute), and utilization and memory of held devices per namespace. Thresholds come from alerts/spec.yaml.
-Holders come from ``accelerator_allocated`` (one series per container holding a device), so shared devices
+Jobs waiting: pods pending for an accelerator (kube-state-metrics, via the alerts.queue records) next to the
+devices of the same vendor that idle. Holders come from ``accelerator_allocated`` (one series per container holding a device), so shared devices
 show every holder.
 """
 
 from __future__ import annotations
 
+from alerts.queue import QUEUE
 from dashboards.board import Board
 from dashboards.layout import Row
 from dashboards.panel import Panel, Query, Threshold
@@ -238,12 +240,64 @@ memory_by_namespace = Panel(
     height=8,
 )
 
+_queued = SPEC.alert("AcceleratorJobsQueuedWhileIdle")
+
+queue_requests = Panel(
+    "Accelerators requested by waiting pods",
+    "timeseries",
+    (
+        Query(
+            f"sum by (namespace, resource) ({selector(QUEUE.pending, ('cluster', 'vendor'))})",
+            "{{namespace}} {{resource}}",
+        ),
+    ),
+    "Accelerators requested by pods that are Pending and not scheduled (kube-state-metrics), by namespace and "
+    "resource. Next to the idle devices on the right this is the field report's contradiction: jobs queue "
+    "while cards idle.",
+    width=12,
+    height=8,
+    decimals=0,
+    stack=True,
+)
+
+queue_age = Panel(
+    "Oldest waiting pod",
+    "bargauge",
+    (
+        Query(
+            f"max by (namespace, resource) ({selector(QUEUE.pending_age, ('cluster', 'vendor'))})",
+            "{{namespace}} {{resource}}",
+            instant=True,
+        ),
+    ),
+    f"How long the oldest waiting pod of each namespace has been waiting for its resource. "
+    f"AcceleratorJobsQueuedWhileIdle fires past {_queued.value('pending_seconds'):.0f} s while idle devices of "
+    "that vendor exist; AcceleratorQueueTimeHigh when none exist (a capacity signal).",
+    unit="s",
+    width=6,
+    height=8,
+    thresholds=(Threshold(None, "green"), Threshold(float(_queued.value("pending_seconds")), "orange")),
+)
+
+queue_idle = Panel(
+    "Idle devices per vendor",
+    "bargauge",
+    (Query(f"sum by (vendor) ({selector(QUEUE.idle, ('cluster', 'vendor'))})", "{{vendor}}", instant=True),),
+    "Devices a waiting pod could have had: up and held by nobody, or held with a 1h P95 utilization below "
+    "the queue's idle threshold (recording.queue_idle_utilization in alerts/spec.yaml).",
+    width=6,
+    height=8,
+    decimals=0,
+    thresholds=(Threshold(None, "green"), Threshold(1, "orange")),
+)
+
 BOARD = Board(
     UID,
     "xpuwatch / Waste",
     "Idle notebooks, memory hoarders, starved cards and wrongly sized slices, by namespace and owner.",
     (
         Row("Held and idle", (idle_notebooks, hoarders, starved, idle_by_owner, utilization_by_namespace)),
+        Row("Jobs waiting", (queue_requests, queue_age, queue_idle)),
         Row("Slices", (slice_sizing,)),
         Row("By namespace", (memory_by_namespace,)),
     ),

@@ -20,6 +20,7 @@ COMMAND_MODULES = (
     "dashboards.cli",
     "remediation.cli",
     "deploy.cli",
+    "report.cli",
 )
 
 

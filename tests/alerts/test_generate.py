@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from alerts import queue
 from alerts.alertmanager import Endpoints, build_config
 from alerts.cli import DEFAULT_OUT, render_all, stale_files
 from alerts.rules import ALERTS, AlertingRule, build_groups, records
@@ -138,7 +139,12 @@ def test_alert_labels_follow_the_contract() -> None:
 
 def test_every_metric_in_the_rules_is_a_catalog_metric_or_a_recording_rule() -> None:
     spec = load_spec()
-    known = {m.name for m in catalog.catalog()} | set(vars(records(spec)).values()) | {"up"}
+    known = (
+        {m.name for m in catalog.catalog()}
+        | set(vars(records(spec)).values())
+        | set(vars(queue.QUEUE).values())
+        | {"up"}
+    )
     text = (DEFAULT_OUT / "rules.yml").read_text()
     exprs = [r["expr"] for g in yaml.safe_load(text)["groups"] for r in g["rules"]]
     used = set()
@@ -146,11 +152,21 @@ def test_every_metric_in_the_rules_is_a_catalog_metric_or_a_recording_rule() -> 
         without_strings = re.sub(r'"[^"]*"', '""', expr)
         used |= set(
             re.findall(
-                r"\b((?:accelerator|xpuwatch|device|slice|node|vendor_model|instance_node)[a-z0-9_:]*)\b",
+                r"\b((?:accelerator|xpuwatch|device|slice|node|vendor_model|instance_node|vendor|pod|namespace_resource|queue)[a-z0-9_:]*)\b",
                 without_strings,
             )
         )
-    label_names = {"node", "device", "vendor_model", "instance_node", "slice", "slice_id"}
+    label_names = {
+        "node",
+        "device",
+        "vendor",
+        "pod",
+        "queue",
+        "vendor_model",
+        "instance_node",
+        "slice",
+        "slice_id",
+    }
     assert used - label_names - known == set()
 
 

@@ -105,9 +105,13 @@ def _wait(url: str, proc: subprocess.Popen[bytes], what: str, timeout_s: float =
 
 @contextlib.contextmanager
 def _stack(
-    tmp_path: Path, scenario: dict[str, Any] | None, overrides: dict[str, dict[str, Any]]
+    tmp_path: Path,
+    scenario: dict[str, Any] | None,
+    overrides: dict[str, dict[str, Any]],
+    extra_jobs: dict[str, str] | None = None,
 ) -> Iterator[str]:
-    """Exporter (sim) + Prometheus scraping it every second with the spec's rules, short durations."""
+    """Exporter (sim) + Prometheus scraping it every second with the spec's rules, short durations.
+    ``extra_jobs`` maps further scrape job names to ``host:port`` targets (e.g. a kube-state-metrics)."""
     sim_args = []
     if scenario is not None:
         sim = tmp_path / "sim.yaml"
@@ -122,7 +126,11 @@ def _stack(
                 "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
                 "rule_files": [str(rules)],
                 "scrape_configs": [
-                    {"job_name": "xpuwatch", "static_configs": [{"targets": [f"127.0.0.1:{exporter_port}"]}]}
+                    {"job_name": "xpuwatch", "static_configs": [{"targets": [f"127.0.0.1:{exporter_port}"]}]},
+                    *(
+                        {"job_name": job, "static_configs": [{"targets": [target]}]}
+                        for job, target in (extra_jobs or {}).items()
+                    ),
                 ],
             }
         )

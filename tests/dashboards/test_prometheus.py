@@ -2,7 +2,8 @@
 
 One Debian Prometheus (loopback, tmp TSDB, 1 s scrape and evaluation) for the whole module scrapes the sim
 exporter (`python -m exporter.entry serve --simulate --sim-config FILE`) running the default fleet plus a
-fault timeline, and the relay/remediation stand-in (tests/dashboards/pipeline_standin.py), with the committed
+fault timeline, the relay/remediation stand-in (tests/dashboards/pipeline_standin.py) and a kube-state-metrics
+stand-in (tests/ksm_standin.py), with the committed
 alerts/generated/rules.yml loaded (recording and alerting rules, unchanged). Variables are resolved the way
 Grafana does: each `label_values(selector, label)` runs against the Prometheus API with the variables before
 it substituted; multi-value variables take all values as a regex alternation; the device dashboard's uuid is
@@ -34,6 +35,7 @@ import yaml
 from dashboards.generator import DEFAULT_OUT
 from dashboards.sources import RECORDS
 from exporter import catalog as c
+from tests import ksm_standin
 from tests.dashboards import pipeline_standin
 from vendors.sim import default_scenario_text
 
@@ -154,7 +156,7 @@ def stack(tmp: Path, scenario: dict[str, Any], scrape_interval: str = "1s") -> I
     sim = tmp / "sim.yaml"
     sim.write_text(yaml.safe_dump(scenario))
     exporter_port, prom_port = _free_port(), _free_port()
-    with pipeline_standin.serve() as standin_port:
+    with pipeline_standin.serve() as standin_port, ksm_standin.serve() as ksm_target:
         (tmp / "prometheus.yml").write_text(
             yaml.safe_dump(
                 {
@@ -172,6 +174,10 @@ def stack(tmp: Path, scenario: dict[str, Any], scrape_interval: str = "1s") -> I
                             "static_configs": [
                                 {"targets": [f"127.0.0.1:{standin_port}"], "labels": {"cluster": CLUSTER}}
                             ],
+                        },
+                        {
+                            "job_name": "kube-state-metrics",
+                            "static_configs": [{"targets": [ksm_target], "labels": {"cluster": CLUSTER}}],
                         },
                     ],
                 }

@@ -1,0 +1,431 @@
+"""Baseline figures: the field report's one-week baseline as PromQL over raw series -> frozen dataclasses.
+
+The field report's first step of any improvement: a week per node of P95 (not average) utilization, memory,
+SM occupancy, task counts and queue time; memory allocated against SM occupancy shows whether a pool lacks
+memory or compute; a healthy pool sits at 70-85 %. ``QUERIES`` are the instant queries that give those
+figures over a window; ``collect`` runs them (and two range queries for the curves) and ``figures`` turns
+the answers into a :class:`Baseline` — pure, so tests can feed it answers.
+
+Every query reads raw exporter series (``exporter.catalog``) and raw kube-state-metrics series
+(``alerts.queue``), never the recording rules: a baseline of last week must not depend on rules that were
+deployed yesterday. Thresholds come from alerts/spec.yaml (idle = the IdleNotebook alert's
+``utilization_max`` and ``memory_min_bytes``; slice advice = the recording bottleneck thresholds; the
+healthy band = PoolUnderused/PoolSaturated thresholds).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+
+from alerts import queue
+from alerts.spec import Spec
+from exporter import catalog as c
+from report.prom import Prometheus, ReportError, Series
+
+IDENT = "node, vendor, model, device, uuid"
+SLICE_IDENT = "node, vendor, model, device, uuid, slice_id, profile, slice_kind"
+GIB = 1024.0**3
+
+
+@dataclass(frozen=True)
+class Window:
+    """The report's time range: ``end`` Unix seconds, ``seconds`` long, subqueries every ``step`` seconds."""
+
+    end: float
+    seconds: int
+    step: int
+
+    @property
+    def range(self) -> str:
+        return f"{self.seconds}s"
+
+    @property
+    def sub(self) -> str:
+        return f"[{self.seconds}s:{self.step}s]"
+
+    @property
+    def start(self) -> float:
+        return self.end - self.seconds
+
+
+@dataclass(frozen=True)
+class PoolUtil:
+    vendor: str
+    model: str
+    devices: int
+    avg: float  # mean utilization ratio over the window
+    p95: float  # P95 over the window of the pool's mean utilization at each step
+
+
+@dataclass(frozen=True)
+class DevicePoint:
+    node: str
+    vendor: str
+    model: str
+    device: str
+    uuid: str
+    memory_ratio: float  # mean framebuffer used / total
+    compute_ratio: float  # mean SM occupancy, else mean utilization
+    compute_source: str  # "sm_occupancy" | "utilization"
+
+
+@dataclass(frozen=True)
+class Hoarder:
+    namespace: str
+    owner: str
+    device_hours: float  # device-hours held with memory allocated and compute ~0
+    memory_gib_hours: float
+
+
+@dataclass(frozen=True)
+class IdleNotebook:
+    namespace: str
+    pod: str
+    owner: str
+    idle_hours: float
+    held_hours: float
+
+
+@dataclass(frozen=True)
+class SliceAdvice:
+    node: str
+    device: str
+    slice_id: str
+    profile: str
+    memory_ratio: float
+    compute_ratio: float
+    advice: str
+
+
+@dataclass(frozen=True)
+class Waiting:
+    namespace: str
+    resource: str
+    pods: int
+    max_wait_seconds: float
+
+
+@dataclass(frozen=True)
+class Baseline:
+    window: Window
+    band: tuple[float, float]
+    fleet: PoolUtil
+    pools: tuple[PoolUtil, ...]
+    curves: Mapping[str, tuple[tuple[float, float], ...]]  # "vendor model" -> (t, mean utilization)
+    devices: tuple[DevicePoint, ...]
+    hoarders: tuple[Hoarder, ...]
+    idle_notebooks: tuple[IdleNotebook, ...]
+    slices: tuple[SliceAdvice, ...]
+    waiting: tuple[Waiting, ...]
+    pending_curve: tuple[tuple[float, float], ...]  # (t, accelerators requested by waiting pods)
+    pods_waited: int | None  # None: no kube-state-metrics data in the window
+    max_wait_seconds: float
+    idle_cards_while_waiting: float | None  # mean sum(1 - utilization) while any pod waited
+    idle_cards: float  # mean sum(1 - utilization) over the window
+    alerts: Mapping[tuple[str, str], int]  # (category, alertname) -> alert series that fired
+
+    @property
+    def headline(self) -> str:
+        if self.pods_waited:
+            return (
+                f"{self.idle_cards_while_waiting or 0.0:.1f} cards' worth of capacity idle while "
+                f"{self.pods_waited} jobs waited (longest wait {_duration(self.max_wait_seconds)})"
+            )
+        if self.pods_waited == 0:
+            return f"{self.idle_cards:.1f} cards' worth of capacity idle on average; no job waited for a card"
+        return (
+            f"{self.idle_cards:.1f} cards' worth of capacity idle on average "
+            "(no kube-state-metrics data: queue time unknown)"
+        )
+
+
+def _duration(seconds: float) -> str:
+    h, rest = divmod(int(seconds), 3600)
+    return f"{h}h {rest // 60:02d}m" if h else f"{rest // 60}m"
+
+
+@dataclass(frozen=True)
+class Query:
+    key: str
+    title: str  # what the progress bar says
+    expr: str
+
+
+def queries(spec: Spec, w: Window) -> tuple[Query, ...]:
+    """The instant queries, evaluated at ``w.end``."""
+    job = spec.exporter_job_selector
+    idle = spec.alert("AcceleratorIdleNotebook")
+    u_max, mem_min = idle.value("utilization_max"), idle.value("memory_min_bytes")
+    util, up, alloc = f"{c.UTILIZATION}{{{job}}}", f"{c.UP}{{{job}}}", f"{c.ALLOCATED}{{{job}}}"
+    used, total = f"{c.MEMORY_USED}{{{job}}}", f"{c.MEMORY_TOTAL}{{{job}}}"
+    idle_dev = f"max by (node, uuid) (({util} <= {u_max}) and on (node, uuid) ({used} >= {mem_min}))"
+    idle_mem = f"max by (node, uuid) ({used} and on (node, uuid) ({util} <= {u_max}) and on (node, uuid) ({used} >= {mem_min}))"
+    held = f"0 * ({alloc} == 1)"
+    pods = queue.pod_pending_expr(spec)
+    slice_ratio = f"{c.SLICE_MEMORY_USED}{{{job}}} / ({c.SLICE_MEMORY_LIMIT}{{{job}}} > 0)"
+    r, sub = w.range, w.sub
+    return (
+        Query(
+            "devices",
+            "devices seen",
+            f"count by (vendor, model) (count by ({IDENT}) (count_over_time({up}[{r}])))",
+        ),
+        Query("pool_avg", "pool utilization", f"avg by (vendor, model) (avg_over_time({util}[{r}]))"),
+        Query("pool_p95", "pool P95", f"quantile_over_time(0.95, (avg by (vendor, model) ({util})){sub})"),
+        Query("fleet_avg", "fleet utilization", f"avg(avg_over_time({util}[{r}]))"),
+        Query("fleet_p95", "fleet P95", f"quantile_over_time(0.95, (avg({util})){sub})"),
+        Query(
+            "mem_ratio",
+            "memory per device",
+            f"avg by ({IDENT}) (avg_over_time(({used} / ({total} > 0)){sub}))",
+        ),
+        Query(
+            "sm_occ",
+            "SM occupancy per device",
+            f"avg by ({IDENT}) (avg_over_time({c.SM_OCCUPANCY}{{{job}}}[{r}]))",
+        ),
+        Query("dev_util", "utilization per device", f"avg by ({IDENT}) (avg_over_time({util}[{r}]))"),
+        Query(
+            "hoard_steps",
+            "hoarders",
+            f"sum by (namespace, owner) (count_over_time(({idle_dev} + on (node, uuid) group_right () {held}){sub}))",
+        ),
+        Query(
+            "hoard_mem",
+            "memory hoarded",
+            f"sum by (namespace, owner) (sum_over_time(({idle_mem} + on (node, uuid) group_right () {held}){sub}))",
+        ),
+        Query(
+            "nb_idle",
+            "idle notebooks",
+            f'sum by (namespace, pod, owner) (count_over_time(({idle_dev} + on (node, uuid) group_right () 0 * ({c.ALLOCATED}{{{job}, workload_kind="notebook"}} == 1)){sub}))',
+        ),
+        Query(
+            "nb_held",
+            "notebooks held",
+            f'sum by (namespace, pod, owner) (count_over_time(({c.ALLOCATED}{{{job}, workload_kind="notebook"}} == 1){sub}))',
+        ),
+        Query("slice_mem", "slice memory", f"avg by ({SLICE_IDENT}) (avg_over_time(({slice_ratio}){sub}))"),
+        Query(
+            "slice_compute",
+            "slice compute",
+            f"avg by ({SLICE_IDENT}) (avg_over_time(({c.SLICE_SM_ACTIVE}{{{job}}} or {c.SLICE_UTILIZATION}{{{job}}}){sub}))",
+        ),
+        Query(
+            "pods_waited",
+            "jobs waited",
+            f"count(count by (cluster, namespace, pod) (count_over_time(({pods}){sub})))",
+        ),
+        Query(
+            "ksm_seen",
+            "kube-state-metrics",
+            f"count(count_over_time({queue.KSM_PHASE}{{{spec.rec('queue_ksm_selector')}}}[{r}]))",
+        ),
+        Query(
+            "wait_by_ns",
+            "queue time",
+            f"max by (namespace, resource) (max_over_time(({queue.pending_age_expr(spec, pods)}){sub}))",
+        ),
+        Query(
+            "pods_by_ns",
+            "jobs waited per namespace",
+            f"count by (namespace, resource) (count by (namespace, pod, resource) (count_over_time(({pods}){sub})))",
+        ),
+        Query(
+            "idle_while_waiting",
+            "idle capacity while jobs waited",
+            f"avg_over_time((sum(1 - {util}) and on () (count({pods}) > 0)){sub})",
+        ),
+        Query("idle_cards", "idle capacity", f"avg_over_time((sum(1 - {util})){sub})"),
+        Query(
+            "alerts",
+            "alerts fired",
+            f'count by (category, alertname) (max_over_time(ALERTS{{alertstate="firing", category=~"hardware|performance"}}[{r}]))',
+        ),
+    )
+
+
+def curve_step(w: Window) -> int:
+    """Step of the plotted curves: about 400 points, never finer than the subquery step."""
+    return max(w.step, math.ceil(w.seconds / 400 / w.step) * w.step)
+
+
+def range_queries(spec: Spec) -> Mapping[str, str]:
+    job = spec.exporter_job_selector
+    return {
+        "pool_curve": f"avg by (vendor, model) ({c.UTILIZATION}{{{job}}})",
+        "pending_curve": f"sum({queue.pod_pending_expr(spec)})",
+    }
+
+
+Answers = Mapping[str, Sequence[Series]]
+
+
+def collect(
+    prom: Prometheus, spec: Spec, w: Window, progress: Callable[[str], None] = lambda _: None
+) -> Answers:
+    """Run every query; ``progress(title)`` is called before each. Raises ReportError when Prometheus is
+    unreachable or holds no xpuwatch series in the window."""
+    out: dict[str, Sequence[Series]] = {}
+    for q in queries(spec, w):
+        progress(q.title)
+        out[q.key] = prom.query(q.expr, w.end)
+        if q.key == "devices" and not out[q.key]:
+            raise ReportError(
+                f"no xpuwatch series ({c.UP}{{{spec.exporter_job_selector}}}) in the {w.seconds // 3600} h "
+                f"before {_iso(w.end)} at {prom.url}: is this Prometheus scraping the exporter under that job?"
+            )
+    step = curve_step(w)
+    for key, expr in range_queries(spec).items():
+        progress(key.replace("_", " "))
+        out[key] = prom.query_range(expr, w.start + step, w.end, step)
+    return out
+
+
+def _iso(t: float) -> str:
+    import datetime as dt
+
+    return dt.datetime.fromtimestamp(t, dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
+
+
+def _v(s: Series) -> float:
+    return s.values[-1][1]
+
+
+def _by(answers: Answers, key: str, *labels: str) -> dict[tuple[str, ...], float]:
+    return {tuple(s.labels.get(k, "") for k in labels): _v(s) for s in answers.get(key, ())}
+
+
+def _scalar(answers: Answers, key: str) -> float | None:
+    got = answers.get(key, ())
+    return _v(got[0]) if got else None
+
+
+def _advice(mem: float, comp: float, spec: Spec) -> str:
+    if mem > spec.rec("bottleneck_memory_high") and comp < spec.rec("bottleneck_compute_low"):
+        return "memory-bound: a profile with more memory (or fewer tenants per card)"
+    if comp > spec.rec("bottleneck_compute_high") and mem < spec.rec("bottleneck_memory_low"):
+        return "compute-bound: a profile with more compute, or fewer concurrent tasks"
+    if mem < 0.3 and comp < 0.1:
+        return "oversized: a smaller profile frees capacity"
+    return "fits"
+
+
+def _grid(points: Sequence[tuple[float, float]], w: Window) -> tuple[tuple[float, float], ...]:
+    """A range query's points on the full grid of the window, 0 where the query had no value (nothing
+    waited): a step plot must drop to 0 between waits, not hold the last value across the gap."""
+    step = curve_step(w)
+    have = dict(points)
+    t, out = w.start + step, []
+    while t <= w.end:
+        out.append((t, have.get(t, 0.0)))
+        t += step
+    return tuple(out)
+
+
+def figures(answers: Answers, spec: Spec, w: Window) -> Baseline:
+    """The baseline from the query answers (pure)."""
+    hours = w.step / 3600
+    counts = _by(answers, "devices", "vendor", "model")
+    avg = _by(answers, "pool_avg", "vendor", "model")
+    p95 = _by(answers, "pool_p95", "vendor", "model")
+    pools = tuple(
+        PoolUtil(k[0], k[1], int(n), avg.get(k, math.nan), p95.get(k, math.nan))
+        for k, n in sorted(counts.items())
+    )
+    fleet = PoolUtil(
+        "all",
+        "fleet",
+        int(sum(counts.values())),
+        _scalar(answers, "fleet_avg") or 0.0,
+        _scalar(answers, "fleet_p95") or 0.0,
+    )
+    ident = ("node", "vendor", "model", "device", "uuid")
+    mem, sm, du = (_by(answers, k, *ident) for k in ("mem_ratio", "sm_occ", "dev_util"))
+    devices = tuple(
+        DevicePoint(
+            k[0],
+            k[1],
+            k[2],
+            k[3],
+            k[4],
+            memory_ratio=m,
+            compute_ratio=sm.get(k, du.get(k, math.nan)),
+            compute_source="sm_occupancy" if k in sm else "utilization",
+        )
+        for k, m in sorted(mem.items())
+    )
+    hoard_mem = _by(answers, "hoard_mem", "namespace", "owner")
+    hoarders = tuple(
+        sorted(
+            (
+                Hoarder(k[0], k[1], n * hours, hoard_mem.get(k, 0.0) * hours / GIB)
+                for k, n in _by(answers, "hoard_steps", "namespace", "owner").items()
+                if n
+            ),
+            key=lambda h: -h.device_hours,
+        )
+    )
+    held = _by(answers, "nb_held", "namespace", "pod", "owner")
+    notebooks = tuple(
+        sorted(
+            (
+                IdleNotebook(k[0], k[1], k[2], idle_hours=n * hours, held_hours=held.get(k, n) * hours)
+                for k, n in _by(answers, "nb_idle", "namespace", "pod", "owner").items()
+                if n
+            ),
+            key=lambda nb: -nb.idle_hours,
+        )
+    )
+    slice_ident = ("node", "device", "slice_id", "profile")
+    s_mem, s_comp = _by(answers, "slice_mem", *slice_ident), _by(answers, "slice_compute", *slice_ident)
+    slices = tuple(
+        SliceAdvice(
+            k[0],
+            k[1],
+            k[2],
+            k[3],
+            memory_ratio=m,
+            compute_ratio=s_comp.get(k, math.nan),
+            advice=_advice(m, s_comp.get(k, math.nan), spec),
+        )
+        for k, m in sorted(s_mem.items())
+    )
+    pods_ns = _by(answers, "pods_by_ns", "namespace", "resource")
+    waiting = tuple(
+        Waiting(k[0], k[1], int(pods_ns.get(k, 0)), age)
+        for k, age in sorted(_by(answers, "wait_by_ns", "namespace", "resource").items())
+    )
+    ksm_seen = bool(answers.get("ksm_seen"))
+    waited = _scalar(answers, "pods_waited")
+    curves: dict[str, tuple[tuple[float, float], ...]] = {
+        f"{s.labels.get('vendor', '')} {s.labels.get('model', '')}": s.values
+        for s in answers.get("pool_curve", ())
+    }
+    pending = answers.get("pending_curve", ())
+    under, over = (
+        spec.alert(a).value("threshold") for a in ("AcceleratorPoolUnderused", "AcceleratorPoolSaturated")
+    )
+    return Baseline(
+        window=w,
+        band=(under, over),
+        fleet=fleet,
+        pools=pools,
+        curves=curves,
+        devices=devices,
+        hoarders=hoarders,
+        idle_notebooks=notebooks,
+        slices=slices,
+        waiting=waiting,
+        pending_curve=_grid(pending[0].values if pending else (), w),
+        pods_waited=int(waited) if waited is not None else (0 if ksm_seen else None),
+        max_wait_seconds=max((x.max_wait_seconds for x in waiting), default=0.0),
+        idle_cards_while_waiting=_scalar(answers, "idle_while_waiting"),
+        idle_cards=_scalar(answers, "idle_cards") or 0.0,
+        alerts={
+            (s.labels.get("category", ""), s.labels.get("alertname", "")): int(_v(s))
+            for s in answers.get("alerts", ())
+        },
+    )

@@ -1,0 +1,126 @@
+"""`xpuwatch report` (baseline HTML from a Prometheus) and `xpuwatch report-history` (a synthetic week as
+OpenMetrics for promtool backfill). Edge of the report package: argument parsing, files, the progress bar."""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+import time
+from pathlib import Path
+
+from alerts.spec import DEFAULT_SPEC_PATH, SpecError, load_spec
+
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+
+
+def duration(text: str) -> int:
+    """``"7d"``, ``"36h"``, ``"1h30m"`` -> seconds (argparse type)."""
+    parts = re.fullmatch(r"((\d+)([smhdw]))+", text or "")
+    if not parts:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a duration like 7d, 36h or 90m")
+    return sum(int(n) * _UNITS[u] for n, u in re.findall(r"(\d+)([smhdw])", text))
+
+
+def add_commands(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    p = sub.add_parser(
+        "report",
+        help="baseline report (HTML) of a fleet from its Prometheus",
+        description="Query a Prometheus that scrapes xpuwatch (and kube-state-metrics) and write a self-contained "
+        "HTML baseline: pool P95 vs the healthy band, memory vs SM occupancy, hoarders, idle notebooks, slice "
+        "right-sizing, queue time and alerts.",
+    )
+    p.add_argument(
+        "--prometheus", required=True, metavar="URL", help="Prometheus base URL, e.g. http://prometheus:9090"
+    )
+    p.add_argument(
+        "--range", dest="range_", type=duration, default=duration("7d"), help="window length (default 7d)"
+    )
+    p.add_argument("--end", type=float, default=None, help="window end, Unix seconds (default: now)")
+    p.add_argument(
+        "--step", type=duration, default=None, help="subquery resolution (default: range/2016, at least 1m)"
+    )
+    p.add_argument("--spec", type=Path, default=DEFAULT_SPEC_PATH, help="alert spec whose thresholds to use")
+    p.add_argument("-o", "--output", type=Path, default=Path("report.html"))
+    p.add_argument("--timeout", type=float, default=120.0, help="seconds per query")
+    p.set_defaults(func=run_report)
+
+    h = sub.add_parser(
+        "report-history",
+        help="write a synthetic week of fleet history as OpenMetrics (for promtool tsdb create-blocks-from openmetrics)",
+    )
+    h.add_argument("--devices", type=int, default=64)
+    h.add_argument("--range", dest="range_", type=duration, default=duration("7d"))
+    h.add_argument("--step", type=duration, default=duration("5m"))
+    h.add_argument(
+        "--end", type=int, default=None, help="Unix seconds (default: now, rounded down to the step)"
+    )
+    h.add_argument("-o", "--output", type=Path, required=True)
+    h.set_defaults(func=run_history)
+
+
+def run_report(args: argparse.Namespace) -> int:
+    try:
+        from tqdm import tqdm
+
+        from report.render import html
+    except ModuleNotFoundError as exc:
+        print(
+            f"xpuwatch report: {exc.name} is missing; install the report extra: pip install 'xpuwatch[report]'",
+            file=sys.stderr,
+        )
+        return 2
+    from report.baseline import Window, collect, figures, queries, range_queries
+    from report.prom import Prometheus, ReportError
+
+    try:
+        spec = load_spec(args.spec)
+    except (SpecError, OSError) as exc:
+        print(f"xpuwatch report: {args.spec}: {exc}", file=sys.stderr)
+        return 2
+    end = time.time() if args.end is None else args.end
+    step = args.step or max(60, args.range_ // 2016 // 60 * 60)
+    end -= end % step
+    window = Window(end=end, seconds=args.range_, step=step)
+    total = len(queries(spec, window)) + len(range_queries(spec))
+    bar = tqdm(total=total, unit="query", file=sys.stderr, leave=False, disable=None)
+
+    def progress(title: str) -> None:
+        bar.set_description(title)
+        bar.update(1)
+
+    try:
+        answers = collect(Prometheus(args.prometheus, timeout=args.timeout), spec, window, progress)
+    except ReportError as exc:
+        bar.close()
+        print(f"xpuwatch report: {exc}", file=sys.stderr)
+        return 1
+    bar.close()
+    baseline = figures(answers, spec, window)
+    try:
+        args.output.write_text(html(baseline, time.time()), encoding="utf-8")
+    except OSError as exc:
+        print(f"xpuwatch report: cannot write {args.output}: {exc}", file=sys.stderr)
+        return 1
+    print(f"{baseline.headline}\nwrote {args.output}")
+    return 0
+
+
+def run_history(args: argparse.Namespace) -> int:
+    from report.history import openmetrics
+
+    if args.devices < 1:
+        print("xpuwatch report-history: --devices must be at least 1", file=sys.stderr)
+        return 2
+    end = int(time.time()) if args.end is None else args.end
+    end -= end % args.step
+    start = end - args.range_ + args.step
+    try:
+        with args.output.open("w", encoding="utf-8") as f:
+            for line in openmetrics(args.devices, start, end, args.step):
+                f.write(line + "\n")
+    except OSError as exc:
+        print(f"xpuwatch report-history: cannot write {args.output}: {exc}", file=sys.stderr)
+        return 1
+    print(f"wrote {args.output}: {args.devices} devices, {start} to {end} every {args.step}s")
+    return 0

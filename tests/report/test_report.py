@@ -1,0 +1,307 @@
+"""The baseline report against a real Prometheus holding a week of backfilled history.
+
+A week of the synthetic fleet (report.history) is written as OpenMetrics, backfilled with Debian's
+`promtool tsdb create-blocks-from openmetrics`, served by Debian's `prometheus`, and read by the report. Every
+figure is checked against the value computed in Python from the same model the history was written from;
+the HTML is rendered by headless Chromium (Debian `chromium`) to a PNG.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from alerts.spec import load_spec
+from report import history
+from report.baseline import Window, collect, figures
+from report.cli import duration
+from report.prom import Prometheus, ReportError
+
+STEP = 900
+DEVICES = 16
+RANGE = 7 * 86400
+END = int(time.time()) // STEP * STEP  # recent data: Prometheus' retention is relative to now
+START = END - RANGE + STEP  # the first sample lies inside the window whether ranges are open or closed
+TIMES = range(START, END + 1, STEP)
+GIB = 1024.0**3
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture(scope="module")
+def prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    binary, promtool = shutil.which("prometheus"), shutil.which("promtool")
+    assert binary and promtool, "Debian packages prometheus (promtool) are required"
+    tmp = tmp_path_factory.mktemp("week")
+    om = tmp / "week.om"
+    with om.open("w") as f:
+        for line in history.openmetrics(DEVICES, START, END, STEP):
+            f.write(line + "\n")
+    data = tmp / "data"
+    made = subprocess.run(
+        [promtool, "tsdb", "create-blocks-from", "openmetrics", str(om), str(data)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert made.returncode == 0, made.stderr
+    (tmp / "prometheus.yml").write_text("global: {}\n")
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    proc = subprocess.Popen(
+        [
+            binary,
+            f"--config.file={tmp / 'prometheus.yml'}",
+            f"--storage.tsdb.path={data}",
+            f"--web.listen-address=127.0.0.1:{port}",
+            "--storage.tsdb.retention.time=30d",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            try:
+                with urllib.request.urlopen(f"{url}/-/ready", timeout=2) as r:
+                    if r.status == 200:
+                        break
+            except OSError:
+                time.sleep(0.3)
+        else:
+            pytest.fail("prometheus did not become ready")
+        yield url
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
+# ---------------------------------------------------------------- expected values, from the same model
+FLEET = history.fleet(DEVICES)
+POINTS = {(d.uuid, t): history.point(d, t) for d in FLEET for t in TIMES}
+
+
+def _pool_p95(model: str) -> float:
+    devs = [d for d in FLEET if d.model == model]
+    means = [np.mean([POINTS[d.uuid, t].utilization for d in devs]) for t in TIMES]
+    return float(np.quantile(means, 0.95))
+
+
+def _idle(d: history.HistoryDevice, t: int) -> bool:
+    p = POINTS[d.uuid, t]
+    return p.utilization <= 0.05 and p.memory_used_bytes >= 268435456
+
+
+@pytest.mark.slow
+def test_report_figures_match_the_backfilled_week(prometheus: str) -> None:
+    spec = load_spec()
+    w = Window(end=END, seconds=RANGE, step=STEP)
+    seen: list[str] = []
+    b = figures(collect(Prometheus(prometheus), spec, w, seen.append), spec, w)
+    assert "pool P95" in seen and len(seen) >= 20  # the progress callback saw every query
+
+    assert b.fleet.devices == DEVICES
+    assert b.fleet.avg == pytest.approx(np.mean([p.utilization for p in POINTS.values()]), rel=1e-9)
+    for pool in b.pools:
+        devs = [d for d in FLEET if d.model == pool.model]
+        assert pool.devices == len(devs) == 4
+        assert pool.avg == pytest.approx(
+            np.mean([POINTS[d.uuid, t].utilization for d in devs for t in TIMES])
+        )
+        assert pool.p95 == pytest.approx(_pool_p95(pool.model), rel=1e-9)
+    assert {p.model for p in b.pools} == {m for _, m, *_ in history.POOLS}
+
+    # hoarders: device-hours held with memory and compute ~0, by namespace/owner
+    want: dict[tuple[str, str], float] = {}
+    for d in FLEET:
+        if d.holder is not None:
+            n = sum(_idle(d, t) for t in TIMES)
+            if n:
+                key = (d.holder.namespace, d.holder.owner)
+                want[key] = want.get(key, 0.0) + n * STEP / 3600
+    assert {(h.namespace, h.owner): h.device_hours for h in b.hoarders} == pytest.approx(want)
+    assert sorted(want.values()) == [168.0] * 4  # two stale jobs and two notebooks, idle all week
+
+    notebooks = {(n.namespace, n.pod): (n.idle_hours, n.held_hours) for n in b.idle_notebooks}
+    assert notebooks == {
+        (d.holder.namespace, d.holder.pod): (168.0, 168.0)
+        for d in FLEET
+        if d.holder is not None and d.holder.workload_kind == "notebook"
+    }
+
+    # slices: the notebook on a 1g.10gb MIG slice holds 96 % of it and computes 1 %: memory-bound
+    assert [
+        (s.slice_id, round(s.memory_ratio, 6), round(s.compute_ratio, 6), s.advice.split(":")[0])
+        for s in b.slices
+    ] == [("1/0", 0.96, 0.01, "memory-bound") for d in FLEET if d.slice_id]
+
+    # memory vs compute per device: the mean framebuffer ratio and mean SM occupancy of each device
+    for p in b.devices:
+        d = next(x for x in FLEET if x.uuid == p.uuid)
+        assert p.memory_ratio == pytest.approx(
+            np.mean([POINTS[d.uuid, t].memory_used_bytes for t in TIMES]) / d.memory_total_bytes
+        )
+        assert p.compute_ratio == pytest.approx(
+            np.mean([POINTS[d.uuid, t].sm_occupancy for t in TIMES]), abs=1e-12
+        )
+        assert p.compute_source == "sm_occupancy"
+
+    # queue: the pods that waited, the longest wait, idle capacity while they waited
+    waiting = {t: history.waiting(t, START) for t in TIMES}
+    pods = {(p.namespace, p.pod) for ps in waiting.values() for p in ps}
+    assert b.pods_waited == len(pods) == 14
+    assert (
+        b.max_wait_seconds
+        == max(t - p.created for t, ps in waiting.items() for p in ps)
+        == 3 * 3600 + 45 * 60
+    )
+    busy = [t for t, ps in waiting.items() if ps]
+    idle_while = np.mean([sum(1 - POINTS[d.uuid, t].utilization for d in FLEET) for t in busy])
+    assert b.idle_cards_while_waiting == pytest.approx(idle_while)
+    assert b.idle_cards == pytest.approx(
+        np.mean([sum(1 - POINTS[d.uuid, t].utilization for d in FLEET) for t in TIMES])
+    )
+    assert {(q.namespace, q.resource): q.pods for q in b.waiting} == {
+        ("ml", "nvidia_com_gpu"): 7,
+        ("nlp", "huawei_com_Ascend910"): 7,
+    }
+    assert (
+        b.headline
+        == f"{idle_while:.1f} cards' worth of capacity idle while 14 jobs waited (longest wait 3h 45m)"
+    )
+    peak = max(v for _, v in b.pending_curve)
+    assert peak == 12 and min(v for _, v in b.pending_curve) == 0  # 8 GPUs + 4 NPUs; nothing at night
+    assert b.alerts == {}  # backfilled data has no ALERTS history
+
+
+@pytest.mark.slow
+def test_report_cli_writes_html_that_chromium_renders(prometheus: str, tmp_path: Path) -> None:
+    out = tmp_path / "report.html"
+    run = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "exporter.entry",
+            "report",
+            "--prometheus",
+            prometheus,
+            "--range",
+            "7d",
+            "--step",
+            "15m",
+            "--end",
+            str(END),
+            "-o",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert run.returncode == 0, run.stderr
+    assert "cards' worth of capacity idle while 14 jobs waited" in run.stdout
+    page = out.read_text()
+    assert page.count("<svg") == 4
+    assert re.search(r'(src|href)="(https?:)?//', page) is None  # self-contained: nothing fetched
+    assert 'id="hoarders"' in page and 'id="slices"' in page and "memory-bound" in page
+    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
+    assert chromium, "Debian package chromium is required"
+    png = tmp_path / "report.png"
+    shot = subprocess.run(
+        [
+            chromium,
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--hide-scrollbars",
+            "--window-size=1100,2600",
+            f"--screenshot={png}",
+            out.as_uri(),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert shot.returncode == 0, shot.stderr[-2000:]
+    data = png.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 50_000  # a page with plots, not a blank one
+    dom = subprocess.run(
+        [chromium, "--headless", "--no-sandbox", "--disable-gpu", "--dump-dom", out.as_uri()],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert dom.returncode == 0 and "14 jobs waited" in dom.stdout
+
+
+@pytest.mark.slow
+def test_report_fails_clearly_without_data_or_prometheus(prometheus: str, tmp_path: Path) -> None:
+    spec = load_spec()
+    empty = Window(end=END - 30 * 86400, seconds=RANGE, step=STEP)  # a week before the history
+    with pytest.raises(ReportError, match=r"no xpuwatch series .*is this Prometheus scraping the exporter"):
+        collect(Prometheus(prometheus), spec, empty)
+    run = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "exporter.entry",
+            "report",
+            "--prometheus",
+            f"http://127.0.0.1:{free_port()}",
+            "-o",
+            str(tmp_path / "r.html"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert run.returncode == 1 and "cannot reach Prometheus at http://127.0.0.1:" in run.stderr
+    assert not (tmp_path / "r.html").exists()
+
+
+def test_refused_query_names_the_error(tmp_path: Path) -> None:
+    """A Prometheus that answers 400 with its JSON error: the error text reaches the user."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, HTTPServer
+
+    class Refuse(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            body = json.dumps(
+                {"status": "error", "errorType": "bad_data", "error": "parse error at char 3"}
+            ).encode()
+            self.send_response(400)
+            self.send_header("Content-Type", "application/json")
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    srv = HTTPServer(("127.0.0.1", 0), Refuse)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    try:
+        with pytest.raises(ReportError, match=r"refused a query \(400\): parse error at char 3"):
+            Prometheus(f"http://127.0.0.1:{srv.server_port}").query("up", 0)
+    finally:
+        srv.shutdown()
+
+
+def test_durations() -> None:
+    assert [duration(x) for x in ("7d", "36h", "1h30m", "90s", "2w")] == [604800, 129600, 5400, 90, 1209600]
+    with pytest.raises(Exception, match="not a duration"):
+        duration("7 days")
