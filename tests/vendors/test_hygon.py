@@ -86,7 +86,10 @@ def test_hy_smi_style_keys() -> None:
     s0, s1 = hygon.parse_hygon_json(json.dumps(doc))
     assert s0.device.uuid == "0x5a3c21ffee019b77" and s0.device.pci_bus_id == "0000:3D:00.0"
     assert s0.utilization_ratio == 0.73
-    assert s0.memory_bandwidth_utilization_ratio == 0.18
+    # "DCU memory use (%)" is the share of VRAM allocated (hy-smi's VRAM%: 98 % for 64169 of 65520 MiB in
+    # the BW capture), not bus activity; without bytes it is the memory_used_ratio.
+    assert s0.memory_bandwidth_utilization_ratio is None
+    assert s0.memory_used_ratio == 0.18
     assert s0.temperatures_celsius == {"hotspot": 62.0}
     assert (s0.power_watts, s0.power_limit_watts) == (211.0, 350.0)
     assert s1.device.uuid == "pci-0000:40:00.0"
@@ -111,7 +114,6 @@ def test_sniffers_separate_hygon_from_amd() -> None:
         "",
         "garbage",
         '{"card0": "x", "DCU": 1}',
-        "DCU  Temp   AvgPwr\n0    30.0c\n",
         "DCU  Temp   AvgPwr  DCU%\nzero 30.0c 38.0W 0%\n",
         fixture(TABLE_FIXTURE)[:150],
         fixture(JSON_FIXTURE)[:200],
@@ -123,12 +125,15 @@ def test_bad_and_truncated_output_is_parse_error(raw: str) -> None:
 
 
 def test_truncated_table_keeps_complete_rows() -> None:
-    """A table cut after two rows (no closing rule) still gives those two DCUs; a cut mid-row does not."""
+    """A table cut after two rows (no closing rule) still gives those two DCUs; a row cut after its
+    temperature gives that reading, and the columns it lacks are unread (never a made-up value)."""
     lines = fixture(TABLE_FIXTURE).splitlines()
     two = "\n".join(lines[:5])
     assert [s.device.index for s in hygon.parse_hygon_table(two)] == ["0", "1"]
-    with pytest.raises(ParseError):
-        hygon.parse_hygon_table(two + "\n2    29.0c")
+    *_, cut = hygon.parse_hygon_table(two + "\n2    29.0c")
+    assert cut.up and cut.temperatures_celsius == {"core": 29.0}
+    assert cut.power_watts is None and cut.utilization_ratio is None
+    assert set(cut.unread) == {"power_watts", "power_limit_watts", "memory_used_ratio", "utilization_ratio"}
 
 
 # ---------------------------------------------------------------------------------------------------
