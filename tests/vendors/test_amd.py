@@ -16,6 +16,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tests.vendors import capture_expectations
 from vendors import amd
 from vendors.base import BackendError, DeviceSample, ParseError
 from vendors.command import CommandResult, ReplayRunner, SubprocessRunner
@@ -812,3 +813,19 @@ def test_sniffers_never_raise(raw: str) -> None:
 def test_counts_are_plain_non_negative_integers() -> None:
     assert [amd.count(v) for v in (0, "7", {"value": 3}, 2.0)] == [0, 7, 3, 2]
     assert [amd.count(v) for v in ("0x1F", "N/A", -1, 2.5, True, "12 W", float("nan"))] == [None] * 7
+
+
+# ---------------------------------------------------------------------------------------------------
+# Every complete capture against its hand-written expectations (interim, until tests/vendors/test_corpus.py)
+
+
+def test_every_complete_amd_capture_has_expectations() -> None:
+    on_disk = {
+        p.name for p in FIX.iterdir() if p.suffix not in (".source", ".yaml") and "_excerpt" not in p.name
+    }
+    assert on_disk == {p.name for p in capture_expectations.captures(FIX)}
+
+
+@pytest.mark.parametrize("capture", capture_expectations.captures(FIX), ids=lambda p: p.name)
+def test_capture_reads_as_expected(capture: Path) -> None:
+    assert capture_expectations.check(capture) > 0

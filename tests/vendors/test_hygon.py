@@ -13,6 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.vendors import capture_expectations
 from vendors import amd, hygon
 from vendors.base import BackendError, DeviceSample, ParseError
 from vendors.command import SubprocessRunner
@@ -314,3 +315,17 @@ def test_backend_trusts_its_own_tool_without_markers(tmp_path: Path) -> None:
     assert s.device.vendor == "hygon" and s.power_watts == 53.0
     with pytest.raises(ParseError):
         hygon.parse_hygon_json(amd_style.read_text())
+
+
+# ---------------------------------------------------------------------------------------------------
+# Every capture against its hand-written expectations (interim, until tests/vendors/test_corpus.py lands)
+
+
+def test_every_hygon_capture_has_expectations() -> None:
+    on_disk = {p.name for p in FIX.iterdir() if p.suffix not in (".source", ".yaml")}
+    assert on_disk == {p.name for p in capture_expectations.captures(FIX)}
+
+
+@pytest.mark.parametrize("capture", capture_expectations.captures(FIX), ids=lambda p: p.name)
+def test_capture_reads_as_expected(capture: Path) -> None:
+    assert capture_expectations.check(capture) > 0
