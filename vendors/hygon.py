@@ -164,20 +164,17 @@ def _header(line: str) -> dict[str, int] | None:
 
 def _cells(header_line: str, line: str) -> list[str]:
     """One data line as one cell per header column ("" where none). Cells hold no spaces in any real
-    layout, so a line with as many tokens as the header is split on whitespace; otherwise (a blank or a
-    masked "xxxxx MiB" cell) each token goes to the column whose header it overlaps, else the nearest."""
-    spans = [(m.start(), m.end()) for m in _TOKEN.finditer(header_line)]
-    tokens = [(m.start(), m.end(), m.group()) for m in _TOKEN.finditer(line)]
-    if len(tokens) == len(spans):
-        return [t[2] for t in tokens]
-    cells: list[list[str]] = [[] for _ in spans]
-    for start, end, tok in tokens:
-
-        def distance(span: tuple[int, int], start: int = start, end: int = end) -> int:
-            overlap = min(end, span[1]) - max(start, span[0])
-            return -overlap if overlap > 0 else max(span[0] - end, start - span[1])
-
-        cells[min(range(len(spans)), key=lambda i: distance(spans[i]))].append(tok)
+    layout, so a line with as many tokens as the header is split on whitespace; otherwise (a blank cell, or
+    a masked "xxxxx MiB") each token goes to the column it starts in: hy-smi left-aligns a cell under its
+    header, so a column runs from its header's first character to the next header's."""
+    starts = [m.start() for m in _TOKEN.finditer(header_line)]
+    tokens = [(m.start(), m.group()) for m in _TOKEN.finditer(line)]
+    if len(tokens) == len(starts):
+        return [t[1] for t in tokens]
+    cells: list[list[str]] = [[] for _ in starts]
+    for start, tok in tokens:
+        column = max((i for i, s in enumerate(starts) if s <= start), default=0)
+        cells[column].append(tok)
     return [" ".join(c) for c in cells]
 
 

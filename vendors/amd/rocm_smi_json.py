@@ -62,13 +62,13 @@ class _Keys:
             self._by_name.setdefault(name, (value, unit))
 
     def get(self, *names: str) -> tuple[object, str | None]:
-        """The first present name (lower-case, without the unit suffix) as (raw value, unit from key):
-        one holding a number first, then one holding any printed value, then "N/A"."""
-        for test in (lambda v: quantity(v) is not None, printed):
-            for n in names:
-                hit = self._by_name.get(n)
-                if hit is not None and test(hit[0]):
-                    return hit
+        """The first present name (lower-case, without the unit suffix) as (raw value, unit from key) that
+        holds a printed value ("N/A" skipped), else the first present one. A garbled value is returned, to
+        be reported unread, never silently replaced by a later key's."""
+        for n in names:
+            hit = self._by_name.get(n)
+            if hit is not None and printed(hit[0]):
+                return hit
         for n in names:
             if n in self._by_name:
                 return self._by_name[n]
