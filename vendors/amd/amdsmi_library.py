@@ -15,6 +15,7 @@ from vendors.amd.readings import (
     UNKNOWN_MODEL,
     VENDOR,
     Notes,
+    amount,
     count,
     device_uuid,
     finite,
@@ -133,6 +134,7 @@ class AmdSmiLibrary:
                         "C",
                         notes,
                         name,
+                        f"temperatures_celsius.{sensor}",
                     )
                     if t is not None:
                         temps[sensor] = t
@@ -142,8 +144,8 @@ class AmdSmiLibrary:
             if ctype is not None and hasattr(ctype, name):
                 info = get("amdsmi_get_clock_info", getattr(ctype, name))
                 raw = first(info, "clk", "cur_clk") if isinstance(info, Mapping) else None
-                hz = scaled(raw, "hertz", "MHz", notes, f"clock {name}")
-                if hz is not None and hz >= 0:
+                hz = amount(raw, "hertz", "MHz", notes, f"clock {name}", f"clocks_hertz.{domain}")
+                if hz is not None:
                     clocks[domain] = hz
         power = get("amdsmi_get_power_info")
         cap = get("amdsmi_get_power_cap_info")
@@ -161,7 +163,7 @@ class AmdSmiLibrary:
         ecc_counts = {
             kind: n
             for kind, key in (("corrected", "correctable_count"), ("uncorrected", "uncorrectable_count"))
-            if (n := count(field_of(ecc, key))) is not None
+            if (n := count(field_of(ecc, key), notes, f"ecc_errors.{kind}")) is not None
         }
         deferred = count(field_of(ecc, "deferred_count"))
         power_raw = (
@@ -171,25 +173,32 @@ class AmdSmiLibrary:
         )
         sample = DeviceSample(
             device=dev,
-            utilization_ratio=ratio(field_of(activity, "gfx_activity"), notes, "gfx_activity"),
+            utilization_ratio=ratio(
+                field_of(activity, "gfx_activity"), notes, "gfx_activity", "utilization_ratio"
+            ),
             memory_bandwidth_utilization_ratio=ratio(
-                field_of(activity, "umc_activity"), notes, "umc_activity"
+                field_of(activity, "umc_activity"),
+                notes,
+                "umc_activity",
+                "memory_bandwidth_utilization_ratio",
             ),
-            memory_used_bytes=nonneg(
-                scaled(field_of(vram, "vram_used"), "bytes", "MB", notes, "vram_used"), notes, "u"
+            memory_used_bytes=amount(
+                field_of(vram, "vram_used"), "bytes", "MB", notes, "vram_used", "memory_used_bytes"
             ),
-            memory_total_bytes=nonneg(
-                scaled(field_of(vram, "vram_total"), "bytes", "MB", notes, "vram_total"), notes, "vram_total"
+            memory_total_bytes=amount(
+                field_of(vram, "vram_total"), "bytes", "MB", notes, "vram_total", "memory_total_bytes"
             ),
             temperatures_celsius=temps,
             clocks_hertz=clocks,
-            power_watts=nonneg(scaled(power_raw, "power", "W", notes, "socket_power"), notes, "socket_power"),
-            power_limit_watts=nonneg(
-                scaled(field_of(cap, "power_cap"), "power", "uW", notes, "power_cap"), notes, "cap"
+            power_watts=amount(power_raw, "power", "W", notes, "socket_power", "power_watts"),
+            power_limit_watts=amount(
+                field_of(cap, "power_cap"), "power", "uW", notes, "power_cap", "power_limit_watts"
             ),
             energy_joules=joules,
             ecc_errors=ecc_counts,
-            pcie_replay_errors=count(field_of(field_of(pcie, "pcie_metric"), "pcie_replay_count")),
+            pcie_replay_errors=count(
+                field_of(field_of(pcie, "pcie_metric"), "pcie_replay_count"), notes, "pcie_replay_errors"
+            ),
             vendor_metrics={ECC_DEFERRED.name: float(deferred)} if deferred is not None else {},
         )
         # NOT_SUPPORTED is the vendor saying "cannot tell" (no series), not a failure worth a note.
