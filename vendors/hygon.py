@@ -129,7 +129,7 @@ def sniff_hygon_json(raw: str) -> bool:
 # Table
 
 # Reading -> header names real versions print (compared case-insensitively).
-_INDEX = ("HCU", "DCU", "GPU")
+_INDEX = ("HCU", "DCU")  # AMD's own rocm-smi table says "Device"/"GPU": never claimed here
 _ALIASES: dict[str, tuple[str, ...]] = {
     "temp": ("Temp", "TEMP", "Temperature"),
     "power": ("AvgPwr", "Pwr", "Power"),
@@ -318,7 +318,9 @@ def parse_hy_smi_meminfo_samples(raw: str) -> list[DeviceSample]:
 
 
 def sniff_hy_smi_meminfo(raw: str) -> bool:
-    return any(_MEMINFO.match(line) for line in raw.splitlines()[:40])
+    """Hygon's ``HCU[n]``/``DCU[n]`` prefix only: AMD's rocm-smi prints ``GPU[n]`` (the backend, which knows
+    it ran a Hygon tool, still reads ``GPU[n]`` lines)."""
+    return any(_MEMINFO.match(line) and line.lstrip()[:3].upper() in _INDEX for line in raw.splitlines()[:40])
 
 
 def parse_hygon_output(raw: str, require_markers: bool = True) -> list[DeviceSample]:

@@ -499,3 +499,20 @@ def test_fake_hy_smi_hyhal_json_needs_no_extra_call(tmp_path: Path) -> None:
     s0, s1 = hygon.HygonBackend(_ctx(tmp_path)).sample()
     assert s0.device.model == "BW" and s0.memory_used_bytes == 64169 * MIB and s1.power_watts == 84.0
     assert calls.read_text().splitlines() == [" ".join(hygon.SMI_ARGS)]
+
+
+def test_amd_text_outputs_are_not_claimed_as_hygon() -> None:
+    fmts = all_formats()
+    amd_meminfo = (
+        "GPU[0]\t\t: VRAM Total Memory (B): 17163091968\nGPU[0]\t\t: VRAM Total Used Memory (B): 1\n"
+    )
+    # AMD rocm-smi's concise table (MI300X, ROCm/legacy-rocm-build#5231): "Device ... Temp ... VRAM% GPU%"
+    amd_table = (
+        "Device  Node  IDs              Temp        Power     Partitions          SCLK     MCLK    Fan  Perf  "
+        "PwrCap  VRAM%  GPU%\n0       1     0x74b5,   21947  39.0°C      191.0W    NPS1, SPX, 0        2105Mhz  "
+        "900Mhz  0%   auto  750.0W  95%    0%\n"
+    )
+    for text in (amd_meminfo, amd_table):
+        assert not fmts["hy-smi-meminfo"].sniff(text) and not fmts["hy-smi-table"].sniff(text)
+    # the backend, which ran a Hygon tool, still reads GPU[n] lines
+    assert hygon.parse_hy_smi_meminfo(amd_meminfo)["0"][1] == 17163091968
