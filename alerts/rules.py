@@ -127,7 +127,11 @@ def recording_rules(spec: Spec) -> tuple[RecordingRule, ...]:
             f"count by (vendor, model) (count by (node, vendor, model, uuid) ({c.ALLOCATED} == 1))\n"
             f"  / {devices}\nor\n  0 * {devices}\n",
         ),
-        RecordingRule(r.memory_used, f"{c.MEMORY_USED} / ({c.MEMORY_TOTAL} > 0)"),
+        # Devices whose tool prints only a percentage (Hygon hy-smi VRAM%) export the ratio itself.
+        RecordingRule(
+            r.memory_used,
+            f"{c.MEMORY_USED} / ({c.MEMORY_TOTAL} > 0)\nor {_ON_DEV}\n  {c.MEMORY_USED_RATIO}\n",
+        ),
         RecordingRule(r.slice_memory_used, f"{c.SLICE_MEMORY_USED} / ({c.SLICE_MEMORY_LIMIT} > 0)"),
         RecordingRule(r.slice_compute, f"{c.SLICE_SM_ACTIVE} or {_ON_SLICE} {c.SLICE_UTILIZATION}"),
     ]

@@ -63,12 +63,34 @@ CASES: list[tuple[str, Callable[[str], Sequence[DeviceSample]], str]] = [
         hygon.parse_hygon_table,
         (FIX / "hygon" / "rocm-smi_table_dcu_dtk23.10.1.txt").read_text(),
     ),
+    (
+        "hy-smi HCU table, 8 HCUs",
+        hygon.parse_hygon_table,
+        (FIX / "hygon" / "hy-smi_8hcu_800W_mixed-vram_100pct.txt").read_text(),
+    ),
+    (
+        "hy-smi HCU table, 8 HCUs, 1 masked cell",
+        hygon.parse_hygon_table,
+        (FIX / "hygon" / "hy-smi_8hcu_800W_mixed-vram_100pct.txt")
+        .read_text()
+        .replace("134.0W", "xxxxx MiB", 1),
+    ),
+    (
+        "hyhal hy-smi JSON (2 missing commas/card)",
+        hygon.parse_hygon_json,
+        (FIX / "hygon" / "hy-smi_json_BW_2hcu_dtk-hyhal_missing-commas.json").read_text(),
+    ),
+    (
+        "amd-smi static, 8x MI300X (ROCm 7)",
+        amd.parse_amd_smi_static_samples,
+        (FIX / "amd" / "amd-smi_static_json_8x-mi300x_rocm7.2.1_ppt0-limit.json").read_text(),
+    ),
 ]
 
 
 def main() -> None:
     for name, parse, raw in CASES:
-        n = 2000
+        n = 500
         seconds = timeit.timeit(lambda parse=parse, raw=raw: parse(raw), number=n) / n
         print(f"{name:40s} {seconds * 1e6:9.1f} µs/parse  ({len(parse(raw))} devices)")
 

@@ -89,6 +89,17 @@ memory = Panel(
     min=0,
 )
 
+memory_share = Panel(
+    "Memory used share",
+    "timeseries",
+    (Query(_one(RECORDS.memory_used), "memory used / capacity"),),
+    "Share of device memory in use (0..1): used / capacity, or accelerator_memory_used_ratio for devices "
+    "whose tool prints only a percentage (Hygon hy-smi VRAM%).",
+    unit="percentunit",
+    min=0,
+    max=1,
+)
+
 temperature = Panel(
     "Temperature",
     "timeseries",
@@ -243,7 +254,7 @@ BOARD = Board(
     "Every reading of one accelerator and its MIG/vGPU slices over time.",
     (
         Row("Device", (identity, up, holders)),
-        Row("Activity", (activity, memory, power, temperature, clocks, throttle, bottleneck)),
+        Row("Activity", (activity, memory, memory_share, power, temperature, clocks, throttle, bottleneck)),
         Row("Errors and health", (ecc, faults, links, remap, health)),
         Row("Slices", (slices, slice_activity, slice_memory)),
     ),

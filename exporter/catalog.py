@@ -70,6 +70,7 @@ TENSOR_ACTIVE = "accelerator_tensor_active_ratio"
 MEMORY_BANDWIDTH = "accelerator_memory_bandwidth_utilization_ratio"
 MEMORY_USED = "accelerator_memory_used_bytes"
 MEMORY_TOTAL = "accelerator_memory_total_bytes"
+MEMORY_USED_RATIO = "accelerator_memory_used_ratio"
 TEMPERATURE = "accelerator_temperature_celsius"
 POWER = "accelerator_power_watts"
 POWER_LIMIT = "accelerator_power_limit_watts"
@@ -157,6 +158,14 @@ _CORE: tuple[MetricDef, ...] = (
         "bytes",
         "Device memory capacity (framebuffer/HBM/VRAM).",
         f"{NV}: nvmlDeviceGetMemoryInfo.total; AMD: vram total; Ascend: HBM/DDR capacity",
+    ),
+    _g(
+        MEMORY_USED_RATIO,
+        "ratio",
+        "Share of device memory in use (0..1), only for devices whose tool prints a percentage and no bytes; "
+        "alerts and dashboards use it where accelerator_memory_used_bytes is absent.",
+        "Hygon: hy-smi / DTK rocm-smi VRAM% column, hy-smi --json 'DCU|HCU memory use (%)' (when "
+        "hy-smi --showmeminfo vram gives no bytes); AMD: rocm-smi 'GPU Memory Allocated (VRAM%)' without bytes",
     ),
     _g(
         TEMPERATURE,

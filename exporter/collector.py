@@ -37,6 +37,7 @@ _SCALARS: tuple[tuple[str, str], ...] = (
     ("memory_bandwidth_utilization_ratio", C.MEMORY_BANDWIDTH),
     ("memory_used_bytes", C.MEMORY_USED),
     ("memory_total_bytes", C.MEMORY_TOTAL),
+    ("memory_used_ratio", C.MEMORY_USED_RATIO),
     ("power_watts", C.POWER),
     ("power_limit_watts", C.POWER_LIMIT),
     ("energy_joules", C.ENERGY),

@@ -81,6 +81,9 @@ class DeviceSample:
     memory_bandwidth_utilization_ratio: float | None = None
     memory_used_bytes: float | None = None
     memory_total_bytes: float | None = None
+    memory_used_ratio: float | None = None
+    """Share of device memory in use (0..1), set only where the tool prints a percentage and no bytes
+    (Hygon hy-smi ``VRAM%``); None whenever ``memory_used_bytes`` and ``memory_total_bytes`` are given."""
     temperatures_celsius: Mapping[str, float] = field(default_factory=dict)  # sensor -> C
     power_watts: float | None = None
     power_limit_watts: float | None = None
@@ -168,6 +171,7 @@ _OVERLAY_SCALARS = (
     "memory_bandwidth_utilization_ratio",
     "memory_used_bytes",
     "memory_total_bytes",
+    "memory_used_ratio",
     "power_watts",
     "power_limit_watts",
     "energy_joules",

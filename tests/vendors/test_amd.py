@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import re
 import stat
 import time
 import types
@@ -16,6 +17,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tests.vendors import capture_expectations
 from vendors import amd
 from vendors.base import BackendError, DeviceSample, ParseError
 from vendors.command import CommandResult, ReplayRunner, SubprocessRunner
@@ -688,6 +690,8 @@ FUZZ_TARGETS: list[tuple[str, Callable[[str], Sequence[DeviceSample]]]] = [
     ("amd-smi_monitor_-q_rocm6.2.txt", amd.parse_amd_smi_monitor),
     ("rocm-smi_json_rx7800xt_rocm6.2.4.json", amd.parse_rocm_smi_json),
     ("amd-smi_metric_-u_json_radeon-pro-w7700_excerpt.txt", amd.parse_amd_smi_metric),
+    ("amd-smi_static_json_8x-mi300x_rocm7.2.1_ppt0-limit.json", amd.parse_amd_smi_static_samples),
+    ("rocm-smi_-a_json_mi210_rocm5_driver5.18.13.json", amd.parse_rocm_smi_json),
 ]
 
 
@@ -718,10 +722,11 @@ STRUCTURED = [
     (json.dumps(MI250X_METRIC), amd.parse_amd_smi_metric),
     (json.dumps({"gpu_data": MI250X_STATIC}), amd.parse_amd_smi_static),
     (fixture("rocm-smi_json_rx7800xt_rocm6.2.4.json"), amd.parse_rocm_smi_json),
+    (fixture("amd-smi_static_json_8x-mi300x_rocm7.2.1_ppt0-limit.json"), amd.parse_amd_smi_static_samples),
 ]
 
 
-@pytest.mark.parametrize(("raw", "parse"), STRUCTURED, ids=["metric", "static", "rocm-smi"])
+@pytest.mark.parametrize(("raw", "parse"), STRUCTURED, ids=["metric", "static", "rocm-smi", "static-rocm7"])
 @settings(max_examples=200, deadline=None)
 @given(data=st.data(), value=json_values)
 def test_fuzz_json_values_anywhere(
@@ -812,3 +817,170 @@ def test_sniffers_never_raise(raw: str) -> None:
 def test_counts_are_plain_non_negative_integers() -> None:
     assert [amd.count(v) for v in (0, "7", {"value": 3}, 2.0)] == [0, 7, 3, 2]
     assert [amd.count(v) for v in ("0x1F", "N/A", -1, 2.5, True, "12 W", float("nan"))] == [None] * 7
+
+
+# ---------------------------------------------------------------------------------------------------
+# Every complete capture against its hand-written expectations (interim, until tests/vendors/test_corpus.py)
+
+
+def test_every_complete_amd_capture_has_expectations() -> None:
+    on_disk = {
+        p.name for p in FIX.iterdir() if p.suffix not in (".source", ".yaml") and "_excerpt" not in p.name
+    }
+    assert on_disk == {p.name for p in capture_expectations.captures(FIX)}
+
+
+@pytest.mark.parametrize("capture", capture_expectations.captures(FIX), ids=lambda p: p.name)
+def test_capture_reads_as_expected(capture: Path) -> None:
+    assert capture_expectations.check(capture) > 0
+
+
+# ---------------------------------------------------------------------------------------------------
+# amd-smi static: both shapes, the ROCm 7 ppt0 cap, memory size; merged into metric samples
+
+STATIC_FIXTURE = "amd-smi_static_json_8x-mi300x_rocm7.2.1_ppt0-limit.json"
+
+
+def test_static_rocm7_fixture_gives_model_memory_and_ppt0_cap() -> None:
+    static = amd.parse_amd_smi_static(fixture(STATIC_FIXTURE))
+    assert sorted(static, key=int) == [str(i) for i in range(8)]
+    i7 = static["7"]
+    # board.product_name wins over the generic asic.market_name ("AMD Instinct MI300X").
+    assert i7.model == "AMD Instinct MI300X OAM"
+    assert i7.memory_total_bytes == 196592 * MIB  # vram.size 196592 MB, AMD's MB = MiB
+    assert i7.power_limit_watts == 750.0  # limit.ppt0.socket_power_limit
+    assert (i7.pci_bus_id, i7.driver_version, i7.unique_id) == (
+        "0000:dd:00.0",
+        "6.16.13",
+        "0x0000000000000007",
+    )
+
+
+def test_metric_merged_with_static_gets_model_memory_total_and_cap() -> None:
+    """A live CLI node: `amd-smi metric` (here ROCm 6's list shape) merged by gpu index with `static`."""
+    static = amd.parse_amd_smi_static(fixture(STATIC_FIXTURE))
+    (s,) = amd.parse_amd_smi_metric(fixture("amd-smi_metric_-p_json_rocm6.1.json"), static)
+    assert s.device.model == "AMD Instinct MI300X OAM" and s.device.uuid == "pci-0000:1b:00.0"
+    assert s.power_watts == 10.0 and s.power_limit_watts == 750.0
+    assert s.memory_total_bytes == 196592 * MIB and s.memory_used_bytes is None
+    assert not s.unread
+
+
+@pytest.mark.parametrize("shape", ["list", "gpu_data"])
+def test_static_rocm6_socket_power_and_max_power_is_not_the_cap(shape: str) -> None:
+    entry = {
+        "gpu": 0,
+        "asic": {"market_name": "AMD Radeon Graphics", "asic_serial": "0x00000000000000a1"},
+        "board": {"product_name": "AMD Radeon PRO W7700"},
+        # ROCm 6.1: max_power is the highest cap that may be set, socket_power the cap in force.
+        "limit": {"max_power": {"value": 190, "unit": "W"}, "socket_power": {"value": 150, "unit": "W"}},
+        "vram": {"type": "GDDR6", "size": {"value": 16368, "unit": "MB"}},
+    }
+    doc = [entry] if shape == "list" else {"gpu_data": [entry]}
+    ident = amd.parse_amd_smi_static(json.dumps(doc))["0"]
+    assert ident.model == "AMD Radeon PRO W7700" and ident.power_limit_watts == 150.0
+    assert ident.memory_total_bytes == 16368 * MIB
+    only_max = {**entry, "limit": {"max_power": {"value": 190, "unit": "W"}, "socket_power": "N/A"}}
+    assert amd.parse_amd_smi_static(json.dumps([only_max]))["0"].power_limit_watts is None
+
+
+def test_static_garbled_cap_drops_the_cap_only() -> None:
+    doc = json.loads(fixture(STATIC_FIXTURE))
+    doc["gpu_data"][2]["limit"]["ppt0"]["socket_power_limit"] = {"value": "xxxxx", "unit": "W"}
+    doc["gpu_data"][3]["vram"]["size"] = {"value": 196592, "unit": "furlongs"}
+    samples = amd.parse_amd_smi_static_samples(json.dumps(doc))
+    s2, s3 = samples[2], samples[3]
+    assert s2.up and s2.power_limit_watts is None and s2.memory_total_bytes == 196592 * MIB
+    assert set(s2.unread) == {"power_limit_watts"}
+    assert s3.up and s3.memory_total_bytes is None and s3.power_limit_watts == 750.0
+    assert set(s3.unread) == {"memory_total_bytes"}
+    assert all(not s.unread for i, s in enumerate(samples) if i not in (2, 3))
+
+
+def test_static_and_metric_sniffers_tell_the_two_apart() -> None:
+    fmts = all_formats()
+    static, metric = fixture(STATIC_FIXTURE), fixture("amd-smi_metric_-p_json_rocm6.1.json")
+    assert {n for n, f in fmts.items() if f.sniff(static)} == {"amd-smi-static-json"}
+    assert {n for n, f in fmts.items() if f.sniff(metric)} == {"amd-smi-json"}
+
+
+@pytest.mark.slow
+def test_fake_amd_smi_static_fixture_and_metric_merge_on_a_live_node(tmp_path: Path) -> None:
+    """The CLI path as on a ROCm 7 node: `amd-smi static --json` prints the real 8x MI300X capture,
+    `amd-smi metric --json` a gpu_data document; each device gets model, memory total and power cap."""
+    metric = {
+        "gpu_data": [{"gpu": i, "power": {"socket_power": {"value": 120 + i, "unit": "W"}}} for i in range(8)]
+    }
+    (tmp_path / "metric.json").write_text(json.dumps(metric))
+    body = (
+        f'case "$1" in metric) cat {tmp_path}/metric.json;; '
+        f"static) cat {FIX / STATIC_FIXTURE};; *) exit 2;; esac"
+    )
+    backend = _cli_backend(tmp_path, body)
+    out = backend.sample()
+    assert [s.device.index for s in out] == [str(i) for i in range(8)]
+    assert all(s.device.model == "AMD Instinct MI300X OAM" for s in out)
+    assert all(s.memory_total_bytes == 196592 * MIB and s.power_limit_watts == 750.0 for s in out)
+    assert [s.power_watts for s in out] == [120.0 + i for i in range(8)]
+
+
+# ---------------------------------------------------------------------------------------------------
+# One spoiled value costs that value only
+
+
+def _leaves(doc: Any, path: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+    """Paths of every number-like leaf (a number, or a {"value", "unit"} pair's value)."""
+    if isinstance(doc, dict):
+        if "value" in doc and not isinstance(doc["value"], dict | list):
+            return [(*path, "value")]
+        return [p for k, v in doc.items() for p in _leaves(v, (*path, k))]
+    if isinstance(doc, list):
+        return [p for i, v in enumerate(doc) for p in _leaves(v, (*path, i))]
+    if (isinstance(doc, int | float) and not isinstance(doc, bool)) or (
+        isinstance(doc, str) and doc[:1].isdigit()
+    ):
+        return [path]
+    return []
+
+
+def _set(doc: Any, path: tuple[Any, ...], value: Any) -> Any:
+    doc = json.loads(json.dumps(doc))
+    node = doc
+    for k in path[:-1]:
+        node = node[k]
+    node[path[-1]] = value
+    return doc
+
+
+@pytest.mark.parametrize("spoil", ["xxxxx", "N/A", "-", "12 furlongs"])
+def test_each_spoiled_metric_value_costs_that_reading_only(spoil: str) -> None:
+    doc = [entry for entry in MI250X_METRIC if entry["gpu"] == 0]
+    (base,) = amd.parse_amd_smi_metric(json.dumps(doc))
+    paths = [p for p in _leaves(doc) if p[1] != "gpu"]
+    assert len(paths) > 10
+    for path in paths:
+        (got,) = amd.parse_amd_smi_metric(json.dumps(_set(doc, path, spoil)))
+        capture_expectations.assert_one_reading_lost(base, got, garbled=spoil not in ("N/A", "-"))
+
+
+@pytest.mark.parametrize("spoil", ["xxxxx", "N/A", "-"])
+def test_each_spoiled_rocm_smi_value_costs_that_reading_only(spoil: str) -> None:
+    doc = json.loads(fixture("rocm-smi_-a_json_mi210_rocm5_driver5.18.13.json"))
+    (base,) = amd.parse_rocm_smi_json(json.dumps(doc))
+    for key in doc["card0"]:
+        (got,) = amd.parse_rocm_smi_json(json.dumps(_set(doc, ("card0", key), spoil)))
+        if key in ("Unique ID", "Serial Number", "PCI Bus", "Card series"):
+            continue  # identity, not a reading
+        capture_expectations.assert_one_reading_lost(base, got, garbled=spoil == "xxxxx")
+
+
+@pytest.mark.parametrize("column", range(1, 17))
+@pytest.mark.parametrize("spoil", ["xxxxx MB", "N/A", "-"])
+def test_each_spoiled_monitor_cell_costs_that_reading_only(column: int, spoil: str) -> None:
+    text = fixture("amd-smi_monitor_-q_rocm6.2.txt")
+    (base,) = amd.parse_amd_smi_monitor(text)
+    lines = text.splitlines()
+    cells = re.split(r"(\s{2,})", lines[2].strip())  # cells and the gaps between them
+    cells[2 * column] = spoil
+    (got,) = amd.parse_amd_smi_monitor("\n".join([*lines[:2], "  " + "".join(cells), *lines[3:]]))
+    capture_expectations.assert_one_reading_lost(base, got, garbled=spoil == "xxxxx MB")

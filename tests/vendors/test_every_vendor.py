@@ -54,6 +54,46 @@ COMPLETE: dict[str, tuple[str, Expect]] = {
     ),
     # amd-smi metric -p --json: power only (socket_power 10 W).
     "amd/amd-smi_metric_-p_json_rocm6.1.json": ("amd", {(POWER, "0", ()): 10.0}),
+    # amd-smi static --json (ROCm 7 gpu_data): 8x MI300X, vram 196592 MB (= MiB), ppt0 socket cap 750 W.
+    "amd/amd-smi_static_json_8x-mi300x_rocm7.2.1_ppt0-limit.json": (
+        "amd",
+        {(TOTAL, "7", ()): 196592 * MIB, (LIMIT, "7", ()): 750.0, (LIMIT, "0", ()): 750.0},
+    ),
+    # rocm-smi -a --json (MI210, ROCm 5): edge 33 C, 41.0 W of a 300.0 W cap, GPU use 0 %.
+    "amd/rocm-smi_-a_json_mi210_rocm5_driver5.18.13.json": (
+        "amd",
+        {(TEMP, "0", CORE): 33.0, (POWER, "0", ()): 41.0, (LIMIT, "0", ()): 300.0, (UTIL, "0", ()): 0.0},
+    ),
+    # hy-smi (hyhal) HCU table: 8 HCUs, 43.0C / 131.0W / 800.0W on HCU 0, VRAM% 100 on HCU 3.
+    "hygon/hy-smi_8hcu_800W_mixed-vram_100pct.txt": (
+        "hygon",
+        {
+            (TEMP, "0", CORE): 43.0,
+            (POWER, "0", ()): 131.0,
+            (LIMIT, "0", ()): 800.0,
+            (catalog.MEMORY_USED_RATIO, "3", ()): 1.0,
+        },
+    ),
+    # hy-smi DTK 24.04 DCU header: 4 DCUs, DCU 3 at 138.0W, 49.0C.
+    "hygon/hy-smi_K100-AI_dtk24.04.1_4dcu_800W_dcu-header.txt": (
+        "hygon",
+        {(TEMP, "3", CORE): 49.0, (POWER, "3", ()): 138.0, (LIMIT, "3", ()): 800.0},
+    ),
+    # hy-smi HCU header without Dec%/Enc%: 2 HCUs, 400.0W cap.
+    "hygon/hy-smi_2hcu_400W_hcu-header_no-dec-enc.txt": (
+        "hygon",
+        {(TEMP, "1", CORE): 62.0, (POWER, "1", ()): 112.0, (LIMIT, "1", ()): 400.0},
+    ),
+    # hy-smi --json with hyhal's missing commas: card0 91.0 W, vram 64169 / 65520 MiB.
+    "hygon/hy-smi_json_BW_2hcu_dtk-hyhal_missing-commas.json": (
+        "hygon",
+        {(POWER, "0", ()): 91.0, (USED, "0", ()): 64169 * MIB, (TOTAL, "0", ()): 65520 * MIB},
+    ),
+    # hy-smi --showuse --showmeminfo vram text: used MiB per HCU, no capacity lines.
+    "hygon/hy-smi_showuse_showmeminfo_8hcu_used-only.txt": (
+        "hygon",
+        {(USED, "3", ()): 12058 * MIB, (USED, "7", ()): 5042 * MIB},
+    ),
     # Hygon DTK rocm-smi JSON: DCU use 0 %, vram 2 / 65520 MiB, edge 41 C, 80.0 W.
     "hygon/rocm-smi_json_hygon_dcu_dtk24.04.3.json": (
         "hygon",
@@ -365,6 +405,13 @@ CLAIMED_BY: dict[str, str | None] = {
     "amd/device-metrics-exporter_scrape_mi300x-vf_issue171_excerpt.prom": None,
     "hygon/rocm-smi_json_hygon_dcu_dtk24.04.3.json": "hy-smi-json",
     "hygon/rocm-smi_table_dcu_dtk23.10.1.txt": "hy-smi-table",
+    "amd/amd-smi_static_json_8x-mi300x_rocm7.2.1_ppt0-limit.json": "amd-smi-static-json",
+    "amd/rocm-smi_-a_json_mi210_rocm5_driver5.18.13.json": "rocm-smi-json",
+    "hygon/hy-smi_8hcu_800W_mixed-vram_100pct.txt": "hy-smi-table",
+    "hygon/hy-smi_K100-AI_dtk24.04.1_4dcu_800W_dcu-header.txt": "hy-smi-table",
+    "hygon/hy-smi_2hcu_400W_hcu-header_no-dec-enc.txt": "hy-smi-table",
+    "hygon/hy-smi_json_BW_2hcu_dtk-hyhal_missing-commas.json": "hy-smi-json",
+    "hygon/hy-smi_showuse_showmeminfo_8hcu_used-only.txt": "hy-smi-meminfo",
     "ascend/npu-smi_info_310P3_25.0.rc1.1_2chips_procs.txt": "npu-smi-info",
     "ascend/npu-smi_info_910B2C_23.0.3_no_procs.txt": "npu-smi-info",
     "ascend/npu-smi_info_910A_22.0.3.1_8npu.txt": "npu-smi-info",

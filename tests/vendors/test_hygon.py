@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import re
 import stat
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -13,6 +14,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.vendors import capture_expectations
 from vendors import amd, hygon
 from vendors.base import BackendError, DeviceSample, ParseError
 from vendors.command import SubprocessRunner
@@ -86,7 +88,10 @@ def test_hy_smi_style_keys() -> None:
     s0, s1 = hygon.parse_hygon_json(json.dumps(doc))
     assert s0.device.uuid == "0x5a3c21ffee019b77" and s0.device.pci_bus_id == "0000:3D:00.0"
     assert s0.utilization_ratio == 0.73
-    assert s0.memory_bandwidth_utilization_ratio == 0.18
+    # "DCU memory use (%)" is the share of VRAM allocated (hy-smi's VRAM%: 98 % for 64169 of 65520 MiB in
+    # the BW capture), not bus activity; without bytes it is the memory_used_ratio.
+    assert s0.memory_bandwidth_utilization_ratio is None
+    assert s0.memory_used_ratio == 0.18
     assert s0.temperatures_celsius == {"hotspot": 62.0}
     assert (s0.power_watts, s0.power_limit_watts) == (211.0, 350.0)
     assert s1.device.uuid == "pci-0000:40:00.0"
@@ -111,7 +116,6 @@ def test_sniffers_separate_hygon_from_amd() -> None:
         "",
         "garbage",
         '{"card0": "x", "DCU": 1}',
-        "DCU  Temp   AvgPwr\n0    30.0c\n",
         "DCU  Temp   AvgPwr  DCU%\nzero 30.0c 38.0W 0%\n",
         fixture(TABLE_FIXTURE)[:150],
         fixture(JSON_FIXTURE)[:200],
@@ -123,12 +127,15 @@ def test_bad_and_truncated_output_is_parse_error(raw: str) -> None:
 
 
 def test_truncated_table_keeps_complete_rows() -> None:
-    """A table cut after two rows (no closing rule) still gives those two DCUs; a cut mid-row does not."""
+    """A table cut after two rows (no closing rule) still gives those two DCUs; a row cut after its
+    temperature gives that reading, and the columns it lacks are unread (never a made-up value)."""
     lines = fixture(TABLE_FIXTURE).splitlines()
     two = "\n".join(lines[:5])
     assert [s.device.index for s in hygon.parse_hygon_table(two)] == ["0", "1"]
-    with pytest.raises(ParseError):
-        hygon.parse_hygon_table(two + "\n2    29.0c")
+    *_, cut = hygon.parse_hygon_table(two + "\n2    29.0c")
+    assert cut.up and cut.temperatures_celsius == {"core": 29.0}
+    assert cut.power_watts is None and cut.utilization_ratio is None
+    assert set(cut.unread) == {"power_watts", "power_limit_watts", "memory_used_ratio", "utilization_ratio"}
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -234,15 +241,28 @@ def _mutate(raw: str, data: st.DataObject) -> str:
     return raw[:i] + piece + raw[i + (1 if kind == "replace" else 0) :]
 
 
+HCU_TABLE = "hy-smi_8hcu_800W_mixed-vram_100pct.txt"
+DCU_TABLE = "hy-smi_K100-AI_dtk24.04.1_4dcu_800W_dcu-header.txt"
+BW_JSON = "hy-smi_json_BW_2hcu_dtk-hyhal_missing-commas.json"
+MEMINFO = "hy-smi_showuse_showmeminfo_8hcu_used-only.txt"
+
 TARGETS: list[tuple[str, Callable[[str], Sequence[DeviceSample]]]] = [
     (JSON_FIXTURE, hygon.parse_hygon_json),
     (TABLE_FIXTURE, hygon.parse_hygon_table),
     (JSON_FIXTURE, hygon.parse_hygon_output),
     (TABLE_FIXTURE, hygon.parse_hygon_output),
+    (HCU_TABLE, hygon.parse_hygon_table),
+    (DCU_TABLE, hygon.parse_hygon_table),
+    (BW_JSON, hygon.parse_hygon_json),
+    (MEMINFO, hygon.parse_hy_smi_meminfo_samples),
 ]
 
 
-@pytest.mark.parametrize(("name", "parse"), TARGETS, ids=["json", "table", "auto-json", "auto-table"])
+@pytest.mark.parametrize(
+    ("name", "parse"),
+    TARGETS,
+    ids=["json", "table", "auto-json", "auto-table", "hcu-table", "dcu-table", "hyhal-json", "meminfo"],
+)
 @settings(max_examples=200, deadline=None)
 @given(data=st.data())
 def test_fuzz_mutations_raise_only_parse_error(
@@ -309,3 +329,190 @@ def test_backend_trusts_its_own_tool_without_markers(tmp_path: Path) -> None:
     assert s.device.vendor == "hygon" and s.power_watts == 53.0
     with pytest.raises(ParseError):
         hygon.parse_hygon_json(amd_style.read_text())
+
+
+# ---------------------------------------------------------------------------------------------------
+# Every capture against its hand-written expectations (interim, until tests/vendors/test_corpus.py lands)
+
+
+def test_every_hygon_capture_has_expectations() -> None:
+    on_disk = {p.name for p in FIX.iterdir() if p.suffix not in (".source", ".yaml")}
+    assert on_disk == {p.name for p in capture_expectations.captures(FIX)}
+
+
+@pytest.mark.parametrize("capture", capture_expectations.captures(FIX), ids=lambda p: p.name)
+def test_capture_reads_as_expected(capture: Path) -> None:
+    assert capture_expectations.check(capture) > 0
+
+
+# ---------------------------------------------------------------------------------------------------
+# hyhal JSON repair, tables by header name, one spoiled cell, --showmeminfo vram
+
+
+def test_hyhal_json_is_repaired_not_guessed() -> None:
+    raw = fixture(BW_JSON)
+    with pytest.raises(json.JSONDecodeError):
+        json.loads(raw)  # the capture really is invalid JSON
+    s0, s1 = hygon.parse_hygon_json(raw)
+    # Values on both sides of each missing comma are read, the empty "" keys are dropped.
+    assert (s0.power_watts, s1.power_watts) == (91.0, 84.0)
+    assert s0.temperatures_celsius == {"core": 54.0, "hotspot": 57.0, "memory": 51.0}
+    assert s0.memory_used_bytes == 64169 * MIB and s0.memory_total_bytes == 65520 * MIB
+    # bytes are there, so the "HCU memory use (%)" share is not exported a second time
+    assert s0.memory_used_ratio is None and not s0.unread
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        '{"card0": {"HCU use (%)": "1.0" 2}}',  # a missing comma before a non-string: not the known defect
+        '{"card0": {"HCU use (%)": "1.0",, "x": "1"}}',
+        '{"card0" {"HCU use (%)": "1.0"}}',
+        '{"card0": {' + '"a" ' * 400 + "}}",  # more missing commas than any real output
+    ],
+)
+def test_hyhal_json_other_defects_are_parse_errors(raw: str) -> None:
+    with pytest.raises(ParseError):
+        hygon.parse_hygon_json(raw)
+
+
+def test_table_layouts_found_by_header_name() -> None:
+    hcu = hygon.parse_hygon_table(fixture(HCU_TABLE))
+    dcu = hygon.parse_hygon_table(fixture(DCU_TABLE))
+    assert [s.memory_used_ratio for s in hcu] == [0.98, 0.99, 0.98, 1.0, 0.0, 0.0, 0.0, 0.0]
+    assert hcu[3].power_watts == 133.0 and hcu[3].power_limit_watts == 800.0
+    assert dcu[3].temperatures_celsius == {"core": 49.0} and dcu[3].utilization_ratio == 0.0
+    # Upper-case TEMP, a leading banner and columns in another order read the same.
+    moved = (
+        "banner\nHCU   VRAM%   TEMP    PwrCap   AvgPwr   HCU%\n0     50%     41.0°C  400.0W   99.0W    3.5%\n"
+    )
+    (s,) = hygon.parse_hygon_table(moved)
+    assert (s.memory_used_ratio, s.temperatures_celsius, s.power_limit_watts) == (0.5, {"core": 41.0}, 400.0)
+    assert (s.power_watts, s.utilization_ratio) == (99.0, 0.035)
+
+
+@pytest.mark.parametrize("spoil", ["xxxxx", "xxxxx MiB", "N/A", "-", "12Q"])
+@pytest.mark.parametrize("name", [HCU_TABLE, DCU_TABLE, TABLE_FIXTURE])
+def test_each_spoiled_table_cell_costs_that_reading_only(name: str, spoil: str) -> None:
+    """The cell of DCU/HCU 2 in each column replaced where it stands (its column keeps its place)."""
+    if name == TABLE_FIXTURE and " " in spoil:
+        pytest.skip("DTK 23.10's 6-character columns hold no two-word cell")
+    lines = fixture(name).splitlines()
+    at = next(i for i, line in enumerate(lines) if line.split()[:1] == ["2"])
+    base = hygon.parse_hygon_table("\n".join(lines))
+    spans = [(m.start(), m.end()) for m in re.finditer(r"\S+", lines[at])]
+    for column in range(1, len(spans)):
+        start = spans[column][0]
+        stop = spans[column + 1][0] if column + 1 < len(spans) else start + len(spoil) + 1
+        line = lines[at]
+        spoiled = line[:start] + spoil.ljust(stop - start - 1) + " " + line[stop:]
+        got = hygon.parse_hygon_table("\n".join([*lines[:at], spoiled, *lines[at + 1 :]]))
+        assert [s.device.index for s in got] == [s.device.index for s in base]
+        assert [s for i, s in enumerate(got) if i != 2] == [s for i, s in enumerate(base) if i != 2]
+        capture_expectations.assert_one_reading_lost(base[2], got[2], garbled=spoil not in ("N/A", "-"))
+
+
+@pytest.mark.parametrize("spoil", ["xxxxx", "N/A", "-"])
+def test_each_spoiled_hyhal_json_value_costs_that_reading_only(spoil: str) -> None:
+    raw = fixture(BW_JSON)
+    base = hygon.parse_hygon_json(raw)
+    keys = re.findall(r'"([^"]+ \((?:W|C|%|MiB)\))": "[^"]*"', raw.split('"card1"')[0])
+    assert len(keys) >= 10
+    for key in keys:
+        spoiled = re.sub(rf'("{re.escape(key)}": )"[^"]*"', rf'\1"{spoil}"', raw, count=1)
+        got = hygon.parse_hygon_json(spoiled)
+        assert got[1] == base[1]
+        if key == "Temperature (Sensor edge) (C)" and spoil != "xxxxx":
+            # no edge reading at all: the core sensor is the core temperature (an unreadable edge is not)
+            assert got[0].temperatures_celsius["core"] == 51.0 and not got[0].unread
+            continue
+        capture_expectations.assert_one_reading_lost(base[0], got[0], garbled=spoil == "xxxxx")
+
+
+def test_meminfo_text_fills_bytes_and_drops_the_percentage() -> None:
+    table = hygon.parse_hygon_table(fixture(HCU_TABLE))
+    mem = hygon.parse_hy_smi_meminfo(fixture(MEMINFO))
+    assert mem["3"] == (12058 * MIB, None, {})
+    merged = hygon.merge_meminfo(table, mem)
+    # used bytes but no capacity line: the ratio stays (it is still the only share we have)
+    assert merged[3].memory_used_bytes == 12058 * MIB and merged[3].memory_used_ratio == 1.0
+    full = "HCU[3]\t\t: vram Total Memory (MiB): 65520\nHCU[3]\t\t: vram Total Used Memory (MiB): xxxxx\n"
+    (s3,) = [s for s in hygon.merge_meminfo(table, hygon.parse_hy_smi_meminfo(full)) if s.device.index == "3"]
+    assert s3.memory_total_bytes == 65520 * MIB and s3.memory_used_bytes is None
+    assert s3.memory_used_ratio == 1.0 and set(s3.unread) == {"memory_used_bytes"}
+    with pytest.raises(ParseError):
+        hygon.parse_hy_smi_meminfo("HCU[0] : HCU use (%): 1.0\n")
+
+
+def _meminfo_text(used: Sequence[int]) -> str:
+    """``hy-smi --showmeminfo vram`` text in the layout of the real captures (rule lines, "HCU[n]\\t\\t: ...");
+    the numbers are invented, each a plausible match for the table fixture's VRAM% column."""
+    rows = [
+        f"HCU[{i}]\t\t: vram Total Memory (MiB): 65520\nHCU[{i}]\t\t: vram Total Used Memory (MiB): {u}\n"
+        for i, u in enumerate(used)
+    ]
+    rule = "=" * 96
+    return f"{rule}\n{''.join(rows)}{rule}\n"
+
+
+MEM_USED = [64210, 64866, 64210, 65520, 3, 3, 3, 3]
+
+
+@pytest.mark.slow
+def test_fake_hy_smi_table_plus_showmeminfo_gives_bytes(tmp_path: Path) -> None:
+    """An hy-smi that ignores --json (prints its HCU table) is asked once more for --showmeminfo vram."""
+    calls = tmp_path / "calls"
+    (tmp_path / "mem.txt").write_text(_meminfo_text(MEM_USED))
+    body = (
+        f'echo "$*" >> {calls}\n'
+        f'if [ "$*" = "--showmeminfo vram" ]; then cat {tmp_path}/mem.txt; else cat {FIX / HCU_TABLE}; fi'
+    )
+    fake_tool(tmp_path, "hy-smi", body)
+    out = hygon.HygonBackend(_ctx(tmp_path)).sample()
+    assert [s.memory_used_bytes for s in out] == [u * MIB for u in MEM_USED]
+    assert all(s.memory_total_bytes == 65520 * MIB and s.memory_used_ratio is None for s in out)
+    assert out[0].power_watts == 131.0 and out[0].power_limit_watts == 800.0
+    assert calls.read_text().splitlines() == [" ".join(hygon.SMI_ARGS), "--showmeminfo vram"]
+
+
+@pytest.mark.slow
+def test_fake_hy_smi_refusing_showmeminfo_keeps_the_ratio_and_stops_asking(tmp_path: Path) -> None:
+    calls = tmp_path / "calls"
+    body = (
+        f'echo "$*" >> {calls}\n'
+        'if [ "$*" = "--showmeminfo vram" ]; then echo "unrecognized arguments" >&2; exit 2; fi\n'
+        f"cat {FIX / HCU_TABLE}"
+    )
+    fake_tool(tmp_path, "hy-smi", body)
+    backend = hygon.HygonBackend(_ctx(tmp_path))
+    for _ in range(2):
+        out = backend.sample()
+        assert [s.memory_used_ratio for s in out][:4] == [0.98, 0.99, 0.98, 1.0]
+        assert all(s.up and s.memory_used_bytes is None for s in out)
+    assert calls.read_text().splitlines().count("--showmeminfo vram") == 1
+
+
+@pytest.mark.slow
+def test_fake_hy_smi_hyhal_json_needs_no_extra_call(tmp_path: Path) -> None:
+    calls = tmp_path / "calls"
+    fake_tool(tmp_path, "hy-smi", f'echo "$*" >> {calls}\ncat {FIX / BW_JSON}')
+    s0, s1 = hygon.HygonBackend(_ctx(tmp_path)).sample()
+    assert s0.device.model == "BW" and s0.memory_used_bytes == 64169 * MIB and s1.power_watts == 84.0
+    assert calls.read_text().splitlines() == [" ".join(hygon.SMI_ARGS)]
+
+
+def test_amd_text_outputs_are_not_claimed_as_hygon() -> None:
+    fmts = all_formats()
+    amd_meminfo = (
+        "GPU[0]\t\t: VRAM Total Memory (B): 17163091968\nGPU[0]\t\t: VRAM Total Used Memory (B): 1\n"
+    )
+    # AMD rocm-smi's concise table (MI300X, ROCm/legacy-rocm-build#5231): "Device ... Temp ... VRAM% GPU%"
+    amd_table = (
+        "Device  Node  IDs              Temp        Power     Partitions          SCLK     MCLK    Fan  Perf  "
+        "PwrCap  VRAM%  GPU%\n0       1     0x74b5,   21947  39.0°C      191.0W    NPS1, SPX, 0        2105Mhz  "
+        "900Mhz  0%   auto  750.0W  95%    0%\n"
+    )
+    for text in (amd_meminfo, amd_table):
+        assert not fmts["hy-smi-meminfo"].sniff(text) and not fmts["hy-smi-table"].sniff(text)
+    # the backend, which ran a Hygon tool, still reads GPU[n] lines
+    assert hygon.parse_hy_smi_meminfo(amd_meminfo)["0"][1] == 17163091968
