@@ -60,10 +60,19 @@ class Notification:
     def resolved(self) -> tuple[Alert, ...]:
         return tuple(a for a in self.alerts if a.status == "resolved")
 
+    def episode(self) -> str:
+        """Which alert episodes this notification reports: a hash of the sorted (fingerprint, status,
+        startsAt) triples. A re-fire after a resolve has a new ``startsAt`` (Alertmanager starts a new alert),
+        so it is a new episode even with the same fingerprint; a retry of the same notification is not."""
+        triples = sorted(
+            f"{a.fingerprint}:{a.status}:{a.starts_at.isoformat() if a.starts_at else ''}"
+            for a in self.alerts
+        )
+        return hashlib.sha256(json.dumps(triples, separators=(",", ":")).encode()).hexdigest()
+
     def digest(self) -> str:
-        """Identity of this notification for deduplication: groupKey + sorted (fingerprint, status) pairs."""
-        pairs = sorted(f"{a.fingerprint}:{a.status}" for a in self.alerts)
-        raw = json.dumps([self.group_key, pairs], separators=(",", ":"))
+        """Identity of this notification for deduplication: groupKey + its episode (see ``episode``)."""
+        raw = json.dumps([self.group_key, self.episode()], separators=(",", ":"))
         return hashlib.sha256(raw.encode()).hexdigest()
 
 
@@ -73,7 +82,28 @@ def parse_body(body: bytes) -> Notification:
         doc = json.loads(body)
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise PayloadError(f"body is not JSON: {exc}") from None
+    if b"\\u" in body:  # only a \\uXXXX escape can smuggle a lone surrogate past the UTF-8 decoder
+        _check_unicode(doc, "body")
     return parse_payload(doc)
+
+
+def _check_unicode(node: Any, where: str) -> None:
+    """Raise PayloadError if a string holds a lone surrogate (JSON ``"\\ud800"``): it is not Unicode text,
+    no bot accepts it, and encoding it later would fail on every retry."""
+    if isinstance(node, str):
+        try:
+            node.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise PayloadError(
+                f"{where}: invalid Unicode: lone surrogate U+{ord(node[exc.start]):04X} at character {exc.start}"
+            ) from None
+    elif isinstance(node, dict):
+        for k, v in node.items():
+            _check_unicode(k, f"{where} key")
+            _check_unicode(v, f"{where}.{k}" if len(where) < 200 else where)
+    elif isinstance(node, list):
+        for i, v in enumerate(node):
+            _check_unicode(v, f"{where}[{i}]" if len(where) < 200 else where)
 
 
 def parse_payload(doc: Any) -> Notification:

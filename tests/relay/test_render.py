@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from alerts.relay import feishu, wecom
 from alerts.relay.config import ConfigError, parse_settings
-from alerts.relay.render import Templates, compile_templates, render
+from alerts.relay.render import Templates, compile_templates, neutralise, render
 from alerts.relay.server import check_settings
 from alerts.relay.webhook import parse_payload
 from tests.relay.fakebots import check_feishu, check_wecom
@@ -142,7 +142,7 @@ def test_template_override_and_startup_validation():
     assert "AcceleratorEccUncorrectable on node-0" in wecom_content(
         render(parse_payload(big_group(1)), s.channels["w"], wecom.BOT, "", t["w"])[0]
     )
-    with pytest.raises(ConfigError, match=r"channels.w.templates: line 1: unexpected end of template"):
+    with pytest.raises(ConfigError, match=r"channels.w.templates.alert: line 1: unexpected end of template"):
         check_settings(settings_of(channels(w={"templates": {"alert": "{{ alert.x "}})))
     with pytest.raises(ConfigError, match=r"channels.w.templates: sample 0: UndefinedError"):
         check_settings(settings_of(channels(w={"templates": {"alert": "{{ alert.nope }}"}})))
@@ -226,7 +226,9 @@ def test_hostile_text_survives_and_injects_nothing(labels, summary):
     assert content.count("<font") == 2  # the section header and the status marker
     assert len(LINK.findall(content)) == content.count("](") == 1  # only the silence link
     plain = content.translate(FULLWIDTH_BACK)
-    for value in [summary, *labels.values()]:
+    shown = [neutralise(v) for v in labels.values()]  # a newline in a label becomes a visible ␊
+    assert not any(c in v for v in shown for c in "\n\r")
+    for value in [summary, *shown]:
         assert value.strip() in plain
     raw = feishu.BOT.serialise(f.body, s.channels["f"], 1_700_000_000)
     assert json.loads(raw)["card"] == f.body["card"]
@@ -234,7 +236,7 @@ def test_hostile_text_survives_and_injects_nothing(labels, summary):
     lark = "\n".join(e["text"]["content"] for e in f.body["card"]["elements"] if e["tag"] == "div")
     assert lark.count("<at ") == 1 and "<at id=ou_1></at>" in lark
     assert len(LINK.findall(lark)) == lark.count("](") == 1
-    for value in [summary, *labels.values()]:
+    for value in [summary, *shown]:
         assert value.strip() in html.unescape(lark)
 
 
