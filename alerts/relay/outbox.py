@@ -197,14 +197,17 @@ class Outbox:
         # the writer's fsync, so they do not serialise incoming webhooks behind each commit.
         self._read_lock = threading.Lock()
         self._reader = sqlite3.connect(path, isolation_level=None, check_same_thread=False, timeout=30)
-        # Send times only have to survive a process restart (the longest bot window is a minute; a machine
-        # crash and reboot take longer), so they are written without fsync and never wait on one.
-        self._sends_lock = threading.Lock()
-        self._sends = sqlite3.connect(path, isolation_level=None, check_same_thread=False, timeout=30)
-        self._sends.execute("PRAGMA synchronous=NORMAL")
+        # The sender's writes (rendered messages, delivery marks, send times) use their own connection with
+        # synchronous=NORMAL: in WAL mode a commit then survives a killed process but not a power loss, and
+        # costs no fsync. Losing one to a power loss only repeats work (the notification itself was committed
+        # with FULL at ingest and is rendered again; an unmarked message is sent again: at-least-once), and
+        # send times matter only for a minute, shorter than any reboot. Ingest keeps the fsync it promises.
+        self._work_lock = threading.Lock()
+        self._work = sqlite3.connect(path, isolation_level=None, check_same_thread=False, timeout=30)
+        self._work.execute("PRAGMA synchronous=NORMAL")
 
     def _close_quietly(self) -> None:
-        for name in ("_reader", "_sends", "_db"):
+        for name in ("_reader", "_work", "_db"):
             conn = getattr(self, name, None)
             if conn is not None:
                 with contextlib.suppress(sqlite3.Error):
@@ -226,9 +229,9 @@ class Outbox:
         return target
 
     def close(self) -> None:
-        with self._lock, self._read_lock, self._sends_lock:
+        with self._lock, self._read_lock, self._work_lock:
             self._reader.close()
-            self._sends.close()
+            self._work.close()
             self._db.close()
 
     def enqueue(self, item: Incoming) -> Enqueued:
@@ -269,8 +272,8 @@ class Outbox:
 
     def unrendered(self, bot: str, limit: int = 64) -> list[Unrendered]:
         """The oldest notifications of ``bot`` still to be rendered, oldest first."""
-        with self._lock:
-            rows = self._db.execute(
+        with self._work_lock:
+            rows = self._work.execute(
                 "SELECT id, channel, episode, payload, received_at FROM notifications"
                 " WHERE bot = ? AND state = 'pending' ORDER BY id LIMIT ?",
                 (bot, limit),
@@ -289,8 +292,8 @@ class Outbox:
         is skipped; follow-ups (mentions) never are."""
         since = note.received_at - window
         stored = skipped = 0
-        with self._lock:
-            db = self._db
+        with self._work_lock:
+            db = self._work
             db.execute("BEGIN IMMEDIATE")
             try:
                 for part, parts, kind, body in messages:
@@ -326,8 +329,8 @@ class Outbox:
 
     def next_pending(self, bot: str) -> Pending | None:
         """The oldest pending message of ``bot`` (FIFO keeps firing before resolved), or None."""
-        with self._lock:
-            row = self._db.execute(
+        with self._work_lock:
+            row = self._work.execute(
                 "SELECT id, channel, body, attempts, enqueued_at, next_attempt_at, part, parts FROM messages"
                 " WHERE bot = ? AND state = 'pending' ORDER BY id LIMIT 1",
                 (bot,),
@@ -341,6 +344,14 @@ class Outbox:
         with self._read_lock:
             row = self._reader.execute(
                 "SELECT COUNT(*) FROM messages WHERE bot = ? AND state = 'pending'", (bot,)
+            )
+            return int(row.fetchone()[0])
+
+    def unrendered_count(self, bot: str) -> int:
+        """Notifications of ``bot`` stored but not rendered yet."""
+        with self._read_lock:
+            row = self._reader.execute(
+                "SELECT COUNT(*) FROM notifications WHERE bot = ? AND state = 'pending'", (bot,)
             )
             return int(row.fetchone()[0])
 
@@ -364,31 +375,31 @@ class Outbox:
 
     def record_send(self, bot: str, at: float) -> int:
         """Write down a send to ``bot`` at ``at`` (Unix seconds) before it goes out; returns its id."""
-        with self._sends_lock:
-            cur = self._sends.execute("INSERT INTO sends (bot, at) VALUES (?, ?)", (bot, at))
+        with self._work_lock:
+            cur = self._work.execute("INSERT INTO sends (bot, at) VALUES (?, ?)", (bot, at))
             return int(cur.lastrowid or 0)
 
     def settle_send(self, send_id: int, at: float) -> None:
         """Correct a recorded send to the time its answer arrived."""
-        with self._sends_lock:
-            self._sends.execute("UPDATE sends SET at = ? WHERE id = ?", (at, send_id))
+        with self._work_lock:
+            self._work.execute("UPDATE sends SET at = ? WHERE id = ?", (at, send_id))
 
     def sends_since(self, bot: str, since: float) -> list[float]:
         """Send times of ``bot`` at or after ``since``, oldest first: what a restart seeds its limiter with."""
-        with self._sends_lock:
-            rows = self._sends.execute(
+        with self._work_lock:
+            rows = self._work.execute(
                 "SELECT at FROM sends WHERE bot = ? AND at >= ? ORDER BY at", (bot, since)
             ).fetchall()
         return [float(r[0]) for r in rows]
 
     def rebind(self, channel: str, bot: str) -> int:
         """Point the channel's pending messages and notifications at ``bot`` (its webhook URL changed)."""
-        with self._lock:
-            n = self._db.execute(
+        with self._work_lock:
+            n = self._work.execute(
                 "UPDATE messages SET bot = ? WHERE channel = ? AND state = 'pending' AND bot != ?",
                 (bot, channel, bot),
             ).rowcount
-            n += self._db.execute(
+            n += self._work.execute(
                 "UPDATE notifications SET bot = ? WHERE channel = ? AND state = 'pending' AND bot != ?",
                 (bot, channel, bot),
             ).rowcount
@@ -396,10 +407,10 @@ class Outbox:
 
     def pending_bots(self) -> list[tuple[str, str]]:
         """(bot, channel) pairs with pending messages or notifications: what a restart must resume."""
-        with self._lock:
+        with self._work_lock:
             return [
                 (r[0], r[1])
-                for r in self._db.execute(
+                for r in self._work.execute(
                     "SELECT DISTINCT bot, channel FROM messages WHERE state='pending' UNION"
                     " SELECT DISTINCT bot, channel FROM notifications WHERE state='pending'"
                 )
@@ -429,28 +440,28 @@ class Outbox:
         if channel is not None:
             query += " WHERE channel = ?"
             args = (channel,)
-        with self._lock:
-            rows = self._db.execute(query + " ORDER BY id", args).fetchall()
+        with self._work_lock:
+            rows = self._work.execute(query + " ORDER BY id", args).fetchall()
         keys = ("id", "channel", "part", "parts", "kind", "state", "attempts", "code", "reason", "body")
         return [dict(zip(keys, r, strict=True)) for r in rows]
 
     def prune(self, before: float, sends_before: float | None = None) -> int:
         """Forget finished messages and notifications older than ``before``, and send times older than
         ``sends_before`` (the sender passes an hour ago: no bot window is longer); returns rows removed."""
-        with self._lock:
-            n = self._db.execute(
+        with self._work_lock:
+            n = self._work.execute(
                 "DELETE FROM messages WHERE state != 'pending' AND done_at < ?", (before,)
             ).rowcount
-            n += self._db.execute(
+            n += self._work.execute(
                 "DELETE FROM notifications WHERE received_at < ? AND state != 'pending' AND id NOT IN"
                 " (SELECT notification_id FROM messages)",
                 (before,),
             ).rowcount
         if sends_before is not None:
-            with self._sends_lock:
-                n += self._sends.execute("DELETE FROM sends WHERE at < ?", (sends_before,)).rowcount
+            with self._work_lock:
+                n += self._work.execute("DELETE FROM sends WHERE at < ?", (sends_before,)).rowcount
         return n
 
     def _update(self, sql: str, args: tuple[Any, ...]) -> None:
-        with self._lock:
-            self._db.execute(sql, args)
+        with self._work_lock:
+            self._work.execute(sql, args)

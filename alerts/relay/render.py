@@ -154,11 +154,16 @@ def _compile(bot: Bot, channel: Channel, sources: Mapping[str, str], fallback: b
             return ""
         return value if isinstance(value, Raw) else escape(str(value))
 
-    markup_env = jinja2.sandbox.SandboxedEnvironment(
+    # Operators' override templates run in jinja2's sandbox; the built-in ones are our code and skip its
+    # per-attribute checks (a third of rendering time). Same undefined/finalize rules for both.
+    env_class = (
+        jinja2.Environment if fallback or not channel.templates else jinja2.sandbox.SandboxedEnvironment
+    )
+    markup_env = env_class(
         undefined=jinja2.StrictUndefined, finalize=finalize, autoescape=False, keep_trailing_newline=False
     )
     markup_env.globals["link"] = lambda text, url: Raw(safe_link(bot.markup, str(text), str(url or "")))
-    text_env = jinja2.sandbox.SandboxedEnvironment(undefined=jinja2.StrictUndefined, autoescape=False)
+    text_env = env_class(undefined=jinja2.StrictUndefined, autoescape=False)
 
     def build(env: jinja2.Environment, key: str) -> jinja2.Template:
         try:
@@ -190,7 +195,17 @@ def silence_url(base: str, labels: Mapping[str, str]) -> str:
     if not base:
         return ""
     matchers = ",".join(f'{k}="{_matcher_value(v)}"' for k, v in sorted(labels.items()))
-    return f"{base.rstrip('/')}/#/silences/new?filter={quote('{' + matchers + '}', safe='')}"
+    return f"{base.rstrip('/')}/#/silences/new?filter={_quote('{' + matchers + '}')}"
+
+
+# quote(s, safe="") for ASCII text in one str.translate (urllib's per-character loop was a fifth of rendering).
+_QUOTE_ASCII = {
+    c: f"%{c:02X}" for c in range(128) if not (chr(c).isascii() and (chr(c).isalnum() or chr(c) in "_.-~"))
+}
+
+
+def _quote(text: str) -> str:
+    return text.translate(_QUOTE_ASCII) if text.isascii() else quote(text, safe="")
 
 
 def format_time(when: datetime | None, tz: ZoneInfo) -> str:
@@ -377,8 +392,10 @@ def validate(bot: Bot, channel: Channel, samples: Sequence[dict[str, Any]], am_u
                 parse_payload(doc), channel, bot, am_url or "http://alertmanager.invalid", templates
             )
         except Exception as exc:
+            origins = channel.template_origins
+            where = ",".join(f"template_files.{k} ({v})" for k, v in origins.items()) or "templates"
             raise ConfigError(
-                f"channels.{channel.name}.templates: sample {i}: {type(exc).__name__}: {exc}"
+                f"channels.{channel.name}.{where}: sample {i}: {type(exc).__name__}: {exc}"
             ) from None
         for m in messages:
             if m.kind == "part" and not bot.fits(m.body):

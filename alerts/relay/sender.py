@@ -135,11 +135,10 @@ class Sender:
         pause = 1.0
         while True:
             try:
-                if self._dirty.get(bid):
-                    self._dirty[bid] = False
-                    await self._render_pending(bid)
                 msg = await asyncio.to_thread(self._outbox.next_pending, bid)
                 if msg is None:
+                    if self._dirty.get(bid) and await self._render_next(bid):
+                        continue
                     wake.clear()
                     if self._dirty.get(bid):
                         continue
@@ -147,6 +146,9 @@ class Sender:
                     continue
                 wait = max(msg.next_attempt_at - self._wall(), limiter.delay(self._clock()))
                 if wait > 0:
+                    # Waiting for the bot's window: render what arrived meanwhile instead of idling.
+                    if self._dirty.get(bid) and await self._render_next(bid):
+                        continue
                     await self._sleep(wait)
                     continue
                 await self._deliver(msg, limiter, bid)
@@ -164,12 +166,17 @@ class Sender:
                 log.exception("sender loop for bot %s", bid)
                 await self._sleep(1.0)
 
-    async def _render_pending(self, bid: str) -> None:
-        """Render every stored notification of ``bid`` into messages, oldest first (FIFO is kept: messages
-        get ids in rendering order)."""
-        while notes := await asyncio.to_thread(self._outbox.unrendered, bid):
-            for note in notes:
-                await asyncio.to_thread(self._render_one, bid, note)
+    async def _render_next(self, bid: str) -> bool:
+        """Render the oldest stored notification of ``bid`` into messages; False if there was none. Rendering
+        is lazy (when the bot has nothing to send, or while it waits for its window) and in arrival order, so
+        messages get ids in FIFO order and ingest never renders."""
+        self._dirty[bid] = False  # cleared before looking, so a notify() during the look is not lost
+        notes = await asyncio.to_thread(self._outbox.unrendered, bid, 1)
+        if not notes:
+            return False
+        self._dirty[bid] = True  # there may be more
+        await asyncio.to_thread(self._render_one, bid, notes[0])
+        return True
 
     def _render_one(self, bid: str, note: Unrendered) -> None:
         """Blocking: render one notification and store its messages (or record why it cannot be)."""
@@ -182,17 +189,21 @@ class Sender:
         stats = RenderStats()
         try:
             notification = parse_body(note.payload)
-            budget = part_budget(channel, bot, self._outbox.pending_count(bid))
+            # Backlog: queued messages plus the other notifications waiting (each needs at least one message).
+            backlog = self._outbox.pending_count(bid) + max(0, self._outbox.unrendered_count(bid) - 1)
+            budget = part_budget(channel, bot, backlog)
             templates = self._templates.get(channel.name) or compile_templates(bot, channel)
             messages = render(notification, channel, bot, self._am_url, templates, stats, budget)
+            result = self._outbox.store_rendered(
+                note, bid, [(m.part, m.parts, m.kind, m.body) for m in messages], self._dedup_window
+            )
+        except sqlite3.Error:
+            raise  # the outbox, not this notification: the loop pauses and tries again
         except Exception as exc:  # PayloadError (an old row) or a bug even the built-in templates hit
             log.exception("channel %s: rendering notification %d failed", channel.name, note.id)
             self._outbox.fail_notification(note.id, f"render failed: {type(exc).__name__}: {exc}"[:500])
             self._metrics.failed.labels(channel.name, "render_failed").inc()
             return
-        result = self._outbox.store_rendered(
-            note, bid, [(m.part, m.parts, m.kind, m.body) for m in messages], self._dedup_window
-        )
         if stats.fallbacks:
             self._metrics.fallbacks.labels(channel.name).inc(stats.fallbacks)
         if stats.summarised:

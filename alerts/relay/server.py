@@ -204,12 +204,13 @@ async def _receive(request: web.Request) -> web.Response:
     except PayloadError as exc:
         metrics.rejected.labels("malformed").inc()
         return _error(400, str(exc))
+    episode = notification.episode()
     incoming = Incoming(
         channel=name,
         bot=bot_id(channel),
         group_key=notification.group_key,
-        digest=notification.digest(),
-        episode=notification.episode(),
+        digest=notification.digest(episode),
+        episode=episode,
         alerts=len(notification.alerts),
         payload=bytes(body),
         now=relay.wall(),

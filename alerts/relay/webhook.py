@@ -18,6 +18,9 @@ Status = Literal["firing", "resolved"]
 SUPPORTED_VERSIONS = ("4", "3")
 _ZERO_TIME_YEAR = 1  # Go's zero time "0001-01-01T00:00:00Z": Alertmanager sets it as endsAt of firing alerts
 _FRACTION = re.compile(r"(\.\d{6})\d+")
+# Any surrogate escape (\\uD800-\\uDFFF): only then can a lone surrogate be in the document, and only then is
+# every string checked (a valid pair, e.g. an emoji, passes that check).
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
 
 
 class PayloadError(ValueError):
@@ -70,9 +73,9 @@ class Notification:
         )
         return hashlib.sha256(json.dumps(triples, separators=(",", ":")).encode()).hexdigest()
 
-    def digest(self) -> str:
+    def digest(self, episode: str | None = None) -> str:
         """Identity of this notification for deduplication: groupKey + its episode (see ``episode``)."""
-        raw = json.dumps([self.group_key, self.episode()], separators=(",", ":"))
+        raw = json.dumps([self.group_key, episode or self.episode()], separators=(",", ":"))
         return hashlib.sha256(raw.encode()).hexdigest()
 
 
@@ -82,8 +85,11 @@ def parse_body(body: bytes) -> Notification:
         doc = json.loads(body)
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise PayloadError(f"body is not JSON: {exc}") from None
-    if b"\\u" in body:  # only a \\uXXXX escape can smuggle a lone surrogate past the UTF-8 decoder
-        _check_unicode(doc, "body")
+    if _SURROGATE_ESCAPE.search(body):
+        try:
+            json.dumps(doc, ensure_ascii=False).encode("utf-8")  # fast path: a valid pair (an emoji)
+        except UnicodeEncodeError:
+            _check_unicode(doc, "body")  # says where
     return parse_payload(doc)
 
 
@@ -144,12 +150,22 @@ def parse_payload(doc: Any) -> Notification:
     )
 
 
+_TIMES: dict[str, datetime] = {}
+
+
 def parse_time(value: str, where: str) -> datetime | None:
     """RFC 3339 (nanosecond fractions allowed) -> aware datetime; Go's zero time -> None."""
+    if value.startswith("0001-01-01T00:00:00"):  # Go's zero time, on every firing alert
+        return None
     try:
-        parsed = datetime.fromisoformat(_FRACTION.sub(r"\1", value.replace("Z", "+00:00")))
+        parsed = _TIMES.get(value) or datetime.fromisoformat(
+            _FRACTION.sub(r"\1", value.replace("Z", "+00:00"))
+        )
     except ValueError:
         raise PayloadError(f"{where}: not an RFC 3339 time: {value!r}") from None
+    if len(_TIMES) > 4096:  # the alerts of one group share startsAt values; keep the cache small
+        _TIMES.clear()
+    _TIMES[value] = parsed
     if parsed.tzinfo is None:
         parsed = parsed.replace(tzinfo=UTC)
     return None if parsed.year == _ZERO_TIME_YEAR else parsed
@@ -193,8 +209,9 @@ def _str(value: Any, where: str) -> str:
 def _str_map(value: Any, where: str) -> dict[str, str]:
     if value is None:
         value = {}
-    if not isinstance(value, dict) or not all(
-        isinstance(k, str) and isinstance(v, str) for k, v in value.items()
-    ):
+    if not isinstance(value, dict):
         raise PayloadError(f"{where} must be an object of string values")
-    return dict(value)
+    for k, v in value.items():
+        if type(k) is not str or type(v) is not str:
+            raise PayloadError(f"{where} must be an object of string values")
+    return value
