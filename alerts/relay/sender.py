@@ -225,11 +225,18 @@ class Sender:
         send_id = await asyncio.to_thread(self._outbox.record_send, bid, now + self._timeout)
         outcome = await self._post(bot, channel, bot.url(channel, now), bot.serialise(msg.body, channel, now))
         limiter.record(self._clock())
-        await asyncio.to_thread(self._outbox.settle_send, send_id, self._wall())
+        answered = self._wall()
         if outcome.result == "ok":
-            await asyncio.to_thread(self._outbox.mark_delivered, msg.id, self._wall())
+
+            def settle_and_mark() -> None:  # one thread hop for both writes
+                self._outbox.settle_send(send_id, answered)
+                self._outbox.mark_delivered(msg.id, answered)
+
+            await asyncio.to_thread(settle_and_mark)
             self._metrics.delivered.labels(channel.name).inc()
-        elif outcome.result == "permanent":
+            return
+        await asyncio.to_thread(self._outbox.settle_send, send_id, answered)
+        if outcome.result == "permanent":
             await self._fail(msg, outcome.code, outcome.reason)
         else:
             if outcome.result == "rate_limited":
