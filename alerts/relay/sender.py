@@ -133,9 +133,14 @@ class Sender:
         limiter = self._limiters.get(bid) or SlidingWindowLimiter(())
         wake = self._wake[bid]
         pause = 1.0
+        known: Pending | None = None
+        fresh = (
+            False  # ``known`` is the oldest pending message already: skip one outbox read (and thread hop)
+        )
         while True:
             try:
-                msg = await asyncio.to_thread(self._outbox.next_pending, bid)
+                msg = known if fresh else await asyncio.to_thread(self._outbox.next_pending, bid)
+                fresh = False
                 if msg is None:
                     if self._dirty.get(bid) and await self._render_next(bid):
                         continue
@@ -150,8 +155,9 @@ class Sender:
                     if self._dirty.get(bid) and await self._render_next(bid):
                         continue
                     await self._sleep(wait)
+                    known, fresh = msg, True  # still the oldest: only this loop changes the bot's messages
                     continue
-                await self._deliver(msg, limiter, bid)
+                fresh, known = await self._deliver(msg, limiter, bid)
                 pause = 1.0
             except asyncio.CancelledError:
                 raise
@@ -210,15 +216,19 @@ class Sender:
             self._metrics.summarised.labels(channel.name).inc(stats.summarised)
         self._metrics.enqueued.labels(channel.name).inc(result.stored)
 
-    async def _deliver(self, msg: Pending, limiter: SlidingWindowLimiter, bid: str) -> None:
+    async def _deliver(
+        self, msg: Pending, limiter: SlidingWindowLimiter, bid: str
+    ) -> tuple[bool, Pending | None]:
+        """Send one message and record the outcome. Returns (True, the next pending message) when it read
+        that in the same thread hop as the delivery mark, else (False, None)."""
         channel = self._channels.get(msg.channel)
         now = self._wall()
         if channel is None:
             await self._fail(msg, "channel_removed", "channel no longer configured")
-            return
+            return False, None
         if now - msg.enqueued_at > self._max_age:
             await self._fail(msg, "expired", f"undelivered after {self._max_age:.0f}s")
-            return
+            return False, None
         bot = self._bots[channel.type]
         # Written before the request goes out, at the latest time the bot can count it (the request timeout
         # from now); corrected to the answer's arrival. A relay killed mid-request still counts it on restart.
@@ -228,13 +238,14 @@ class Sender:
         answered = self._wall()
         if outcome.result == "ok":
 
-            def settle_and_mark() -> None:  # one thread hop for both writes
+            def settle_mark_and_read() -> Pending | None:  # one thread hop for the writes and the next read
                 self._outbox.settle_send(send_id, answered)
                 self._outbox.mark_delivered(msg.id, answered)
+                return self._outbox.next_pending(bid)
 
-            await asyncio.to_thread(settle_and_mark)
+            following = await asyncio.to_thread(settle_mark_and_read)
             self._metrics.delivered.labels(channel.name).inc()
-            return
+            return True, following
         await asyncio.to_thread(self._outbox.settle_send, send_id, answered)
         if outcome.result == "permanent":
             await self._fail(msg, outcome.code, outcome.reason)
@@ -253,6 +264,7 @@ class Sender:
             await asyncio.to_thread(
                 self._outbox.mark_retry, msg.id, self._wall() + delay, outcome.code, outcome.reason
             )
+        return False, None
 
     async def _post(self, bot: Bot, channel: Channel, url: str, data: bytes) -> Outcome:
         assert self._session is not None
