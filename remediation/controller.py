@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections import deque
-from collections.abc import Callable, Iterable
-from datetime import datetime
+from collections import Counter, deque
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from datetime import datetime, timedelta
 
 import aiohttp
 
@@ -75,6 +75,9 @@ class Controller:
         self.view = FleetView(0, frozenset(), None)
         self.lock = asyncio.Lock()
         self._refusal_events: dict[tuple[str, str], datetime] = {}
+        # Dry run: nodes it said it would disrupt (node -> when), counted by the cap like real ones, so a
+        # dry run reports what the cap would allow instead of "would drain" for every alert of a storm.
+        self._dry_disrupted: dict[str, datetime] = {}
         self.ctx = Context(kube, settings, session, hub, self.report)
 
     @property
@@ -117,10 +120,22 @@ class Controller:
         self.telemetry.disrupted.set(len(self.view.disrupted))
         return nodes
 
+    def _guard_view(self, now: datetime) -> FleetView:
+        """The view the guard judges by: in dry run, plus the nodes the dry run would have disrupted within
+        the cooldown (the time a real drain would at least keep them)."""
+        if not self.settings.guard.dry_run or not self._dry_disrupted:
+            return self.view
+        horizon = now - timedelta(seconds=self.settings.guard.cooldown_seconds)
+        self._dry_disrupted = {n: t for n, t in self._dry_disrupted.items() if t > horizon}
+        v = self.view
+        return FleetView(v.nodes_total, v.disrupted | frozenset(self._dry_disrupted), v.observed_at)
+
     # -- alerts -----------------------------------------------------------------------------------
     async def handle(self, alerts: list[Alert]) -> list[dict[str, str]]:
         """Handle one webhook's alerts in order; returns a summary per alert. Raises ``NotLeader`` or
-        ``Unavailable`` (nothing acted on after that point; Alertmanager resends the whole group)."""
+        ``Unavailable`` (nothing acted on after that point; Alertmanager resends the whole group). In dry
+        run, a webhook of several alerts also gets one line (audit, log, notice) of what the cap allows:
+        "would drain 3; 97 held by the cap"."""
         out = []
         async with self.lock:
             for alert in alerts:
@@ -130,6 +145,17 @@ class Controller:
                     self.telemetry.refusals.labels("not_leader").inc()
                     raise NotLeader()
                 out.append(await self._handle_one(alert, now))
+            summary = dry_run_summary(out) if self.settings.guard.dry_run and len(out) > 1 else ""
+            if summary:
+                now = self.clock()
+                log.info("dry run: %s", summary)
+                self.audit.write(now, "summary", mode="dry-run", detail=summary)
+                await send(
+                    self.session,
+                    self.settings.notify_url,
+                    payload({}, f"[dry-run] {summary}", summary, now),
+                    token=self.settings.notify_token,
+                )
         return out
 
     async def _state(self, action: str, t: Target | None) -> TargetState:
@@ -165,7 +191,13 @@ class Controller:
             # In a storm most alerts hit the cap; the guard can tell that without reading the object
             # (a node with running work is in view.disrupted, so an unread state could only allow more).
             early = guard.check(
-                probe, alert, TargetState(), self.view, tuple(self.history), now, self.settings.guard
+                probe,
+                alert,
+                TargetState(),
+                self._guard_view(now),
+                tuple(self.history),
+                now,
+                self.settings.guard,
             )
             if early.reason == "cap":
                 self.telemetry.decisions.labels(probe.action, probe.step).inc()
@@ -185,7 +217,7 @@ class Controller:
             except KubeError as exc:
                 self.telemetry.errors.labels("apiserver").inc()
                 raise Unavailable(str(exc)) from None
-        v = guard.check(d, alert, state, self.view, tuple(self.history), now, self.settings.guard)
+        v = guard.check(d, alert, state, self._guard_view(now), tuple(self.history), now, self.settings.guard)
         self._audit_decision(alert, d, v, now)
         if not v.allowed:
             return await self._refuse(d, v, now)
@@ -236,6 +268,9 @@ class Controller:
 
     async def _refuse(self, d: Decision, v: Verdict, now: datetime) -> dict[str, str]:
         assert v.reason is not None
+        detail = v.detail
+        if v.reason == "cap" and v.mode == "dry-run":
+            detail = f"would be held by the cap: {detail} (the dry run counts the nodes it would disrupt)"
         self.telemetry.refusals.labels(v.reason).inc()
         # One Event per target and reason per cooldown: duplicates are Alertmanager's repeats, and a
         # storm of refused alerts must not turn into a storm of Events on the API server.
@@ -249,7 +284,7 @@ class Controller:
                 await self.kube.emit_event(
                     ref,
                     "RemediationRefused",
-                    f"{d.action} {d.step} refused ({v.reason}): {v.detail}",
+                    f"{d.action} {d.step} refused ({v.reason}): {detail}",
                     now,
                     "Warning",
                 )
@@ -260,7 +295,7 @@ class Controller:
             "action": d.action,
             "step": d.step,
             "refused": v.reason,
-            "detail": v.detail,
+            "detail": detail,
         }
 
     async def _dry_run(self, d: Decision, now: datetime) -> dict[str, str]:
@@ -268,6 +303,8 @@ class Controller:
         if d.action == "resize" and d.step == "recommend":
             out = await resize.recommend(self.ctx, d, now, dry_run=True)
             detail = f"would recommend: {out.detail}"
+        elif d.action == "drain" and d.step in ("start", "extend") and d.target:
+            detail = f"{detail}; {await drain.preview(self.ctx, d, now)}"
         elif d.action == "reclaim" and d.step == "notify" and d.target:
             # Reads only: say whether the notebook's own activity would let the reclaim go ahead.
             try:
@@ -298,6 +335,8 @@ class Controller:
         self.history.append(
             HistoryEntry(d.alert_key, d.action, d.step, d.target.key if d.target else "", now, "dry-run")
         )
+        if d.disrupts_node and d.target:
+            self._dry_disrupted[d.target.node] = now
         return {
             "alert": d.alert_key,
             "action": d.action,
@@ -424,3 +463,21 @@ def _ref(t: Target) -> ObjectRef:
     if t.kind == "notebook":
         return ObjectRef("Notebook", t.name, t.namespace, api_version="kubeflow.org/v1")
     return ObjectRef("Pod", t.name, t.namespace)
+
+
+def dry_run_summary(results: Sequence[Mapping[str, str]]) -> str:
+    """What a dry run of one webhook would have done, per action: "would drain 3; 97 held by the cap"
+    ("" when it would start nothing and nothing was held). Pure: ``results`` are ``handle``'s entries."""
+    would = Counter(
+        r["action"]
+        for r in results
+        if r.get("result") == "dry-run" and r.get("step") in guard.INITIATING_STEPS
+    )
+    held = Counter(r["action"] for r in results if r.get("refused") == "cap")
+    parts = []
+    for action in sorted(set(would) | set(held)):
+        text = f"would {action} {would[action]}"
+        if held[action]:
+            text += f"; {held[action]} held by the cap"
+        parts.append(text)
+    return "; ".join(parts)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from alerts.relay import feishu, wecom
+from alerts.relay import dingtalk, feishu, wecom
 from alerts.relay.render import Bot
 
-BOTS: dict[str, Bot] = {wecom.BOT.type: wecom.BOT, feishu.BOT.type: feishu.BOT}
+BOTS: dict[str, Bot] = {b.type: b for b in (wecom.BOT, feishu.BOT, dingtalk.BOT)}

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -13,7 +13,8 @@ import yaml
 
 DEFAULT_LISTEN = ":9852"  # contract: relay default port 9852
 DEFAULT_TIMEZONE = "Asia/Shanghai"
-CHANNEL_TYPES = ("wecom", "feishu")
+CHANNEL_TYPES = ("wecom", "feishu", "dingtalk")
+SIGNED_TYPES = ("feishu", "dingtalk")  # bots with a signing secret and a custom-keyword setting
 
 
 class ConfigError(ValueError):
@@ -35,6 +36,8 @@ class Mentions:
     WeCom: ``users`` (userids, ``<@userid>`` in markdown), ``mobiles`` (follow-up text message with
     ``mentioned_mobile_list``), ``all`` (follow-up text with ``mentioned_list: ["@all"]``).
     Feishu: ``open_ids``/``user_ids`` (``<at id=...></at>``), ``all`` (``<at id=all></at>``).
+    DingTalk: ``mobiles`` (``at.atMobiles`` plus ``@mobile`` in the text), ``all`` (``at.isAtAll``).
+    ``severities``: mention only when a firing alert has one of these ``severity`` labels (empty = any).
     """
 
     users: tuple[str, ...] = ()
@@ -42,10 +45,18 @@ class Mentions:
     open_ids: tuple[str, ...] = ()
     user_ids: tuple[str, ...] = ()
     all: bool = False
+    severities: tuple[str, ...] = ()
 
     @property
     def empty(self) -> bool:
         return not (self.users or self.mobiles or self.open_ids or self.user_ids or self.all)
+
+    def wanted(self, firing_severities: Iterable[str]) -> bool:
+        """Whether a notification whose firing alerts have these severities mentions anyone."""
+        if self.empty:
+            return False
+        sev = list(firing_severities)
+        return bool(sev) and (not self.severities or any(s in self.severities for s in sev))
 
 
 @dataclass(frozen=True)
@@ -53,13 +64,14 @@ class Channel:
     """One destination group bot. ``webhook_url`` and ``secret`` hold the resolved secret values."""
 
     name: str
-    type: str  # wecom | feishu
+    type: str  # wecom | feishu | dingtalk
     webhook_url: str
-    secret: str = ""  # Feishu signing secret; empty = unsigned
-    keyword: str = ""  # Feishu "custom keyword" security setting: added to every message
+    secret: str = ""  # Feishu/DingTalk signing secret; empty = unsigned
+    keyword: str = ""  # Feishu/DingTalk "custom keyword" security setting: added to every message
     mentions: Mentions = field(default_factory=Mentions)
     timezone: str = DEFAULT_TIMEZONE
-    templates: Mapping[str, str] = field(default_factory=dict)  # overrides: title, alert
+    templates: Mapping[str, str] = field(default_factory=dict)  # overrides: title, alert (source text)
+    template_origins: Mapping[str, str] = field(default_factory=dict)  # name -> file it came from
     max_parts: int = 5  # parts per notification; alerts beyond are summarised ("N more alerts")
     rate_limits: tuple[RateLimit, ...] = ()  # () = the bot type's documented limits
 
@@ -124,10 +136,11 @@ _CHANNEL_KEYS = {
     "mentions",
     "timezone",
     "templates",
+    "template_files",
     "max_parts",
     "rate_limits",
 }
-_MENTION_KEYS = {"users", "mobiles", "open_ids", "user_ids", "all", "emails"}
+_MENTION_KEYS = {"users", "mobiles", "open_ids", "user_ids", "all", "emails", "severities"}
 _TEMPLATE_KEYS = {"title", "alert"}
 
 
@@ -186,8 +199,8 @@ def _channel(name: str, doc: Any, base: Path, env: Mapping[str, str]) -> Channel
     if not url.startswith(("http://", "https://")):
         raise ConfigError(f"{where}: webhook URL must start with http:// or https://")
     secret = _secret(doc, "secret", base, env, where, required=False)
-    if secret and kind != "feishu":
-        raise ConfigError(f"{where}: a signing secret only applies to feishu bots")
+    if secret and kind not in SIGNED_TYPES:
+        raise ConfigError(f"{where}: a signing secret only applies to {' and '.join(SIGNED_TYPES)} bots")
     tz = str(doc.get("timezone", DEFAULT_TIMEZONE))
     try:
         ZoneInfo(tz)
@@ -197,9 +210,22 @@ def _channel(name: str, doc: Any, base: Path, env: Mapping[str, str]) -> Channel
     if not isinstance(templates, dict) or not all(isinstance(v, str) for v in templates.values()):
         raise ConfigError(f"{where}.templates must map template names to strings")
     _no_unknown(templates, _TEMPLATE_KEYS, f"{where}.templates")
+    templates, origins = dict(templates), {}
+    files = doc.get("template_files", {}) or {}
+    _no_unknown(files, _TEMPLATE_KEYS, f"{where}.template_files")
+    for tname, fname in files.items():
+        if tname in templates:
+            raise ConfigError(f"{where}: give templates.{tname} or template_files.{tname}, not both")
+        tpath = Path(str(fname))
+        tpath = tpath if tpath.is_absolute() else base / tpath
+        try:
+            templates[tname] = tpath.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise ConfigError(f"{where}.template_files.{tname}: cannot read {tpath}: {exc}") from None
+        origins[tname] = str(tpath)
     keyword = str(doc.get("keyword", ""))
-    if keyword and kind != "feishu":
-        raise ConfigError(f"{where}.keyword only applies to feishu bots")
+    if keyword and kind not in SIGNED_TYPES:
+        raise ConfigError(f"{where}.keyword only applies to {' and '.join(SIGNED_TYPES)} bots")
     limits = tuple(
         _rate_limit(r, f"{where}.rate_limits[{i}]") for i, r in enumerate(doc.get("rate_limits", []))
     )
@@ -214,7 +240,8 @@ def _channel(name: str, doc: Any, base: Path, env: Mapping[str, str]) -> Channel
         keyword=keyword,
         mentions=_mentions(doc.get("mentions", {}) or {}, f"{where}.mentions"),
         timezone=tz,
-        templates=dict(templates),
+        templates=templates,
+        template_origins=origins,
         max_parts=max_parts,
         rate_limits=limits,
     )
@@ -243,6 +270,7 @@ def _mentions(doc: Any, where: str) -> Mentions:
         open_ids=ids("open_ids"),
         user_ids=ids("user_ids"),
         all=bool(doc.get("all", False)),
+        severities=ids("severities"),
     )
 
 

@@ -57,10 +57,9 @@ TITLE_TEMPLATE = (
 )
 ALERT_TEMPLATE = """\
 **{{ alert.alertname }}**{% if alert.severity %} · {{ alert.severity }}{% endif %}{% if alert.status == "resolved" %} · resolved{% endif %}
-{% if alert.summary %}{{ alert.summary }}
-{% endif %}{% if alert.identity %}**device**: {{ alert.identity }}
+{% for name, text in alert.annotation_list %}{% if name not in ("summary", "description") %}**{{ name }}**: {% endif %}{{ text }}
+{% endfor %}{% if alert.identity %}**device**: {{ alert.identity }}
 {% endif %}{% if alert.extra_labels %}**labels**: {{ alert.extra_labels }}
-{% endif %}{% if alert.value or alert.description %}**value**: {{ alert.value or alert.description }}
 {% endif %}**started**: {{ alert.starts_at }}{% if alert.ends_at %}  **ended**: {{ alert.ends_at }}{% endif %}
 {% if alert.runbook_url or alert.silence_url %}{% if alert.runbook_url %}{{ link("runbook", alert.runbook_url) }} {% endif %}{{ link("silence", alert.silence_url) }}{% endif %}"""
 
@@ -100,6 +99,9 @@ class FeishuBot:
         for uid in m.user_ids:
             if not _USER_ID.match(uid):
                 raise ConfigError(f"channels.{channel.name}.mentions.user_ids: {uid!r} is not a user_id")
+
+    def url(self, channel: Channel, now: float) -> str:
+        return channel.webhook_url
 
     def assemble(self, layout: Layout, channel: Channel) -> dict[str, Any]:
         elements: list[dict[str, Any]] = []
@@ -154,8 +156,10 @@ class FeishuBot:
             return Outcome("retry", "bad_response", payload[:200].decode(errors="replace"))
         if code == 0:
             return Outcome("ok", "0", msg)
-        if code == CODE_FREQUENCY_LIMITED or (code == CODE_BAD_REQUEST and "too many" in msg.lower()):
-            return Outcome("rate_limited", str(code), msg)
+        if code == CODE_BAD_REQUEST and "too many" in msg.lower():
+            return Outcome("rate_limited", str(code), msg, window=0)  # the 5/s window (nightingale#1437)
+        if code == CODE_FREQUENCY_LIMITED:
+            return Outcome("rate_limited", str(code), msg, window=1)  # the 100/min window
         if code == 19021:
             msg += " (check the signing secret and the relay host's clock: Feishu accepts +-1 h)"
         return Outcome("permanent", str(code), msg)

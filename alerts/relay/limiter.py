@@ -25,6 +25,15 @@ class SlidingWindowLimiter:
     def longest_window(self) -> float:
         return self._longest
 
+    def window(self, index: int | None) -> float:
+        """Length of the ``index``-th window, shortest first (clamped); the longest for None."""
+        spans = sorted(lim.per_seconds for lim in self._limits)
+        if not spans:
+            return 0.0
+        if index is None:
+            return spans[-1]
+        return spans[max(0, min(index, len(spans) - 1))]
+
     def delay(self, now: float) -> float:
         """Seconds to wait before the next send is allowed (0.0 = send now)."""
         wait = max(0.0, self._blocked_until - now)

@@ -24,6 +24,7 @@ REJECTED = "xpuwatch_relay_requests_rejected_total"
 FALLBACKS = "xpuwatch_relay_render_fallbacks_total"
 SUMMARISED = "xpuwatch_relay_alerts_summarised_total"
 QUEUE_DEPTH = "xpuwatch_relay_queue_depth"
+OUTBOX_ERRORS = "xpuwatch_relay_outbox_errors_total"
 OLDEST_AGE = "xpuwatch_relay_oldest_pending_age_seconds"
 OUTBOX_UP = "xpuwatch_relay_outbox_up"
 
@@ -53,7 +54,7 @@ class RelayMetrics:
         self.delivered = counter(DELIVERED, "Messages the bot accepted (errcode/code 0).", ("channel",))
         self.failed = counter(
             FAILED,
-            "Messages given up, by reason (bot code, http_<status>, expired, channel_removed).",
+            "Messages given up, by reason (bot code, http_<status>, expired, channel_removed, render_failed).",
             ("channel", "reason"),
         )
         self.retries = counter(
@@ -74,6 +75,11 @@ class RelayMetrics:
         )
         self.summarised = counter(
             SUMMARISED, "Alerts summarised as 'N more alerts' instead of listed.", ("channel",)
+        )
+        self.outbox_errors = Counter(
+            OUTBOX_ERRORS.removesuffix("_total"),
+            "Outbox reads or writes that failed in the sender (disk full, corrupt pages, I/O errors).",
+            registry=r,
         )
 
     def prime(self, channels: Iterable[str]) -> None:

@@ -12,8 +12,12 @@ Result = Literal["ok", "retry", "rate_limited", "permanent"]
 class Outcome:
     """``result``: ok (delivered), retry (5xx, timeout, busy: back off), rate_limited (wait out the bot's
     window), permanent (bad key, signature, keyword, invalid mention: recorded, never retried).
-    ``code`` is the bot's code (``errcode``/``code``) or ``http_<status>``/``timeout``/``connect``."""
+    ``code`` is the bot's code (``errcode``/``code``) or ``http_<status>``/``timeout``/``connect``.
+    ``window``: for rate_limited, the index (in the bot's documented limits, shortest window first) of the
+    window the bot says was exceeded, so the sender waits that window and not a longer one; None = unknown
+    (wait the longest)."""
 
     result: Result
     code: str
     reason: str = ""
+    window: int | None = None

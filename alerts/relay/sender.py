@@ -1,11 +1,13 @@
-"""Delivery workers: one per bot, taking the oldest pending outbox message, sending it under the bot's rate
-limits, and recording delivered / retry-later / permanently failed. Clocks and sleep are injected."""
+"""Delivery workers: one per bot, rendering stored notifications into messages (once each), taking the oldest
+pending message, sending it under the bot's rate limits (send times kept in the outbox, so a restart honours
+them), and recording delivered / retry-later / permanently failed. Clocks and sleep are injected."""
 
 from __future__ import annotations
 
 import asyncio
 import hashlib
 import logging
+import sqlite3
 import time
 from collections.abc import Awaitable, Callable, Mapping
 
@@ -14,9 +16,10 @@ import aiohttp
 from alerts.relay.config import Channel, Retry
 from alerts.relay.limiter import SlidingWindowLimiter
 from alerts.relay.metrics import RelayMetrics
-from alerts.relay.outbox import Outbox, Pending
+from alerts.relay.outbox import Outbox, Pending, Unrendered
 from alerts.relay.outcome import Outcome
-from alerts.relay.render import Bot
+from alerts.relay.render import Bot, RenderStats, Templates, compile_templates, part_budget, render
+from alerts.relay.webhook import parse_body
 
 log = logging.getLogger(__name__)
 Sleep = Callable[[float], Awaitable[None]]
@@ -47,8 +50,15 @@ class Sender:
         clock: Callable[[], float] = time.monotonic,
         wall: Callable[[], float] = time.time,
         sleep: Sleep = asyncio.sleep,
+        templates: Mapping[str, Templates] | None = None,
+        alertmanager_url: str = "",
+        dedup_window: float = 600.0,
     ) -> None:
         self._outbox = outbox
+        self._templates = dict(templates or {})
+        self._am_url = alertmanager_url
+        self._dedup_window = dedup_window
+        self._dirty: dict[str, bool] = {}
         self._channels = dict(channels)
         self._bots = bots
         self._metrics = metrics
@@ -77,17 +87,27 @@ class Sender:
         bots = set(self._limiters)
         for bid, _channel in await asyncio.to_thread(self._outbox.pending_bots):
             bots.add(bid)  # pending for a bot no longer configured: its loop records channel_removed
+        await asyncio.to_thread(self._seed_limiters)
         for bid in sorted(bots):
+            self._dirty[bid] = True
             self._wake[bid] = asyncio.Event()
             self._wake[bid].set()
             self._tasks.append(asyncio.create_task(self._loop(bid), name=f"relay-sender-{bid}"))
         self._tasks.append(asyncio.create_task(self._prune(), name="relay-outbox-prune"))
 
+    def _seed_limiters(self) -> None:
+        """Count the sends of the last window that a previous run recorded (times converted to the clock)."""
+        clock_now, wall_now = self._clock(), self._wall()
+        for bid, limiter in self._limiters.items():
+            for at in self._outbox.sends_since(bid, wall_now - limiter.longest_window):
+                limiter.record(clock_now - (wall_now - at))
+
     async def _prune(self) -> None:
         """Hourly: forget finished messages older than the retention (7 days, or twice the delivery age)."""
         while True:
             try:
-                removed = await asyncio.to_thread(self._outbox.prune, self._wall() - self._retention)
+                now = self._wall()
+                removed = await asyncio.to_thread(self._outbox.prune, now - self._retention, now - 3600.0)
                 if removed:
                     log.info("outbox: pruned %d finished rows", removed)
             except Exception:
@@ -103,71 +123,154 @@ class Sender:
             await self._session.close()
 
     def notify(self, bid: str) -> None:
-        """New messages were stored for ``bid``."""
+        """A new notification was stored for ``bid``."""
         event = self._wake.get(bid)
         if event is not None:
+            self._dirty[bid] = True
             event.set()
 
     async def _loop(self, bid: str) -> None:
         limiter = self._limiters.get(bid) or SlidingWindowLimiter(())
         wake = self._wake[bid]
+        pause = 1.0
+        known: Pending | None = None
+        fresh = (
+            False  # ``known`` is the oldest pending message already: skip one outbox read (and thread hop)
+        )
         while True:
             try:
-                msg = await asyncio.to_thread(self._outbox.next_pending, bid)
+                msg = known if fresh else await asyncio.to_thread(self._outbox.next_pending, bid)
+                fresh = False
                 if msg is None:
-                    wake.clear()
-                    msg = await asyncio.to_thread(self._outbox.next_pending, bid)
-                    if msg is None:
-                        await wake.wait()
+                    if self._dirty.get(bid) and await self._render_next(bid):
                         continue
+                    wake.clear()
+                    if self._dirty.get(bid):
+                        continue
+                    await wake.wait()
+                    continue
                 wait = max(msg.next_attempt_at - self._wall(), limiter.delay(self._clock()))
                 if wait > 0:
+                    # Waiting for the bot's window: render what arrived meanwhile instead of idling.
+                    if self._dirty.get(bid) and await self._render_next(bid):
+                        continue
                     await self._sleep(wait)
+                    known, fresh = msg, True  # still the oldest: only this loop changes the bot's messages
                     continue
-                await self._deliver(msg, limiter)
+                fresh, known = await self._deliver(msg, limiter, bid)
+                pause = 1.0
             except asyncio.CancelledError:
                 raise
-            except Exception:  # a broken outbox or bug must not kill the loop silently: log, pause, go on
+            except (
+                sqlite3.Error
+            ) as exc:  # disk full, corrupt page: one clear line, growing pause, no traceback
+                log.error("bot %s: outbox unusable (%s); retrying in %.0fs", bid, exc, pause)
+                self._metrics.outbox_errors.inc()
+                await asyncio.sleep(pause)
+                pause = min(60.0, pause * 2)
+            except Exception:  # a bug must not kill the loop silently: log, pause, go on
                 log.exception("sender loop for bot %s", bid)
                 await self._sleep(1.0)
 
-    async def _deliver(self, msg: Pending, limiter: SlidingWindowLimiter) -> None:
+    async def _render_next(self, bid: str) -> bool:
+        """Render the oldest stored notification of ``bid`` into messages; False if there was none. Rendering
+        is lazy (when the bot has nothing to send, or while it waits for its window) and in arrival order, so
+        messages get ids in FIFO order and ingest never renders."""
+        self._dirty[bid] = False  # cleared before looking, so a notify() during the look is not lost
+        notes = await asyncio.to_thread(self._outbox.unrendered, bid, 1)
+        if not notes:
+            return False
+        self._dirty[bid] = True  # there may be more
+        await asyncio.to_thread(self._render_one, bid, notes[0])
+        return True
+
+    def _render_one(self, bid: str, note: Unrendered) -> None:
+        """Blocking: render one notification and store its messages (or record why it cannot be)."""
+        channel = self._channels.get(note.channel)
+        if channel is None:
+            self._outbox.fail_notification(note.id, "channel no longer configured")
+            self._metrics.failed.labels(note.channel, "channel_removed").inc()
+            return
+        bot = self._bots[channel.type]
+        stats = RenderStats()
+        try:
+            notification = parse_body(note.payload)
+            # Backlog: queued messages plus the other notifications waiting (each needs at least one message).
+            backlog = self._outbox.pending_count(bid) + max(0, self._outbox.unrendered_count(bid) - 1)
+            budget = part_budget(channel, bot, backlog)
+            templates = self._templates.get(channel.name) or compile_templates(bot, channel)
+            messages = render(notification, channel, bot, self._am_url, templates, stats, budget)
+            result = self._outbox.store_rendered(
+                note, bid, [(m.part, m.parts, m.kind, m.body) for m in messages], self._dedup_window
+            )
+        except sqlite3.Error:
+            raise  # the outbox, not this notification: the loop pauses and tries again
+        except Exception as exc:  # PayloadError (an old row) or a bug even the built-in templates hit
+            log.exception("channel %s: rendering notification %d failed", channel.name, note.id)
+            self._outbox.fail_notification(note.id, f"render failed: {type(exc).__name__}: {exc}"[:500])
+            self._metrics.failed.labels(channel.name, "render_failed").inc()
+            return
+        if stats.fallbacks:
+            self._metrics.fallbacks.labels(channel.name).inc(stats.fallbacks)
+        if stats.summarised:
+            self._metrics.summarised.labels(channel.name).inc(stats.summarised)
+        self._metrics.enqueued.labels(channel.name).inc(result.stored)
+
+    async def _deliver(
+        self, msg: Pending, limiter: SlidingWindowLimiter, bid: str
+    ) -> tuple[bool, Pending | None]:
+        """Send one message and record the outcome. Returns (True, the next pending message) when it read
+        that in the same thread hop as the delivery mark, else (False, None)."""
         channel = self._channels.get(msg.channel)
         now = self._wall()
         if channel is None:
             await self._fail(msg, "channel_removed", "channel no longer configured")
-            return
+            return False, None
         if now - msg.enqueued_at > self._max_age:
             await self._fail(msg, "expired", f"undelivered after {self._max_age:.0f}s")
-            return
+            return False, None
         bot = self._bots[channel.type]
-        outcome = await self._post(bot, channel, bot.serialise(msg.body, channel, now))
+        # Written before the request goes out, at the latest time the bot can count it (the request timeout
+        # from now); corrected to the answer's arrival. A relay killed mid-request still counts it on restart.
+        send_id = await asyncio.to_thread(self._outbox.record_send, bid, now + self._timeout)
+        outcome = await self._post(bot, channel, bot.url(channel, now), bot.serialise(msg.body, channel, now))
         limiter.record(self._clock())
+        answered = self._wall()
         if outcome.result == "ok":
-            await asyncio.to_thread(self._outbox.mark_delivered, msg.id, self._wall())
+
+            def settle_mark_and_read() -> Pending | None:  # one thread hop for the writes and the next read
+                self._outbox.settle_send(send_id, answered)
+                self._outbox.mark_delivered(msg.id, answered)
+                return self._outbox.next_pending(bid)
+
+            following = await asyncio.to_thread(settle_mark_and_read)
             self._metrics.delivered.labels(channel.name).inc()
-        elif outcome.result == "permanent":
+            return True, following
+        await asyncio.to_thread(self._outbox.settle_send, send_id, answered)
+        if outcome.result == "permanent":
             await self._fail(msg, outcome.code, outcome.reason)
         else:
             if outcome.result == "rate_limited":
-                # The bot counts differently than we do (other senders, clock skew): wait a full window.
-                limiter.block(self._clock() + limiter.longest_window)
-                delay = 0.0
+                # The bot counts differently than we do (other senders, clock skew): wait out the window it
+                # says was hit (Feishu 9499 = the 5/s one, 11232 = 100/min), kept in the outbox for restarts.
+                delay = limiter.window(outcome.window)
+                limiter.block(self._clock() + delay)
             else:
                 delay = backoff(msg.attempts + 1, self._retry)
             self._metrics.retries.labels(channel.name, outcome.code).inc()
             log.warning(
-                "channel %s: %s (%s), retry in %.1fs", channel.name, outcome.code, outcome.reason, delay
+                "channel %s: %s (%s), retry in %.2fs", channel.name, outcome.code, outcome.reason, delay
             )
             await asyncio.to_thread(
                 self._outbox.mark_retry, msg.id, self._wall() + delay, outcome.code, outcome.reason
             )
+        return False, None
 
-    async def _post(self, bot: Bot, channel: Channel, data: bytes) -> Outcome:
+    async def _post(self, bot: Bot, channel: Channel, url: str, data: bytes) -> Outcome:
         assert self._session is not None
         try:
             async with self._session.post(
-                channel.webhook_url, data=data, headers={"Content-Type": "application/json; charset=utf-8"}
+                url, data=data, headers={"Content-Type": "application/json; charset=utf-8"}
             ) as resp:
                 return bot.classify(resp.status, await resp.read())
         except TimeoutError:

@@ -1,5 +1,6 @@
 """HTTP edge: aiohttp app receiving Alertmanager webhooks on POST /alertmanager/{channel}, plus /metrics,
-/healthz and /readyz. A notification is answered 200 only once its messages are committed to the outbox."""
+/healthz and /readyz. A notification is validated, then answered 200 only once it is committed to the outbox;
+the sender renders it into messages at delivery time (ingest does no templating)."""
 
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ from alerts.relay.bots import BOTS
 from alerts.relay.config import Auth, ConfigError, Settings
 from alerts.relay.metrics import OutboxCollector, RelayMetrics
 from alerts.relay.outbox import Enqueued, Incoming, Outbox
-from alerts.relay.render import Bot, RenderStats, Templates, compile_templates, part_budget, render, validate
+from alerts.relay.render import Bot, Templates, compile_templates, validate
 from alerts.relay.samples import SAMPLES
 from alerts.relay.sender import Sender, bot_id
 from alerts.relay.webhook import PayloadError, parse_body
@@ -109,7 +110,7 @@ def build_relay(
     templates = check_settings(settings, bots)
     try:
         outbox = Outbox(settings.outbox)
-    except sqlite3.Error as exc:
+    except (sqlite3.Error, OSError) as exc:
         raise ConfigError(f"outbox {settings.outbox}: {exc}") from None
     metrics = RelayMetrics()
     metrics.prime(settings.channels)
@@ -125,6 +126,9 @@ def build_relay(
         clock=clock,
         wall=wall,
         sleep=sleep,  # type: ignore[arg-type]
+        templates=templates,
+        alertmanager_url=settings.alertmanager_url,
+        dedup_window=settings.dedup_window_seconds,
     )
     return Relay(settings, outbox, metrics, sender, templates, bots, wall)
 
@@ -200,32 +204,15 @@ async def _receive(request: web.Request) -> web.Response:
     except PayloadError as exc:
         metrics.rejected.labels("malformed").inc()
         return _error(400, str(exc))
-    bot = relay.bots[channel.type]
-    bid = bot_id(channel)
-    stats = RenderStats()
-    try:
-        backlog = await asyncio.to_thread(relay.outbox.pending_count, bid)
-    except sqlite3.Error as exc:
-        metrics.rejected.labels("store_failed").inc()
-        return _error(503, f"could not store the notification: {exc}")
-    budget = part_budget(channel, bot, backlog)
-    try:
-        messages = render(
-            notification, channel, bot, settings.alertmanager_url, relay.templates[name], stats, budget
-        )
-    except Exception:  # even the built-in templates failed: a bug; 500 makes Alertmanager retry, not drop
-        log.exception("channel %s: rendering failed for group %s", name, notification.group_key)
-        metrics.rejected.labels("render_failed").inc()
-        return _error(500, "rendering failed; see the relay log")
-    if stats.fallbacks:
-        metrics.fallbacks.labels(name).inc(stats.fallbacks)
+    episode = notification.episode()
     incoming = Incoming(
         channel=name,
-        bot=bid,
+        bot=bot_id(channel),
         group_key=notification.group_key,
-        digest=notification.digest(),
+        digest=notification.digest(episode),
+        episode=episode,
         alerts=len(notification.alerts),
-        messages=tuple((m.part, m.parts, m.kind, m.body) for m in messages),
+        payload=bytes(body),
         now=relay.wall(),
         window=settings.dedup_window_seconds,
     )
@@ -234,17 +221,14 @@ async def _receive(request: web.Request) -> web.Response:
     except (sqlite3.Error, OSError) as exc:
         metrics.rejected.labels("store_failed").inc()
         log.error("outbox write failed, answering 503 so Alertmanager retries: %s", exc)
-        return _error(503, f"could not store the notification: {exc}")
+        return _error(503, f"could not store the notification in the outbox: {exc}")
     if result.duplicate:
         metrics.deduplicated.labels(name).inc()
         return web.json_response({"status": "duplicate", "stored": 0})
     metrics.received.labels(name).inc()
     metrics.alerts_received.labels(name).inc(len(notification.alerts))
-    metrics.enqueued.labels(name).inc(result.stored)
-    if stats.summarised:
-        metrics.summarised.labels(name).inc(stats.summarised)
-    relay.sender.notify(bid)
-    return web.json_response({"status": "queued", "stored": result.stored, "skipped": result.skipped})
+    relay.sender.notify(incoming.bot)
+    return web.json_response({"status": "queued", "stored": 1})
 
 
 async def _metrics(request: web.Request) -> web.Response:

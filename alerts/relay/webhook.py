@@ -18,6 +18,9 @@ Status = Literal["firing", "resolved"]
 SUPPORTED_VERSIONS = ("4", "3")
 _ZERO_TIME_YEAR = 1  # Go's zero time "0001-01-01T00:00:00Z": Alertmanager sets it as endsAt of firing alerts
 _FRACTION = re.compile(r"(\.\d{6})\d+")
+# Any surrogate escape (\\uD800-\\uDFFF): only then can a lone surrogate be in the document, and only then is
+# every string checked (a valid pair, e.g. an emoji, passes that check).
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
 
 
 class PayloadError(ValueError):
@@ -60,10 +63,19 @@ class Notification:
     def resolved(self) -> tuple[Alert, ...]:
         return tuple(a for a in self.alerts if a.status == "resolved")
 
-    def digest(self) -> str:
-        """Identity of this notification for deduplication: groupKey + sorted (fingerprint, status) pairs."""
-        pairs = sorted(f"{a.fingerprint}:{a.status}" for a in self.alerts)
-        raw = json.dumps([self.group_key, pairs], separators=(",", ":"))
+    def episode(self) -> str:
+        """Which alert episodes this notification reports: a hash of the sorted (fingerprint, status,
+        startsAt) triples. A re-fire after a resolve has a new ``startsAt`` (Alertmanager starts a new alert),
+        so it is a new episode even with the same fingerprint; a retry of the same notification is not."""
+        triples = sorted(
+            f"{a.fingerprint}:{a.status}:{a.starts_at.isoformat() if a.starts_at else ''}"
+            for a in self.alerts
+        )
+        return hashlib.sha256(json.dumps(triples, separators=(",", ":")).encode()).hexdigest()
+
+    def digest(self, episode: str | None = None) -> str:
+        """Identity of this notification for deduplication: groupKey + its episode (see ``episode``)."""
+        raw = json.dumps([self.group_key, episode or self.episode()], separators=(",", ":"))
         return hashlib.sha256(raw.encode()).hexdigest()
 
 
@@ -73,7 +85,31 @@ def parse_body(body: bytes) -> Notification:
         doc = json.loads(body)
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise PayloadError(f"body is not JSON: {exc}") from None
+    if _SURROGATE_ESCAPE.search(body):
+        try:
+            json.dumps(doc, ensure_ascii=False).encode("utf-8")  # fast path: a valid pair (an emoji)
+        except UnicodeEncodeError:
+            _check_unicode(doc, "body")  # says where
     return parse_payload(doc)
+
+
+def _check_unicode(node: Any, where: str) -> None:
+    """Raise PayloadError if a string holds a lone surrogate (JSON ``"\\ud800"``): it is not Unicode text,
+    no bot accepts it, and encoding it later would fail on every retry."""
+    if isinstance(node, str):
+        try:
+            node.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise PayloadError(
+                f"{where}: invalid Unicode: lone surrogate U+{ord(node[exc.start]):04X} at character {exc.start}"
+            ) from None
+    elif isinstance(node, dict):
+        for k, v in node.items():
+            _check_unicode(k, f"{where} key")
+            _check_unicode(v, f"{where}.{k}" if len(where) < 200 else where)
+    elif isinstance(node, list):
+        for i, v in enumerate(node):
+            _check_unicode(v, f"{where}[{i}]" if len(where) < 200 else where)
 
 
 def parse_payload(doc: Any) -> Notification:
@@ -114,12 +150,22 @@ def parse_payload(doc: Any) -> Notification:
     )
 
 
+_TIMES: dict[str, datetime] = {}
+
+
 def parse_time(value: str, where: str) -> datetime | None:
     """RFC 3339 (nanosecond fractions allowed) -> aware datetime; Go's zero time -> None."""
+    if value.startswith("0001-01-01T00:00:00"):  # Go's zero time, on every firing alert
+        return None
     try:
-        parsed = datetime.fromisoformat(_FRACTION.sub(r"\1", value.replace("Z", "+00:00")))
+        parsed = _TIMES.get(value) or datetime.fromisoformat(
+            _FRACTION.sub(r"\1", value.replace("Z", "+00:00"))
+        )
     except ValueError:
         raise PayloadError(f"{where}: not an RFC 3339 time: {value!r}") from None
+    if len(_TIMES) > 4096:  # the alerts of one group share startsAt values; keep the cache small
+        _TIMES.clear()
+    _TIMES[value] = parsed
     if parsed.tzinfo is None:
         parsed = parsed.replace(tzinfo=UTC)
     return None if parsed.year == _ZERO_TIME_YEAR else parsed
@@ -163,8 +209,9 @@ def _str(value: Any, where: str) -> str:
 def _str_map(value: Any, where: str) -> dict[str, str]:
     if value is None:
         value = {}
-    if not isinstance(value, dict) or not all(
-        isinstance(k, str) and isinstance(v, str) for k, v in value.items()
-    ):
+    if not isinstance(value, dict):
         raise PayloadError(f"{where} must be an object of string values")
-    return dict(value)
+    for k, v in value.items():
+        if type(k) is not str or type(v) is not str:
+            raise PayloadError(f"{where} must be an object of string values")
+    return value

@@ -56,10 +56,9 @@ TITLE_TEMPLATE = (
 )
 ALERT_TEMPLATE = """\
 {% if alert.status == "firing" %}<font color="warning">FIRING</font>{% else %}<font color="info">RESOLVED</font>{% endif %} **{{ alert.alertname }}**{% if alert.severity %} {{ alert.severity }}{% endif %}
-{% if alert.summary %}> {{ alert.summary }}
-{% endif %}{% if alert.identity %}> device: {{ alert.identity }}
+{% for name, text in alert.annotation_list %}> {% if name not in ("summary", "description") %}{{ name }}: {% endif %}{{ text }}
+{% endfor %}{% if alert.identity %}> device: {{ alert.identity }}
 {% endif %}{% if alert.extra_labels %}> labels: {{ alert.extra_labels }}
-{% endif %}{% if alert.value or alert.description %}> value: {{ alert.value or alert.description }}
 {% endif %}> started: {{ alert.starts_at }}{% if alert.ends_at %}, ended: {{ alert.ends_at }}{% endif %}
 {% if alert.runbook_url or alert.silence_url %}> {% if alert.runbook_url %}{{ link("runbook", alert.runbook_url) }} {% endif %}{{ link("silence", alert.silence_url) }}{% endif %}"""
 
@@ -92,6 +91,9 @@ class WeComBot:
                 raise ConfigError(
                     f"channels.{channel.name}.mentions.mobiles: {mobile!r} is not a phone number"
                 )
+
+    def url(self, channel: Channel, now: float) -> str:
+        return channel.webhook_url
 
     def assemble(self, layout: Layout, channel: Channel) -> dict[str, Any]:
         lines = [f"## {escape(layout.title)}{layout.marker}"]
@@ -142,7 +144,7 @@ class WeComBot:
         if code == 0:
             return Outcome("ok", "0", msg)
         if code == ERR_RATE_LIMITED:
-            return Outcome("rate_limited", str(code), msg)
+            return Outcome("rate_limited", str(code), msg, window=0)  # 20/min, the only window
         if code == ERR_SYSTEM_BUSY:
             return Outcome("retry", str(code), msg)
         return Outcome("permanent", str(code), msg)

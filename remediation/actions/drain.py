@@ -63,6 +63,27 @@ def _plan_pods(ctx: Context, holders: list[str], now: datetime) -> dict[str, dic
     return plan
 
 
+def stays(pods: dict[str, dict[str, Any]]) -> str:
+    """ "; ns/pod stays on the faulty device (protected namespace)" for holders the drain will not evict,
+    so no report claims the device is free while a protected pod still uses it; "" when there are none."""
+    kept = sorted(h for h, st in pods.items() if st.get("state") == "skipped")
+    if not kept:
+        return ""
+    verb = "stays" if len(kept) == 1 else "stay"
+    why = pods[kept[0]].get("why", "protected namespace")
+    return f"; {', '.join(kept)} {verb} on the faulty device ({why})"
+
+
+async def preview(ctx: Context, d: Decision, now: datetime) -> str:
+    """Dry run of ``start``: what would be evicted and what stays (reads only). Shape: "would evict a/b, c/d;
+    kube-system/x stays on the faulty device (protected namespace)"."""
+    names, note = await _holders(ctx, d)
+    plan = _plan_pods(ctx, names, now)
+    evict = sorted(h for h, st in plan.items() if st["state"] == "pending")
+    text = f"would evict {', '.join(evict)}" if evict else "no holder to evict"
+    return text + stays(plan) + note
+
+
 async def _persist(
     ctx: Context, node: str, p: Progress | None, extra: dict[str, str | None] | None = None
 ) -> None:
@@ -128,7 +149,7 @@ async def start(ctx: Context, d: Decision, now: datetime) -> Outcome:
         "drain",
         "taint",
         _node_ref(node),
-        Outcome("ok", f"tainted {TAINT_KEY}={taint_value(uuid)}:NoSchedule{note}"),
+        Outcome("ok", f"tainted {TAINT_KEY}={taint_value(uuid)}:NoSchedule{stays(holders)}{note}"),
         now,
         "FaultyAcceleratorTainted",
         True,
@@ -191,7 +212,8 @@ async def advance(ctx: Context, node: NodeView, p: Progress, now: datetime) -> O
         if p.phase != "drained":
             p = p.with_("drained")
             await _persist(ctx, node.name, p)
-        return Outcome("ok", "no holders left on the device")
+        kept = stays(pods)
+        return Outcome("ok", f"no holder to evict{kept}" if kept else "no holders left on the device")
     present = {f"{q.namespace}/{q.name}": q for q in await ctx.kube.pods_on_node(node.name)}
     blocked = 0
     for h in todo:
@@ -232,6 +254,9 @@ async def advance(ctx: Context, node: NodeView, p: Progress, now: datetime) -> O
     if all(st["state"] in DONE_STATES for st in pods.values()):
         p = p.with_("drained", pods=pods)
         await _persist(ctx, node.name, p)
+        kept = stays(pods)
+        if kept:
+            return Outcome("ok", f"every other holder of the faulty device is off the node{kept}")
         return Outcome("ok", "all holders of the faulty device are off the node")
     return Outcome(
         "blocked" if blocked else "ok",

@@ -1,9 +1,12 @@
-"""Fake WeCom and Feishu group bots at the HTTP level, enforcing the documented behaviour the relay must
-handle. They stand in for qyapi.weixin.qq.com and open.feishu.cn, which tests cannot reach.
+"""Fake WeCom, Feishu and DingTalk group bots at the HTTP level, enforcing the documented behaviour the relay
+must handle. They stand in for qyapi.weixin.qq.com, open.feishu.cn and oapi.dingtalk.com, which tests cannot
+reach.
 
 FakeWeCom follows the WeCom "群机器人配置说明" (developer.work.weixin.qq.com/document/path/99110) and the
 response samples in tests/fixtures/wecom/. FakeFeishu follows Feishu's "自定义机器人使用指南"
-(open.feishu.cn/document/client-docs/bot-v3/add-custom-bot) and tests/fixtures/feishu/. Both answer business
+(open.feishu.cn/document/client-docs/bot-v3/add-custom-bot) and tests/fixtures/feishu/. FakeDingTalk follows
+DingTalk's custom-robot document ("自定义机器人接入" and its security settings, as quoted by public clients; see
+alerts/relay/dingtalk.py for the codes and their sources) and tests/fixtures/dingtalk/. All answer business
 errors as the real services do (HTTP 200 + code, except Feishu 9499 with HTTP 400), keep every accepted
 message, and take rate limits as parameters so tests can shrink the windows.
 """
@@ -23,7 +26,7 @@ from typing import Any
 from aiohttp import web
 
 from alerts.relay.config import RateLimit
-from alerts.relay.signing import feishu_sign
+from alerts.relay.signing import dingtalk_sign, feishu_sign
 
 FIXTURES = Path(__file__).parent.parent / "fixtures"
 
@@ -273,3 +276,67 @@ def check_feishu(body: Any, keywords: Sequence[str] = ()) -> tuple[int, dict[str
             if attr != "id" or "@" in value:
                 return 200, _fixture("feishu", "resp-11246-invalid-at-user.json")
     return None
+
+
+@dataclass
+class FakeDingTalk(FakeBot):
+    """``POST /robot/send?access_token=TOKEN[&timestamp=MS&sign=SIGN]``. Enforces: token (300001), signature
+    and a timestamp within one hour when ``secret`` is set (310000 "sign not match"), ``keywords`` in the
+    markdown text or title (310000 "keywords not in content"), markdown needs ``title`` and ``text``, body <=
+    20000 bytes (460101), 20 messages/min (130101) via ``limits``; once over the limit the robot refuses
+    everything for ``penalty`` seconds (the doc: "限流10分钟"). Every answer is HTTP 200."""
+
+    tokens: set[str] = field(default_factory=lambda: {"good-token"})
+    secret: str = ""
+    keywords: Sequence[str] = ()
+    limits: Sequence[RateLimit] = (RateLimit(20, 60.0),)
+    penalty: float = 600.0
+    blocked_until: float = 0.0
+
+    def url(self, token: str = "good-token") -> str:
+        return f"{self.base_url}/robot/send?access_token={token}"
+
+    def routes(self, app: web.Application) -> None:
+        app.router.add_post("/robot/send", self._send)
+
+    async def _send(self, request: web.Request) -> web.Response:
+        scripted = await self._scripted()
+        if scripted is not None:
+            return scripted
+        raw = await request.read()
+        if request.query.get("access_token") not in self.tokens:
+            return self._answer(200, _fixture("dingtalk", "resp-300001-token-not-exist.json"), 300001)
+        if self.secret:
+            ts, sign = request.query.get("timestamp", ""), request.query.get("sign", "")
+            ok = (
+                ts.isdigit()
+                and abs(int(ts) / 1000 - self.wall()) <= 3600
+                and sign == dingtalk_sign(int(ts), self.secret)
+            )
+            if not ok:
+                return self._answer(200, _fixture("dingtalk", "resp-310000-sign-not-match.json"), 310000)
+        if len(raw) > 20000:
+            return self._answer(200, _fixture("dingtalk", "resp-460101-message-too-long.json"), 460101)
+        try:
+            body = json.loads(raw)
+        except ValueError:
+            return self._answer(200, {"errcode": 400, "errmsg": "invalid json"}, 400)  # code unverified
+        md = body.get("markdown") if isinstance(body, dict) else None
+        if (
+            not isinstance(md, dict)
+            or body.get("msgtype") != "markdown"
+            or not md.get("title")
+            or not md.get("text")
+        ):
+            return self._answer(
+                200, {"errcode": 40035, "errmsg": "缺少参数 markdown"}, 40035
+            )  # code unverified
+        if self.keywords and not any(k in md["text"] or k in md["title"] for k in self.keywords):
+            return self._answer(200, _fixture("dingtalk", "resp-310000-keywords-not-in-content.json"), 310000)
+        now = self.clock()
+        if now < self.blocked_until or self.window.exceeded():
+            self.blocked_until = max(self.blocked_until, now + self.penalty)
+            return self._answer(200, _fixture("dingtalk", "resp-130101-send-too-fast.json"), 130101)
+        self.window.add()
+        self.accepted.append(body)
+        return self._answer(200, _fixture("dingtalk", "resp-0-ok.json"), 0)

@@ -71,9 +71,9 @@ class Harness:
 
     async def settle(self, timeout: float = 30.0) -> None:
         """Wait until no message is pending (a safety bound, not an assertion on speed)."""
-        async with asyncio.timeout(timeout):
-            while any(s.pending for s in self.relay.outbox.stats()):
-                await asyncio.sleep(0.01)
+        async with asyncio.timeout(timeout):  # polled off the event loop, so the relay runs undisturbed
+            while any(s.pending for s in await asyncio.to_thread(self.relay.outbox.stats)):
+                await asyncio.sleep(0.02)
 
     async def close(self) -> None:
         await self.session.close()

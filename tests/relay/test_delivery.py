@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 from pathlib import Path
@@ -73,7 +74,7 @@ async def test_every_fixture_renders_and_delivers_to_both_bots(tmp_path, bots, f
     assert "sign" in feishu.accepted[0] and "timestamp" in feishu.accepted[0]
 
 
-async def test_retry_on_5xx_timeout_and_rate_limit_then_deliver_once(tmp_path, bots):
+async def test_retry_on_5xx_timeout_and_rate_limit_then_deliver_once(tmp_path, bots, caplog):
     wecom, feishu = bots
     wecom.faults.extend(
         [
@@ -102,6 +103,10 @@ async def test_retry_on_5xx_timeout_and_rate_limit_then_deliver_once(tmp_path, b
     assert len(wecom.accepted) == 1
     assert feishu.codes() == ["9499", "11232", "http_503", "0"]
     assert len(feishu.accepted) == 1
+    # the wait is the window the bot says was hit (FAST_FEISHU: 5 per 0.05 s, 100 per 1 s), and the log says it
+    assert "team-feishu: 9499 (too many request), retry in 0.05s" in caplog.text
+    assert "team-feishu: 11232 (frequency limited psm[x]appID[1]), retry in 1.00s" in caplog.text
+    assert "oncall-wecom: 45009 (api freq out of limit), retry in 0.20s" in caplog.text
     assert metric_value(text, m.RETRIES, channel="oncall-wecom", reason="timeout") == 1
     assert metric_value(text, m.RETRIES, channel="oncall-wecom", reason="45009") == 1
     assert metric_value(text, m.RETRIES, channel="team-feishu", reason="11232") == 1
@@ -148,7 +153,7 @@ async def test_repeat_within_window_sends_nothing_new(tmp_path, bots):
         text = (await h.get("/metrics"))[1]
     finally:
         await h.close()
-    assert first == (200, {"status": "queued", "stored": 1, "skipped": 0})
+    assert first == (200, {"status": "queued", "stored": 1})
     assert second == (200, {"status": "duplicate", "stored": 0})
     assert len(wecom.accepted) == 1
     assert metric_value(text, m.DEDUPLICATED, channel="oncall-wecom") == 1
@@ -287,7 +292,7 @@ async def test_store_failure_answers_503(tmp_path, bots):
     wecom, feishu = bots
     h = await relay_for(tmp_path, wecom, feishu)
     try:
-        h.relay.outbox._db.execute("DROP TABLE messages")  # the disk "breaks"
+        h.relay.outbox._db.execute("DROP TABLE notifications")  # the disk "breaks"
         status, body = await h.post("oncall-wecom", payload())
         text = (await h.get("/metrics"))[1]
     finally:
@@ -363,11 +368,12 @@ async def test_identical_part_from_another_group_key_is_not_queued_twice(tmp_pat
         doc["groupKey"] = '{}/{replica="b"}:{alertname="DemoAlert"}'  # e.g. an HA peer with another route
         second = await h.post("oncall-wecom", doc)
         await h.settle()
+        states = [m["state"] for m in h.relay.outbox.messages("oncall-wecom")]
     finally:
         await h.close()
-    assert first[1] == {"status": "queued", "stored": 1, "skipped": 0}
-    assert second[1] == {"status": "queued", "stored": 0, "skipped": 1}
-    assert len(wecom.accepted) == 1
+    assert first[1] == second[1] == {"status": "queued", "stored": 1}  # two notifications stored
+    assert len(wecom.accepted) == 1  # the second's only part has the same body for the same episode
+    assert states == ["delivered"]
 
 
 async def test_hostile_labels_delivered_intact_over_http(tmp_path, bots):
@@ -396,20 +402,174 @@ async def test_hostile_labels_delivered_intact_over_http(tmp_path, bots):
     assert nasty in html.unescape(lark)
 
 
-async def test_render_bug_answers_500_so_alertmanager_retries(tmp_path, bots, monkeypatch):
-    import alerts.relay.server as server
+async def test_render_bug_is_recorded_with_the_payload_not_retried_forever(tmp_path, bots, monkeypatch):
+    import alerts.relay.sender as sender
 
     def broken(*args, **kwargs):
         raise RuntimeError("bug")
 
     wecom, feishu = bots
+    monkeypatch.setattr(sender, "render", broken)
     h = await relay_for(tmp_path, wecom, feishu)
-    monkeypatch.setattr(server, "render", broken)
     try:
         status, body = await h.post("oncall-wecom", payload())
+        await h.settle()
+        text = (await h.get("/metrics"))[1]
+        state = h.relay.outbox._db.execute(
+            "SELECT state, reason, length(payload) FROM notifications"
+        ).fetchall()
+    finally:
+        await h.close()
+    assert (status, body) == (200, {"status": "queued", "stored": 1})  # validated and stored: never lost
+    assert state == [("failed", "render failed: RuntimeError: bug", len(json.dumps(payload())))]
+    assert metric_value(text, m.FAILED, channel="oncall-wecom", reason="render_failed") == 1
+    assert wecom.accepted == []
+
+
+def alert_doc(
+    status: str, starts: str, fingerprint: str = "f1", name: str = "GpuLost", **labels: str
+) -> dict:
+    return {
+        "status": status,
+        "labels": {"alertname": name, "severity": "critical", "node": "n1", **labels},
+        "annotations": {"summary": "device lost"},
+        "startsAt": starts,
+        "endsAt": "0001-01-01T00:00:00Z" if status == "firing" else "2024-05-01T10:03:00Z",
+        "fingerprint": fingerprint,
+    }
+
+
+def notification(*alerts: dict) -> dict:
+    return {
+        "version": "4",
+        "receiver": "oncall",
+        "status": "firing" if any(a["status"] == "firing" for a in alerts) else "resolved",
+        "groupKey": '{}:{alertname="GpuLost"}',
+        "groupLabels": {"alertname": "GpuLost"},
+        "commonLabels": {},
+        "commonAnnotations": {},
+        "externalURL": "http://alertmanager.example.internal:9093",
+        "truncatedAlerts": 0,
+        "alerts": list(alerts),
+    }
+
+
+@pytest.mark.parametrize("template", [None, "{{ alert.alertname }} {{ alert.status }}"])
+async def test_refire_after_resolve_is_delivered_and_a_retry_is_not(tmp_path, bots, template):
+    """Fire, Alertmanager's retry of it, resolve, fire again (new startsAt, same fingerprint): three messages,
+    also with a template that shows no time (identical text for both firings)."""
+    wecom, feishu = bots
+    extra = {"templates": {"alert": template}} if template else {}
+    channels = {"oncall-wecom": {"type": "wecom", "url": wecom.url(), "rate_limits": FAST_WECOM, **extra}}
+    h = await relay_for(tmp_path, wecom, feishu, channels=channels)
+    try:
+        answers = [
+            (await h.post("oncall-wecom", notification(alert_doc(s, t))))[1]["status"]
+            for s, t in [
+                ("firing", "2024-05-01T10:00:00Z"),
+                ("firing", "2024-05-01T10:00:00Z"),
+                ("resolved", "2024-05-01T10:00:00Z"),
+                ("firing", "2024-05-01T10:05:00Z"),
+            ]
+        ]
+        await h.settle()
+    finally:
+        await h.close()
+    assert answers == ["queued", "duplicate", "queued", "queued"]
+    contents = [b["markdown"]["content"] for b in wecom.accepted]
+    assert [c.split("\n", 1)[0] for c in contents] == [
+        "## [FIRING:1] GpuLost",
+        "## [RESOLVED:1] GpuLost",
+        "## [FIRING:1] GpuLost",
+    ]
+
+
+async def test_second_alert_of_a_group_mentions_again_and_severity_filter(tmp_path, bots):
+    wecom, feishu = bots
+    mentions = {"mobiles": ["13800001111"], "severities": ["critical"]}
+    channels = {
+        "oncall-wecom": {"type": "wecom", "url": wecom.url(), "rate_limits": FAST_WECOM, "mentions": mentions}
+    }
+    first = alert_doc("firing", "2024-05-01T10:00:00Z")
+    second = alert_doc("firing", "2024-05-01T10:01:00Z", fingerprint="f2", device="3")
+    quiet = alert_doc("firing", "2024-05-01T10:02:00Z", fingerprint="f3", name="GpuHot")
+    quiet["labels"]["severity"] = "warning"
+    h = await relay_for(tmp_path, wecom, feishu, channels=channels)
+    try:
+        for doc in (notification(first), notification(first, second), notification(quiet)):
+            assert (await h.post("oncall-wecom", doc))[0] == 200
+            await h.settle()
+    finally:
+        await h.close()
+    kinds = [b["msgtype"] for b in wecom.accepted]
+    assert kinds == ["markdown", "text", "markdown", "text", "markdown"]  # the warning one mentions nobody
+    followups = [b["text"] for b in wecom.accepted if b["msgtype"] == "text"]
+    assert followups == [
+        {"content": "[FIRING:1] GpuLost", "mentioned_mobile_list": ["13800001111"]},
+        {"content": "[FIRING:2] GpuLost", "mentioned_mobile_list": ["13800001111"]},
+    ]
+
+
+async def test_lone_surrogate_is_400_with_the_reason(tmp_path, bots):
+    wecom, feishu = bots
+    raw = json.dumps(payload()).replace('"alertname"', '"alertname\\ud800"', 1).encode()
+    emoji = json.dumps(payload()).replace('"alertname"', '"alertname\\ud83d\\ude00"', 1).encode()
+    h = await relay_for(tmp_path, wecom, feishu)
+    try:
+        status, body = await h.post("oncall-wecom", raw)
+        ok, _ = await h.post("oncall-wecom", emoji)  # a valid surrogate pair is fine
         text = (await h.get("/metrics"))[1]
     finally:
         await h.close()
-    assert (status, body["error"]) == (500, "rendering failed; see the relay log")
-    assert metric_value(text, m.REJECTED, reason="render_failed") == 1
-    assert h.relay.outbox is not None and wecom.accepted == []
+    assert status == 400 and "invalid Unicode: lone surrogate U+D800" in body["error"]
+    assert ok == 200
+    assert metric_value(text, m.REJECTED, reason="malformed") == 1
+
+
+async def test_disk_full_is_503_with_sqlites_reason(tmp_path, bots):
+    wecom, feishu = bots
+    h = await relay_for(tmp_path, wecom, feishu, max_body_bytes=8 * 1024 * 1024)
+    try:
+        db = h.relay.outbox._db
+        db.execute(f"PRAGMA max_page_count = {db.execute('PRAGMA page_count').fetchone()[0]}")
+        big = payload()
+        big["alerts"][0]["annotations"]["description"] = "x" * 500_000
+        status, body = await h.post("oncall-wecom", big)
+    finally:
+        await h.close()
+    assert status == 503
+    assert body["error"] == "could not store the notification in the outbox: database or disk is full"
+
+
+async def test_restart_honours_the_send_times_of_the_previous_run(tmp_path):
+    """15 messages sent in this minute by the first run; the second run may send only 5 more this minute."""
+    wecom = FakeWeCom(limits=(RateLimit(20, 60.0),))
+    await wecom.start()
+    channels = {"w": {"type": "wecom", "url": wecom.url(), "rate_limits": [{"count": 20, "per_seconds": 60}]}}
+
+    def doc(i: int) -> dict:
+        return notification(alert_doc("firing", "2024-05-01T10:00:00Z", fingerprint=f"r{i}", node=f"n{i}"))
+
+    try:
+        h = await start_relay(settings_for(tmp_path, channels))
+        try:
+            for i in range(15):
+                assert (await h.post("w", doc(i)))[0] == 200
+            await h.settle()
+        finally:
+            await h.close()
+        h = await start_relay(settings_for(tmp_path, channels))
+        try:
+            for i in range(15, 25):
+                assert (await h.post("w", doc(i)))[0] == 200
+            async with asyncio.timeout(30):
+                while len(wecom.accepted) < 20:
+                    await asyncio.sleep(0.02)
+            await asyncio.sleep(0.5)  # a 21st message would arrive now
+            pending = sum(s.pending for s in h.relay.outbox.stats())
+        finally:
+            await h.close()
+    finally:
+        await wecom.stop()
+    assert set(wecom.codes()) == {"0"} and len(wecom.accepted) == 20  # never 45009
+    assert pending == 5

@@ -32,7 +32,17 @@ def test_documented_example_config_loads(tmp_path):
         "FEISHU_TEAM_URL": "https://open.feishu.cn/open-apis/bot/v2/hook/x",
         "FEISHU_TEAM_SECRET": "s",
     }
+    env |= {
+        "DINGTALK_OPS_URL": "https://oapi.dingtalk.com/robot/send?access_token=t",
+        "DINGTALK_OPS_SECRET": "SECx",
+    }
+    jinja = re.search(
+        r"```jinja\n\{# dingtalk-alert.j2 #\}\n(.*?)```", DOC.read_text(encoding="utf-8"), re.DOTALL
+    )
+    assert jinja is not None
+    (tmp_path / "dingtalk-alert.j2").write_text(jinja.group(1), encoding="utf-8")
     settings = parse_settings(doc, tmp_path, env)
     templates = check_settings(settings)
-    assert sorted(templates) == ["oncall-wecom", "team-feishu"]
+    assert sorted(templates) == ["oncall-wecom", "ops-dingtalk", "team-feishu"]
+    assert settings.channels["ops-dingtalk"].mentions.severities == ("critical",)
     assert settings.channels["team-feishu"].keyword == "xpuwatch"

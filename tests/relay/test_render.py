@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from alerts.relay import feishu, wecom
 from alerts.relay.config import ConfigError, parse_settings
-from alerts.relay.render import Templates, compile_templates, render
+from alerts.relay.render import Templates, compile_templates, neutralise, render
 from alerts.relay.server import check_settings
 from alerts.relay.webhook import parse_payload
 from tests.relay.fakebots import check_feishu, check_wecom
@@ -142,7 +142,7 @@ def test_template_override_and_startup_validation():
     assert "AcceleratorEccUncorrectable on node-0" in wecom_content(
         render(parse_payload(big_group(1)), s.channels["w"], wecom.BOT, "", t["w"])[0]
     )
-    with pytest.raises(ConfigError, match=r"channels.w.templates: line 1: unexpected end of template"):
+    with pytest.raises(ConfigError, match=r"channels.w.templates.alert: line 1: unexpected end of template"):
         check_settings(settings_of(channels(w={"templates": {"alert": "{{ alert.x "}})))
     with pytest.raises(ConfigError, match=r"channels.w.templates: sample 0: UndefinedError"):
         check_settings(settings_of(channels(w={"templates": {"alert": "{{ alert.nope }}"}})))
@@ -226,7 +226,9 @@ def test_hostile_text_survives_and_injects_nothing(labels, summary):
     assert content.count("<font") == 2  # the section header and the status marker
     assert len(LINK.findall(content)) == content.count("](") == 1  # only the silence link
     plain = content.translate(FULLWIDTH_BACK)
-    for value in [summary, *labels.values()]:
+    shown = [neutralise(v) for v in labels.values()]  # a newline in a label becomes a visible ␊
+    assert not any(c in v for v in shown for c in "\n\r")
+    for value in [summary, *shown]:
         assert value.strip() in plain
     raw = feishu.BOT.serialise(f.body, s.channels["f"], 1_700_000_000)
     assert json.loads(raw)["card"] == f.body["card"]
@@ -234,7 +236,7 @@ def test_hostile_text_survives_and_injects_nothing(labels, summary):
     lark = "\n".join(e["text"]["content"] for e in f.body["card"]["elements"] if e["tag"] == "div")
     assert lark.count("<at ") == 1 and "<at id=ou_1></at>" in lark
     assert len(LINK.findall(lark)) == lark.count("](") == 1
-    for value in [summary, *labels.values()]:
+    for value in [summary, *shown]:
         assert value.strip() in html.unescape(lark)
 
 
@@ -245,3 +247,87 @@ def test_part_budget_shrinks_with_the_bots_backlog():
     w, f = s.channels["w"], s.channels["f"]
     assert [part_budget(w, wecom.BOT, b) for b in (0, 15, 17, 19, 20, 500)] == [5, 5, 3, 1, 1, 1]
     assert [part_budget(f, feishu.BOT, b) for b in (0, 97, 200)] == [5, 3, 1]
+
+
+def test_every_annotation_shown_summary_description_first_then_in_order():
+    doc = big_group(1)
+    doc["alerts"][0]["annotations"] = {
+        "alertAdvice": "检查 PCIe 链路",
+        "description": "3 errors in 5m",
+        "runbook_url": "https://runbooks.example.internal/ecc",
+        "alertInfo": "GPU 1 掉卡",
+        "summary": "ECC 不可纠正错误",
+        "value": "3",
+    }
+    content = wecom_content(rendered(doc, "w")[0])
+    quoted = [line for line in content.splitlines() if line.startswith("> ") and ":" not in line[:4]]
+    assert quoted[:5] == [
+        "> ECC 不可纠正错误",
+        "> 3 errors in 5m",
+        "> alertAdvice: 检查 PCIe 链路",
+        "> alertInfo: GPU 1 掉卡",
+        "> value: 3",
+    ]
+    assert "[runbook](https://runbooks.example.internal/ecc)" in content
+    lark = json.dumps(rendered(doc, "f")[0].body, ensure_ascii=False)
+    assert (
+        lark.index("ECC 不可纠正错误")
+        < lark.index("3 errors")
+        < lark.index("alertAdvice")
+        < lark.index("alertInfo")
+    )
+
+
+@pytest.mark.parametrize(
+    "url", ["javascript:alert(1)", " JavaScript:alert(1)", "data:text/html,x", "file:///etc"]
+)
+def test_links_only_for_http_and_https(url):
+    doc = big_group(1)
+    doc["alerts"][0]["annotations"]["runbook_url"] = url
+    content = wecom_content(rendered(doc, "w")[0])
+    assert "](" + url.strip() not in content and "[runbook]" not in content
+    assert "runbook: " in content  # shown as text, so the operator still sees it
+    assert len(LINK.findall(content)) == 1  # the silence link only
+    lark = rendered(doc, "f")[0].body
+    assert "[runbook]" not in json.dumps(lark, ensure_ascii=False)
+
+
+def test_control_characters_in_labels_are_made_visible_not_new_lines():
+    doc = big_group(1)
+    doc["alerts"][0]["labels"]["pod"] = "train-0\n## FIRING:0 all clear\r\x00\x1b[31m\u2028x"
+    content = wecom_content(rendered(doc, "w")[0])
+    (line,) = [x for x in content.splitlines() if "pod=" in x]
+    assert "pod=train-0␊## FIRING:0 all clear␍␀␛[31m\ufffdx" in line
+    assert not any(x.startswith("## FIRING:0") for x in content.splitlines())
+
+
+def test_template_files_load_and_name_the_file_in_errors(tmp_path):
+    (tmp_path / "alert.j2").write_text(
+        "{{ alert.alertname }} · {{ alert.annotations.get('alertInfo') }}", encoding="utf-8"
+    )
+    (tmp_path / "strict.j2").write_text("{{ alert.annotations.alertInfo }}", encoding="utf-8")
+    (tmp_path / "broken.j2").write_text("{% if alert.x %}unclosed", encoding="utf-8")
+    env = {"U": "http://127.0.0.1:9/x", "S": "sec"}
+
+    def load(files: dict, **more) -> object:
+        chs = {"w": {"type": "wecom", "webhook_url_env": "U", "template_files": files, **more}}
+        return parse_settings({"auth": {"bearer_token_env": "S"}, "channels": chs}, tmp_path, env)
+
+    s = load({"alert": "alert.j2"})
+    assert s.channels["w"].template_origins == {"alert": str(tmp_path / "alert.j2")}
+    t = check_settings(s)
+    doc = big_group(1)
+    doc["alerts"][0]["annotations"]["alertInfo"] = "掉卡"
+    assert "AcceleratorEccUncorrectable · 掉卡" in wecom_content(
+        render(parse_payload(doc), s.channels["w"], wecom.BOT, "", t["w"])[0]
+    )
+    with pytest.raises(ConfigError, match=r"channels.w.template_files.alert \(.*broken.j2\): line 1: "):
+        check_settings(load({"alert": "broken.j2"}))
+    with pytest.raises(
+        ConfigError, match=r"channels.w.template_files.alert \(.*strict.j2\): sample 0: Undefined"
+    ):
+        check_settings(load({"alert": "strict.j2"}))
+    with pytest.raises(ConfigError, match=r"channels.w.template_files.alert: cannot read .*missing.j2"):
+        load({"alert": "missing.j2"})
+    with pytest.raises(ConfigError, match=r"give templates.alert or template_files.alert, not both"):
+        load({"alert": "alert.j2"}, templates={"alert": "x"})

@@ -282,3 +282,95 @@ async def test_crash_between_eviction_and_progress_write_does_not_repeat(fake, k
     ]
     pods = drain_state(fake, "gpu-0")["data"]["pods"]
     assert (pods["train/job-0"]["state"], pods["train/w-1"]["state"]) == ("gone", "evicted")
+
+
+async def test_dry_run_storm_reports_what_the_cap_would_allow(fake, kube, session, clock) -> None:
+    """100 faulty devices on 100 nodes, cap 3, dry run: 3 'would drain', 97 'would be held by the cap', and one
+    summary line "would drain 3; 97 held by the cap" (audit and a notice to the relay channel)."""
+    from aiohttp import web
+
+    notices: list[dict] = []
+
+    async def relay(request: web.Request) -> web.Response:
+        notices.append(await request.json())
+        return web.json_response({"status": "queued"})
+
+    app = web.Application()
+    app.router.add_post("/alertmanager/team", relay)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    for i in range(100):
+        fake.add_node(f"gpu-{i:03d}")
+    settings = make_settings(
+        guard=GuardSettings(dry_run=True, max_disrupted_nodes=3, max_disrupted_ratio=1.0),
+        notify_url=f"http://127.0.0.1:{port}/alertmanager/team",
+    )
+    ctl = make_controller(settings, kube, session, clock)
+    await ctl.refresh_view(clock())
+    try:
+        res = await ctl.handle(
+            alerts_of(
+                *[
+                    am_alert(fingerprint=f"f{i}", **drain_labels(f"gpu-{i:03d}", f"GPU-{i}"))
+                    for i in range(100)
+                ]
+            )
+        )
+    finally:
+        await runner.cleanup()
+    assert [r.get("result") for r in res[:3]] == ["dry-run"] * 3
+    assert [r.get("refused") for r in res[3:]] == ["cap"] * 97
+    assert res[3]["detail"].startswith("would be held by the cap: 3 of 100 nodes already disrupted, cap 3")
+    summaries = [r for r in ctl.audit.records or [] if r["event"] == "summary"]
+    assert [s["detail"] for s in summaries] == ["would drain 3; 97 held by the cap"]
+    assert [n["alerts"][0]["annotations"]["summary"] for n in notices][
+        -1
+    ] == "[dry-run] would drain 3; 97 held by the cap"
+    assert tainted_nodes(fake) == set() and fake.evictions == []
+
+
+def tainted_nodes(fake) -> set[str]:  # type: ignore[no-untyped-def]
+    return {n["metadata"]["name"] for n in fake.list("nodes") if (n.get("spec") or {}).get("taints")}
+
+
+def test_dry_run_summary_per_action() -> None:
+    from remediation.controller import dry_run_summary
+
+    results = [
+        {"action": "drain", "step": "start", "result": "dry-run"},
+        {"action": "drain", "step": "start", "refused": "cap"},
+        {"action": "reclaim", "step": "notify", "result": "dry-run"},
+        {"action": "drain", "step": "wait"},
+        {"action": "drain", "step": "start", "refused": "cooldown"},
+    ]
+    assert dry_run_summary(results) == "would drain 1; 1 held by the cap; would reclaim 1"
+    assert dry_run_summary([{"action": "none", "step": "ignore"}]) == ""
+
+
+async def test_protected_holder_stays_and_every_report_says_so(fake, kube, session, clock) -> None:
+    seed(fake)
+    fake.add_pod("kube-system", "sys-0", "gpu-0", {"nvidia.com/gpu": "1"})
+    labels = drain_labels("gpu-0", UUID, namespace="kube-system", pod="sys-0")
+    dry = make_controller(
+        make_settings(
+            drain=DrainSettings(default_mode="immediate"),
+            guard=GuardSettings(dry_run=True, max_disrupted_nodes=5),
+        ),
+        kube,
+        session,
+        clock,
+    )
+    await dry.refresh_view(clock())
+    (preview,) = await dry.handle(alerts_of(am_alert(**labels)))
+    ctl = make_controller(make_settings(drain=DrainSettings(default_mode="immediate")), kube, session, clock)
+    await ctl.refresh_view(clock())
+    (res,) = await ctl.handle(alerts_of(am_alert(**labels)))
+    events = {e["reason"]: e["message"] for e in fake.list("events")}
+    stays = "kube-system/sys-0 stays on the faulty device (protected namespace)"
+    assert preview["detail"].endswith(f"; no holder to evict; {stays}")
+    assert res["detail"] == f"no holder to evict; {stays}"  # not "no holders left on the device"
+    assert events["FaultyAcceleratorTainted"].endswith(f"NoSchedule; {stays}")
+    assert fake.evictions == []
