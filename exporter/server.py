@@ -28,6 +28,10 @@ from exporter.settings import TLSSettings, WebConfig, WebSettings
 
 log = logging.getLogger(__name__)
 
+# Answered without credentials even when basic auth is on, so that kubelet probes (which send none) work on
+# the metrics port: they reveal liveness and which backends lack fresh data, never a reading (docs/deploy.md).
+UNAUTHENTICATED_PATHS = frozenset({"/healthz", "/readyz"})
+
 _TLS_MIN = {
     "TLS10": ssl.TLSVersion.TLSv1,
     "TLS11": ssl.TLSVersion.TLSv1_1,
@@ -127,6 +131,8 @@ class Server:
         self, request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
     ) -> web.StreamResponse:
         assert self.auth is not None
+        if request.path in UNAUTHENTICATED_PATHS:
+            return await handler(request)
         if not await self.auth.allowed(request.headers.get("Authorization"), asyncio.get_running_loop()):
             return web.Response(
                 status=401,

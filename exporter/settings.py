@@ -22,7 +22,8 @@ the key (``backends.nvml.interval: must be a number > 0``). Config file shape::
       owner_labels: [owner, user]
 
 Environment: XPUWATCH_CONFIG, XPUWATCH_NODE, XPUWATCH_ENABLE (comma-separated), XPUWATCH_WEB_LISTEN_ADDRESS,
-XPUWATCH_WEB_TELEMETRY_PATH, XPUWATCH_WEB_CONFIG_FILE.
+XPUWATCH_WEB_TELEMETRY_PATH, XPUWATCH_WEB_CONFIG_FILE, XPUWATCH_DCGM_HOST (``backends.dcgm.host``: per node,
+so a DaemonSet can point at ``$(NODE_IP):5555`` from the downward API while the ConfigMap is shared).
 
 Default port 9851: not taken by any exporter in the Prometheus "default port allocations" wiki list (which
 runs contiguously from 9100 upwards); 9852/9853 are our relay and remediation controller.
@@ -283,11 +284,18 @@ def load(path: str | None, env: Mapping[str, str], flags: Mapping[str, Any]) -> 
         config_file=pick("web_config_file", "XPUWATCH_WEB_CONFIG_FILE", s.web.config_file),
     )
     check_web(web)
+    backends = s.backends
+    if env.get("XPUWATCH_DCGM_HOST"):
+        dcgm = s.backend("dcgm")
+        options = {**dcgm.options, "host": env["XPUWATCH_DCGM_HOST"]}
+        backends = MappingProxyType(
+            {**backends, "dcgm": BackendSettings(dcgm.interval, dcgm.timeout, dcgm.stale_after, options)}
+        )
     return Settings(
         node=node,
         enable=_names(list(enable) if not isinstance(enable, str) else enable, "enable"),
         web=web,
-        backends=s.backends,
+        backends=backends,
         pod_mapping=s.pod_mapping,
     )
 
