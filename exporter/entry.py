@@ -29,6 +29,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="xpuwatch",
         description="Observability and self-healing for mixed-vendor GPU/NPU clusters.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,  # keeps --version's two lines
     )
     parser.add_argument("--version", action="version", version=build.describe())
     _log_flags(parser, default=None)
