@@ -124,7 +124,12 @@ class Server:
         app.router.add_get("/healthz", self.healthz)
         app.router.add_get("/readyz", self.readyz)
         app.router.add_get("/", self.landing)
+        if self.web_config.headers:  # http_server_config.headers, on every response (401s included)
+            app.on_response_prepare.append(self._add_headers)
         return app
+
+    async def _add_headers(self, request: web.Request, response: web.StreamResponse) -> None:
+        response.headers.update(self.web_config.headers)
 
     @web.middleware
     async def _auth_middleware(

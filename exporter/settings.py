@@ -327,10 +327,44 @@ class TLSSettings:
 
 @dataclass(frozen=True)
 class WebConfig:
-    """A parsed exporter-toolkit web config. ``basic_auth_users``: user -> bcrypt hash."""
+    """A parsed exporter-toolkit web config. ``basic_auth_users``: user -> bcrypt hash; ``headers``:
+    ``http_server_config.headers`` added to every response."""
 
     tls: TLSSettings | None = None
     basic_auth_users: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+    headers: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+
+
+# exporter-toolkit's http_server_config.headers allows only these (docs/web-configuration.md).
+_HEADERS = (
+    "Content-Security-Policy",
+    "Strict-Transport-Security",
+    "X-Content-Type-Options",
+    "X-Frame-Options",
+    "X-XSS-Protection",
+)
+
+
+def _http_server_config(raw: Any) -> Mapping[str, str]:
+    """``http_server_config``: ``http2`` (accepted; aiohttp serves HTTP/1.1 only) and ``headers``."""
+    section = _mapping(raw, "http_server_config")
+    unknown = set(section) - {"http2", "headers"}
+    if unknown:
+        raise ConfigError(
+            f"http_server_config.{sorted(map(str, unknown))[0]}: unknown key (known: http2, headers)"
+        )
+    if "http2" in section and not isinstance(section["http2"], bool):
+        raise ConfigError("http_server_config.http2: must be true or false")
+    headers = _mapping(section.get("headers"), "http_server_config.headers")
+    allowed = {h.lower(): h for h in _HEADERS}
+    out = {}
+    for name, value in headers.items():
+        if str(name).lower() not in allowed:
+            raise ConfigError(f"http_server_config.headers.{name}: not one of {', '.join(_HEADERS)}")
+        if not isinstance(value, str):
+            raise ConfigError(f"http_server_config.headers.{name}: must be a string")
+        out[allowed[str(name).lower()]] = value
+    return MappingProxyType(out)
 
 
 def load_web_config(path: str) -> WebConfig:
@@ -350,7 +384,7 @@ def parse_web_config(doc: Any, base: Path = Path(".")) -> WebConfig:
         doc = {}
     if not isinstance(doc, dict):
         raise ConfigError("web.config_file: must be a mapping (tls_server_config, basic_auth_users)")
-    unknown = set(doc) - {"tls_server_config", "basic_auth_users"}
+    unknown = set(doc) - {"tls_server_config", "basic_auth_users", "http_server_config"}
     if unknown:
         raise ConfigError(f"{sorted(map(str, unknown))[0]}: unknown web config key")
     tls = None
@@ -395,4 +429,8 @@ def parse_web_config(doc: Any, base: Path = Path(".")) -> WebConfig:
             raise ConfigError(
                 f"basic_auth_users.{user}: must be a bcrypt hash ($2y$10$...), not a plain password"
             )
-    return WebConfig(tls, MappingProxyType({str(k): str(v) for k, v in users.items()}))
+    return WebConfig(
+        tls,
+        MappingProxyType({str(k): str(v) for k, v in users.items()}),
+        _http_server_config(doc.get("http_server_config")),
+    )

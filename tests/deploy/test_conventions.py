@@ -268,3 +268,50 @@ def test_probes_work_with_tls_and_basic_auth(tmp_path: Path, processes: list[Pro
     auth = {"Authorization": "Basic " + base64.b64encode(b"prometheus:s3cret").decode()}
     status, body = get(base + "/metrics", auth, ctx=kubelet)
     assert status == 200 and "accelerator_up" in body
+
+
+# --- exporter-toolkit http_server_config ------------------------------------------------------------------
+
+
+def test_http_server_config_is_accepted_and_checked() -> None:
+    from exporter.settings import ConfigError, parse_web_config
+
+    wc = parse_web_config(
+        {
+            "http_server_config": {
+                "http2": True,
+                "headers": {"x-frame-options": "deny", "X-Content-Type-Options": "nosniff"},
+            }
+        }
+    )
+    assert dict(wc.headers) == {"X-Frame-Options": "deny", "X-Content-Type-Options": "nosniff"}
+    with pytest.raises(ConfigError, match=r"http_server_config\.headers\.Server: not one of"):
+        parse_web_config({"http_server_config": {"headers": {"Server": "x"}}})
+    with pytest.raises(ConfigError, match=r"http_server_config\.htpp2: unknown key"):
+        parse_web_config({"http_server_config": {"htpp2": True}})
+
+
+async def test_http_server_config_headers_on_every_response() -> None:
+    import aiohttp
+
+    from exporter.settings import parse_web_config
+    from tests.exporter.test_server import GoodBackend, build, started
+
+    h = bcrypt.hashpw(b"pw", bcrypt.gensalt(4)).decode()
+    wc = parse_web_config(
+        {
+            "basic_auth_users": {"p": h},
+            "http_server_config": {"headers": {"Strict-Transport-Security": "max-age=60"}},
+        }
+    )
+    server, poller = build([GoodBackend()], wc)
+    url = await started(server, poller)
+    try:
+        async with aiohttp.ClientSession() as s:
+            for path in ("/metrics", "/healthz"):  # a 401 and an unauthenticated 200
+                async with s.get(url + path) as r:
+                    assert r.headers["Strict-Transport-Security"] == "max-age=60", path
+                    assert r.status == (401 if path == "/metrics" else 200)
+    finally:
+        poller.stop()
+        await server.stop()
