@@ -8,6 +8,7 @@ machine where they were never installed (e.g. the Ascend image has no NVML, gRPC
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import tomllib
@@ -122,3 +123,32 @@ def test_remediate_without_the_kubernetes_extra_names_it(tmp_path: Path) -> None
     assert res.returncode == 2 and "Traceback" not in res.stderr, res.stderr
     assert "remediate: needs the Python module 'kubernetes_asyncio'" in res.stderr
     assert "pip install 'xpuwatch[kubernetes]'" in res.stderr
+
+
+def test_dockerfile_targets_install_their_extras_and_copy_every_package() -> None:
+    """Read, not built (no docker here): each image family installs its extra, the wheel stage copies every
+    package pyproject ships, and every image a DaemonSet names has a target."""
+    text = (ROOT / "deploy" / "Dockerfile").read_text()
+    stages = dict(re.findall(r"^FROM \S+ AS (\w+)\n(.*?)(?=^FROM |\Z)", text, re.M | re.S))
+    assert set(stages) == {"wheel", "nvidia", "amd", "core"}
+    assert list(stages)[-1] == "core"  # `docker build` without --target gives the core image
+    assert (
+        "[nvidia,kubernetes]" in stages["nvidia"]
+        and "pip install --no-cache-dir /opt/rocm/share/amd_smi" in stages["amd"]
+    )
+    assert "[kubernetes]" in stages["core"] and "nvidia" not in stages["core"]
+    include = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]["find"][
+        "include"
+    ]
+    copied = set(re.findall(r"^COPY (\w+) \1$", stages["wheel"], re.M))
+    assert copied == {p.rstrip("*") for p in include}
+    images = set(
+        re.findall(
+            r'value: "(xpuwatch[\w-]*)"',
+            "".join(
+                p.read_text()
+                for p in (ROOT / "deploy" / "kustomize" / "exporters").glob("*/kustomization.yaml")
+            ),
+        )
+    )
+    assert images == {"xpuwatch-nvidia", "xpuwatch-amd"}  # the others keep the core image `xpuwatch`
