@@ -18,7 +18,6 @@ from functools import cache
 from importlib import metadata
 from pathlib import Path
 
-from prometheus_client import GC_COLLECTOR, PLATFORM_COLLECTOR, PROCESS_COLLECTOR
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.gc_collector import GCCollector
 from prometheus_client.metrics_core import Metric
@@ -32,8 +31,6 @@ REVISION_ENV = "XPUWATCH_BUILD_REVISION"
 
 # Families that differ between runs of the same code (excluded from golden files).
 VOLATILE_PREFIXES = ("process_", "python_", BUILD_INFO)
-
-_ = (GC_COLLECTOR, PLATFORM_COLLECTOR, PROCESS_COLLECTOR)  # the default registry's; we never use it
 
 
 @cache
