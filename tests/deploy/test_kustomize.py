@@ -4,6 +4,7 @@ official client's models (no unknown or misspelt fields), and RBAC grants exactl
 from __future__ import annotations
 
 import ast
+import functools
 import json
 import re
 import shutil
@@ -41,7 +42,7 @@ VENDORS = (
 )
 
 
-class _Loader(yaml.SafeLoader):
+class _Loader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # type: ignore[misc]
     """PyYAML reads a bare ``=`` (AlertmanagerConfig ``matchType: =``, as kustomize prints it) as YAML 1.1's
     ``!!value`` tag; Kubernetes' YAML 1.2 reader takes it as the string "="."""
 
@@ -49,14 +50,21 @@ class _Loader(yaml.SafeLoader):
 _Loader.add_constructor("tag:yaml.org,2002:value", lambda loader, node: loader.construct_scalar(node))  # type: ignore[arg-type]
 
 
-def render(overlay: str) -> list[dict[str, Any]]:
+@functools.cache
+def _kustomize(overlay: str) -> str:
+    """kubectl's kustomize output, once per overlay and test session (the tree does not change meanwhile)."""
     kubectl = shutil.which("kubectl")
     assert kubectl, "kubectl is required (Debian package kubernetes-client)"
     out = subprocess.run(
         [kubectl, "kustomize", str(KUSTOMIZE / overlay)], capture_output=True, text=True, check=False
     )
     assert out.returncode == 0, out.stderr
-    return [d for d in yaml.load_all(out.stdout, Loader=_Loader) if d]
+    return out.stdout
+
+
+def render(overlay: str) -> list[dict[str, Any]]:
+    """The overlay's objects, freshly parsed (callers may change them)."""
+    return [d for d in yaml.load_all(_kustomize(overlay), Loader=_Loader) if d]
 
 
 class _Response:
