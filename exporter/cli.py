@@ -199,7 +199,7 @@ def assemble(
         )
         attribution = pod_source
     collector = Collector(node, poller.view, attribution, clocks.wall)
-    cache = ExpositionCache(collector)
+    cache = ExpositionCache(collector, standard=True)
     poller.listeners.append(cache.warm)
     return Assembly(node, poller, collector, cache, attribution, [b for b, _ in backends], pod_source)
 
@@ -227,7 +227,9 @@ def _backend_names(args: argparse.Namespace, settings: Settings, runner: Command
     return enabled
 
 
-def run_serve(args: argparse.Namespace) -> int:
+def serve_settings(args: argparse.Namespace, env: Mapping[str, str]) -> tuple[Settings, str | None]:
+    """(settings, explicit node) of ``serve`` from its flags and environment (tests/deploy feed each
+    DaemonSet's own args and env here). Raises ConfigError."""
     flags = {
         "node": args.node_name,
         "enable": args.backend,
@@ -235,8 +237,13 @@ def run_serve(args: argparse.Namespace) -> int:
         "telemetry_path": args.telemetry_path,
         "web_config_file": args.web_config_file,
     }
+    settings = load(args.config, env, flags)
+    return settings, settings.node or env.get("NODE_NAME") or None
+
+
+def run_serve(args: argparse.Namespace) -> int:
     try:
-        settings = load(args.config, os.environ, flags)
+        settings, explicit_node = serve_settings(args, os.environ)
         web_config = load_web_config(settings.web.config_file) if settings.web.config_file else WebConfig()
         if web_config.tls:
             try:
@@ -247,7 +254,6 @@ def run_serve(args: argparse.Namespace) -> int:
         return _fail(f"config error: {exc}")
     clocks = _clocks(args.sim_clock)
     runner: CommandRunner = SubprocessRunner()
-    explicit_node = settings.node or os.environ.get("NODE_NAME") or None
     try:
         if args.simulate:
             if args.backend:

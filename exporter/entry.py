@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import logging
+import os
 import sys
 from collections.abc import Sequence
+
+from exporter import build, logs
 
 # Packages that own subcommands, in help order. A package not yet present is skipped.
 COMMAND_MODULES = (
@@ -28,8 +30,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="xpuwatch",
         description="Observability and self-healing for mixed-vendor GPU/NPU clusters.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,  # keeps --version's two lines
     )
-    parser.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    parser.add_argument("--version", action="version", version=build.describe())
+    _log_flags(parser, default=None)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for modname in COMMAND_MODULES:
         try:
@@ -39,16 +43,39 @@ def build_parser() -> argparse.ArgumentParser:
                 raise
             continue
         mod.add_commands(sub)
+    for command in sub.choices.values():
+        # Also after the subcommand (`xpuwatch relay --log.level=debug`); SUPPRESS keeps a value given
+        # before the subcommand from being overwritten by the subparser's default.
+        _log_flags(command, default=argparse.SUPPRESS)
     return parser
+
+
+def _log_flags(parser: argparse.ArgumentParser, default: object) -> None:
+    parser.add_argument(
+        "--log.level",
+        "--log-level",
+        dest="log_level",
+        default=default,
+        metavar="LEVEL",
+        help=f"one of {', '.join(logs.LEVELS)} (default: ${logs.LEVEL_ENV}, else info)",
+    )
+    parser.add_argument(
+        "--log.format",
+        dest="log_format",
+        default=default,
+        metavar="FORMAT",
+        help=f"one of {', '.join(logs.FORMATS)} (default: ${logs.FORMAT_ENV}, else logfmt)",
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> None:
     parser = build_parser()
     args = parser.parse_args(argv)
-    logging.basicConfig(
-        level=getattr(logging, args.log_level.upper()),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
+    try:
+        level, fmt = logs.resolve(args.log_level, args.log_format, os.environ)
+    except logs.LogSettingsError as exc:
+        sys.exit(logs.config_error(exc))
+    logs.configure(level, fmt)
     if not getattr(args, "func", None):
         parser.print_help()
         sys.exit(2)

@@ -6,6 +6,10 @@ it render again through prometheus-client (text 0.0.4 or OpenMetrics, chosen by 
 Accept header) and gzip it if asked. After each poll the poller calls ``warm()``, which re-renders every
 variant (format x gzip) that scrapers asked for before, so scrapes normally never render at all. At 512
 devices a render costs a few hundred milliseconds of CPU; a cached scrape costs microseconds.
+
+With ``standard=True`` the body also carries ``xpuwatch_build_info`` and the ``process_*`` / ``python_*``
+families (exporter.build), read at each render: as of the latest poll, never older than one poll interval
+while a backend runs.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from typing import Any
 from prometheus_client.exposition import choose_encoder, gzip_accepted
 from prometheus_client.registry import CollectorRegistry
 
+from exporter.build import register_standard
 from exporter.collector import Collector
 
 GZIP_LEVEL = 6
@@ -38,10 +43,12 @@ class Rendered:
 class ExpositionCache:
     """Caches rendered bodies per (render key, content type, gzip)."""
 
-    def __init__(self, collector: Collector) -> None:
+    def __init__(self, collector: Collector, standard: bool = False) -> None:
         self.collector = collector
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(collector)
+        if standard:
+            register_standard(self.registry)
         self._lock = threading.Lock()
         # (key, bodies) swapped as one tuple so that peek() needs no lock.
         self._state: tuple[object, dict[Variant, Rendered]] = (object(), {})

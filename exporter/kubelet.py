@@ -11,10 +11,6 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-import grpc
-
-from exporter.podresources import api_pb2, api_pb2_grpc
-
 DEFAULT_SOCKET = "/var/lib/kubelet/pod-resources/kubelet.sock"
 
 
@@ -45,6 +41,12 @@ def list_allocations(socket_path: str = DEFAULT_SOCKET, timeout: float = 5.0) ->
     or the call fails. A new channel per call: the kubelet restarts and recreates its socket, and a cached
     channel to a deleted socket would keep failing.
     """
+    # gRPC and protobuf come with the `kubernetes` extra: imported here so that the records above (and
+    # every node without pod mapping) need neither.
+    import grpc
+
+    from exporter.podresources import api_pb2, api_pb2_grpc
+
     if not os.path.exists(socket_path):
         raise KubeletError(f"pod-resources socket {socket_path} does not exist", "socket_absent")
     channel = grpc.insecure_channel(f"unix://{socket_path}")

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from exporter.attribution import EMPTY, Attribution, Holder, slice_key
+from exporter.build import require_extra
 from exporter.kubelet import DEFAULT_SOCKET, KubeletError, list_allocations
 from exporter.podmap import DEFAULT_RESOURCE_PREFIXES, DeviceRef, SliceRef, match, parse_hami_allocation
 from exporter.workload import DEFAULT_OWNER_LABELS, UNKNOWN, PodMeta, Workload, classify
@@ -107,7 +108,9 @@ class KubeletAttributionSource:
         self._devices_fn = devices_fn
         self._clock = clock
         self._api: ApiAccess | None = None
+        require_extra("kubernetes", ("grpc", "google.protobuf"), "pod_mapping.enabled")
         if settings.kube_api:  # the Kubernetes client costs a second to import: only when enabled
+            require_extra("kubernetes", ("kubernetes_asyncio",), "pod_mapping.kube_api")
             from exporter.kubeapi import ApiAccess
 
             self._api = ApiAccess(host=settings.kube_api_host, token=api_token)

@@ -28,6 +28,10 @@ from exporter.settings import TLSSettings, WebConfig, WebSettings
 
 log = logging.getLogger(__name__)
 
+# Answered without credentials even when basic auth is on, so that kubelet probes (which send none) work on
+# the metrics port: they reveal liveness and which backends lack fresh data, never a reading (docs/deploy.md).
+UNAUTHENTICATED_PATHS = frozenset({"/healthz", "/readyz"})
+
 _TLS_MIN = {
     "TLS10": ssl.TLSVersion.TLSv1,
     "TLS11": ssl.TLSVersion.TLSv1_1,
@@ -120,13 +124,20 @@ class Server:
         app.router.add_get("/healthz", self.healthz)
         app.router.add_get("/readyz", self.readyz)
         app.router.add_get("/", self.landing)
+        if self.web_config.headers:  # http_server_config.headers, on every response (401s included)
+            app.on_response_prepare.append(self._add_headers)
         return app
+
+    async def _add_headers(self, request: web.Request, response: web.StreamResponse) -> None:
+        response.headers.update(self.web_config.headers)
 
     @web.middleware
     async def _auth_middleware(
         self, request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
     ) -> web.StreamResponse:
         assert self.auth is not None
+        if request.path in UNAUTHENTICATED_PATHS:
+            return await handler(request)
         if not await self.auth.allowed(request.headers.get("Authorization"), asyncio.get_running_loop()):
             return web.Response(
                 status=401,

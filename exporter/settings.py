@@ -22,7 +22,8 @@ the key (``backends.nvml.interval: must be a number > 0``). Config file shape::
       owner_labels: [owner, user]
 
 Environment: XPUWATCH_CONFIG, XPUWATCH_NODE, XPUWATCH_ENABLE (comma-separated), XPUWATCH_WEB_LISTEN_ADDRESS,
-XPUWATCH_WEB_TELEMETRY_PATH, XPUWATCH_WEB_CONFIG_FILE.
+XPUWATCH_WEB_TELEMETRY_PATH, XPUWATCH_WEB_CONFIG_FILE, XPUWATCH_DCGM_HOST (``backends.dcgm.host``: per node,
+so a DaemonSet can point at ``$(NODE_IP):5555`` from the downward API while the ConfigMap is shared).
 
 Default port 9851: not taken by any exporter in the Prometheus "default port allocations" wiki list (which
 runs contiguously from 9100 upwards); 9852/9853 are our relay and remediation controller.
@@ -283,11 +284,18 @@ def load(path: str | None, env: Mapping[str, str], flags: Mapping[str, Any]) -> 
         config_file=pick("web_config_file", "XPUWATCH_WEB_CONFIG_FILE", s.web.config_file),
     )
     check_web(web)
+    backends = s.backends
+    if env.get("XPUWATCH_DCGM_HOST"):
+        dcgm = s.backend("dcgm")
+        options = {**dcgm.options, "host": env["XPUWATCH_DCGM_HOST"]}
+        backends = MappingProxyType(
+            {**backends, "dcgm": BackendSettings(dcgm.interval, dcgm.timeout, dcgm.stale_after, options)}
+        )
     return Settings(
         node=node,
         enable=_names(list(enable) if not isinstance(enable, str) else enable, "enable"),
         web=web,
-        backends=s.backends,
+        backends=backends,
         pod_mapping=s.pod_mapping,
     )
 
@@ -319,10 +327,44 @@ class TLSSettings:
 
 @dataclass(frozen=True)
 class WebConfig:
-    """A parsed exporter-toolkit web config. ``basic_auth_users``: user -> bcrypt hash."""
+    """A parsed exporter-toolkit web config. ``basic_auth_users``: user -> bcrypt hash; ``headers``:
+    ``http_server_config.headers`` added to every response."""
 
     tls: TLSSettings | None = None
     basic_auth_users: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+    headers: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+
+
+# exporter-toolkit's http_server_config.headers allows only these (docs/web-configuration.md).
+_HEADERS = (
+    "Content-Security-Policy",
+    "Strict-Transport-Security",
+    "X-Content-Type-Options",
+    "X-Frame-Options",
+    "X-XSS-Protection",
+)
+
+
+def _http_server_config(raw: Any) -> Mapping[str, str]:
+    """``http_server_config``: ``http2`` (accepted; aiohttp serves HTTP/1.1 only) and ``headers``."""
+    section = _mapping(raw, "http_server_config")
+    unknown = set(section) - {"http2", "headers"}
+    if unknown:
+        raise ConfigError(
+            f"http_server_config.{sorted(map(str, unknown))[0]}: unknown key (known: http2, headers)"
+        )
+    if "http2" in section and not isinstance(section["http2"], bool):
+        raise ConfigError("http_server_config.http2: must be true or false")
+    headers = _mapping(section.get("headers"), "http_server_config.headers")
+    allowed = {h.lower(): h for h in _HEADERS}
+    out = {}
+    for name, value in headers.items():
+        if str(name).lower() not in allowed:
+            raise ConfigError(f"http_server_config.headers.{name}: not one of {', '.join(_HEADERS)}")
+        if not isinstance(value, str):
+            raise ConfigError(f"http_server_config.headers.{name}: must be a string")
+        out[allowed[str(name).lower()]] = value
+    return MappingProxyType(out)
 
 
 def load_web_config(path: str) -> WebConfig:
@@ -342,7 +384,7 @@ def parse_web_config(doc: Any, base: Path = Path(".")) -> WebConfig:
         doc = {}
     if not isinstance(doc, dict):
         raise ConfigError("web.config_file: must be a mapping (tls_server_config, basic_auth_users)")
-    unknown = set(doc) - {"tls_server_config", "basic_auth_users"}
+    unknown = set(doc) - {"tls_server_config", "basic_auth_users", "http_server_config"}
     if unknown:
         raise ConfigError(f"{sorted(map(str, unknown))[0]}: unknown web config key")
     tls = None
@@ -387,4 +429,8 @@ def parse_web_config(doc: Any, base: Path = Path(".")) -> WebConfig:
             raise ConfigError(
                 f"basic_auth_users.{user}: must be a bcrypt hash ($2y$10$...), not a plain password"
             )
-    return WebConfig(tls, MappingProxyType({str(k): str(v) for k, v in users.items()}))
+    return WebConfig(
+        tls,
+        MappingProxyType({str(k): str(v) for k, v in users.items()}),
+        _http_server_config(doc.get("http_server_config")),
+    )

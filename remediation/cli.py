@@ -13,6 +13,9 @@ import signal
 from pathlib import Path
 from typing import Any
 
+from exporter.logs import config_error
+from exporter.settings import parse_listen_address
+
 from .settings import ConfigError, Settings, load
 
 log = logging.getLogger(__name__)
@@ -30,7 +33,13 @@ def add_commands(sub: Any) -> None:
     p.add_argument(
         "--check", action="store_true", help="validate the config, print the effective settings, exit"
     )
-    p.add_argument("--listen", default=None, help="host:port, overrides webhook.listen_host/listen_port")
+    p.add_argument(
+        "--web.listen-address",
+        "--listen",
+        dest="listen",
+        default=None,
+        help="[host]:port, overrides webhook.listen_host/listen_port",
+    )
     p.set_defaults(func=run)
 
 
@@ -39,10 +48,11 @@ def effective(settings: Settings, apply: bool, listen: str | None) -> Settings:
     guard = dataclasses.replace(settings.guard, dry_run=settings.guard.dry_run and not apply)
     webhook = settings.webhook
     if listen:
-        host, _, port = listen.rpartition(":")
-        if not port.isdigit() or not 0 <= int(port) <= 65535:
-            raise ConfigError(f"--listen: {listen!r} is not host:port with a port in 0-65535")
-        webhook = dataclasses.replace(webhook, listen_host=host or "0.0.0.0", listen_port=int(port))
+        try:
+            host, port = parse_listen_address(listen, "--web.listen-address", default_port=9853)
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
+        webhook = dataclasses.replace(webhook, listen_host=host or "0.0.0.0", listen_port=port)
     return dataclasses.replace(settings, guard=guard, webhook=webhook)
 
 
@@ -64,8 +74,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         settings = effective(load(args.config), args.apply, args.listen)
     except (ConfigError, ValueError) as exc:
-        log.error("config: %s", exc)
-        return 2
+        return config_error(exc)
     if args.check:
         print(describe(settings))
         return 0
@@ -87,6 +96,12 @@ async def serve(settings: Settings) -> int:
     import aiohttp
     from aiohttp import web
 
+    from exporter.build import MissingExtra, require_extra
+
+    try:
+        require_extra("kubernetes", ("kubernetes_asyncio",), "remediate")
+    except MissingExtra as exc:
+        raise StartupError(str(exc)) from None
     from .alert import now_utc
     from .audit import Audit
     from .controller import Controller
@@ -104,7 +119,11 @@ async def serve(settings: Settings) -> int:
         raise StartupError(
             f"no Kubernetes credentials: not in a cluster and {why}; set kube.kubeconfig, kube.host or KUBECONFIG"
         ) from None
-    telemetry = Telemetry()
+    from prometheus_client import CollectorRegistry
+
+    from exporter.build import register_standard
+
+    telemetry = Telemetry(register_standard(CollectorRegistry()))
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):

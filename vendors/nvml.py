@@ -180,7 +180,9 @@ class NvmlBackend:
             try:
                 import pynvml  # nvidia-ml-py; never the deprecated `pynvml` distribution
             except ImportError as exc:
-                raise BackendError(f"pynvml (nvidia-ml-py) not importable: {exc}", "library") from exc
+                raise BackendError(
+                    f"pynvml (nvidia-ml-py) not importable: {exc}; pip install 'xpuwatch[nvidia]'", "library"
+                ) from exc
             self._nvml = pynvml
         return self._nvml
 
@@ -710,7 +712,9 @@ def detect(ctx: BackendContext, module: Any = None) -> Detection:
         try:
             import pynvml
         except ImportError as exc:
-            return Detection(False, f"pynvml (nvidia-ml-py) not importable: {exc}")
+            return Detection(
+                False, f"pynvml (nvidia-ml-py) not importable: {exc}; pip install 'xpuwatch[nvidia]'"
+            )
         nvml = pynvml
     try:
         nvml.nvmlInit()

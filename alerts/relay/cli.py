@@ -13,6 +13,8 @@ from aiohttp import web
 
 from alerts.relay.config import ConfigError, load_settings
 from alerts.relay.server import build_app, build_relay
+from exporter.build import register_standard
+from exporter.logs import config_error
 from exporter.settings import parse_listen_address
 
 log = logging.getLogger(__name__)
@@ -21,7 +23,12 @@ log = logging.getLogger(__name__)
 def add_commands(sub: Any) -> None:
     relay = sub.add_parser("relay", help="relay Alertmanager webhooks to WeCom / Feishu group bots")
     relay.add_argument("--config", required=True, help="channels YAML (see docs/relay.md)")
-    relay.add_argument("--listen-address", help="host:port to listen on (default from config, else :9852)")
+    relay.add_argument(
+        "--web.listen-address",
+        "--listen-address",
+        dest="listen_address",
+        help="[host]:port to listen on (default from config, else :9852)",
+    )
     relay.add_argument("--outbox", help="SQLite outbox path (default from config)")
     relay.add_argument("--check", action="store_true", help="validate the config and templates, then exit")
     relay.set_defaults(func=run)
@@ -41,7 +48,7 @@ def run(args: argparse.Namespace) -> int:
         if args.outbox:
             settings = replace(settings, outbox=args.outbox)
         host, port = split_address(
-            settings.listen_address, "--listen-address" if args.listen_address else "listen_address"
+            settings.listen_address, "--web.listen-address" if args.listen_address else "listen_address"
         )
         if args.check:
             from alerts.relay.server import check_settings
@@ -51,8 +58,8 @@ def run(args: argparse.Namespace) -> int:
             return 0
         relay = build_relay(settings)
     except (ConfigError, ValueError) as exc:
-        log.error("relay config: %s", exc)
-        return 2
+        return config_error(exc)
+    register_standard(relay.metrics.registry)
     try:
         asyncio.run(_serve(relay, host, port))
     except OSError as exc:

@@ -4,7 +4,9 @@ official client's models (no unknown or misspelt fields), and RBAC grants exactl
 from __future__ import annotations
 
 import ast
+import functools
 import json
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -21,17 +23,48 @@ OVERLAYS = sorted(
 )
 
 # prometheus-operator custom resources have no model in the Kubernetes client: checked structurally.
-CUSTOM = {("monitoring.coreos.com/v1", "ServiceMonitor"), ("monitoring.coreos.com/v1", "PrometheusRule")}
+CUSTOM = {
+    ("monitoring.coreos.com/v1", "ServiceMonitor"),
+    ("monitoring.coreos.com/v1", "PrometheusRule"),
+    ("monitoring.coreos.com/v1alpha1", "AlertmanagerConfig"),
+}
+VENDORS = (
+    "nvidia",
+    "amd",
+    "ascend",
+    "cambricon",
+    "hygon",
+    "kunlunxin",
+    "metax",
+    "mthreads",
+    "iluvatar",
+    "enflame",
+)
 
 
-def render(overlay: str) -> list[dict[str, Any]]:
+class _Loader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # type: ignore[misc]
+    """PyYAML reads a bare ``=`` (AlertmanagerConfig ``matchType: =``, as kustomize prints it) as YAML 1.1's
+    ``!!value`` tag; Kubernetes' YAML 1.2 reader takes it as the string "="."""
+
+
+_Loader.add_constructor("tag:yaml.org,2002:value", lambda loader, node: loader.construct_scalar(node))  # type: ignore[arg-type]
+
+
+@functools.cache
+def _kustomize(overlay: str) -> str:
+    """kubectl's kustomize output, once per overlay and test session (the tree does not change meanwhile)."""
     kubectl = shutil.which("kubectl")
     assert kubectl, "kubectl is required (Debian package kubernetes-client)"
     out = subprocess.run(
         [kubectl, "kustomize", str(KUSTOMIZE / overlay)], capture_output=True, text=True, check=False
     )
     assert out.returncode == 0, out.stderr
-    return [d for d in yaml.safe_load_all(out.stdout) if d]
+    return out.stdout
+
+
+def render(overlay: str) -> list[dict[str, Any]]:
+    """The overlay's objects, freshly parsed (callers may change them)."""
+    return [d for d in yaml.load_all(_kustomize(overlay), Loader=_Loader) if d]
 
 
 class _Response:
@@ -56,11 +89,10 @@ def test_overlays_exist() -> None:
     assert {
         "overlays/mixed",
         "overlays/nvidia",
+        "overlays/nvidia-hostengine",
         "overlays/apply",
-        "exporters/nvidia",
-        "exporters/amd",
-        "exporters/ascend",
-        "exporters/other",
+        "overlays/kube-prometheus-stack",
+        *(f"exporters/{v}" for v in VENDORS),
     } <= set(OVERLAYS)
 
 
@@ -84,25 +116,150 @@ def _round_trip(api: ApiClient, overlay: str) -> None:
         )
 
 
+# Vendors whose tools open device nodes the kubelet does not put in the container's device cgroup (no
+# device-plugin allocation for a monitor): privileged, as AMD's and Huawei's own exporters run
+# (docs/deploy.md). NVIDIA's runtime injects the devices; it adds only SYS_ADMIN for embedded DCGM profiling.
+PRIVILEGED = set(VENDORS) - {"nvidia"}
+
+
 def test_exporters_keep_least_privilege() -> None:
     for obj in render("overlays/mixed"):
         if obj["kind"] != "DaemonSet":
             continue
+        vendor = obj["metadata"]["name"].removeprefix("xpuwatch-exporter-")
         spec = obj["spec"]["template"]["spec"]
         ctr = spec["containers"][0]
         sc = ctr["securityContext"]
-        assert sc["readOnlyRootFilesystem"] is True and sc["allowPrivilegeEscalation"] is False
-        assert sc["capabilities"] == {"drop": ["ALL"]} and not sc.get("privileged")
-        assert spec["nodeSelector"], obj["metadata"]["name"]
+        assert sc["readOnlyRootFilesystem"] is True
+        assert sc["capabilities"]["drop"] == ["ALL"]
+        if vendor in PRIVILEGED:
+            # the API rejects privileged with allowPrivilegeEscalation false
+            assert sc["privileged"] is True and sc["allowPrivilegeEscalation"] is True, vendor
+        else:
+            assert not sc.get("privileged") and sc["allowPrivilegeEscalation"] is False, vendor
+            assert sc["capabilities"].get("add") == ["SYS_ADMIN"], vendor
+        assert spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"], vendor
         mounts = {m["mountPath"]: m for m in ctr["volumeMounts"]}
-        assert all(m.get("readOnly") for p, m in mounts.items() if p != "/tmp"), obj["metadata"]["name"]
+        assert all(m.get("readOnly") for p, m in mounts.items() if p != "/tmp"), vendor
         assert {"operator": "Exists"} in spec["tolerations"]  # keeps watching cards marked faulty
 
 
-def test_one_daemonset_per_vendor_family_without_overlapping_selectors() -> None:
+def test_one_daemonset_per_vendor_without_overlapping_selectors() -> None:
     sets = [o for o in render("overlays/mixed") if o["kind"] == "DaemonSet"]
     selectors = [json.dumps(o["spec"]["selector"], sort_keys=True) for o in sets]
-    assert len(sets) == 4 and len(set(selectors)) == 4
+    assert sorted(o["metadata"]["name"] for o in sets) == sorted(f"xpuwatch-exporter-{v}" for v in VENDORS)
+    assert len(set(selectors)) == len(VENDORS)
+
+
+# PCI vendor IDs (pci.ids) and operator/device-plugin labels each DaemonSet must accept (docs/deploy.md).
+PCI_VENDOR = {
+    "nvidia": "10de",
+    "amd": "1002",
+    "ascend": "19e5",
+    "cambricon": "cabc",
+    "hygon": "1d94",
+    "kunlunxin": "1d22",
+    "metax": "9999",
+    "mthreads": "1ed5",
+    "iluvatar": "1e3e",
+    "enflame": "1e36",
+}
+OPERATOR_LABELS = {
+    "nvidia": {("nvidia.com/gpu.present", "true")},  # GPU Feature Discovery / GPU Operator
+    "amd": {("feature.node.kubernetes.io/amd-gpu", "true")},  # AMD GPU Operator's NFD rule
+    "ascend": {  # Huawei device plugin (Ascend/mind-cluster ascendplugin-*.yaml)
+        ("accelerator", "huawei-Ascend910"),
+        ("accelerator", "huawei-Ascend310P"),
+        ("accelerator", "huawei-Ascend310"),
+    },
+}
+
+
+def _accepted(daemonset: dict[str, Any]) -> set[tuple[str, str]]:
+    """(label, value) pairs any one of which schedules the DaemonSet on a node."""
+    terms = daemonset["spec"]["template"]["spec"]["affinity"]["nodeAffinity"][
+        "requiredDuringSchedulingIgnoredDuringExecution"
+    ]["nodeSelectorTerms"]
+    out = set()
+    for term in terms:
+        (expr,) = term["matchExpressions"]  # one label per term: terms are ORed
+        assert expr["operator"] == "In"
+        out |= {(expr["key"], v) for v in expr["values"]}
+    return out
+
+
+@pytest.mark.parametrize("vendor", VENDORS)
+def test_node_affinity_matches_stock_nfd_and_operator_labels(vendor: str) -> None:
+    ds = next(o for o in render(f"exporters/{vendor}") if o["kind"] == "DaemonSet")
+    accepted = _accepted(ds)
+    nfd = {
+        k
+        for k, v in accepted
+        if k.startswith("feature.node.kubernetes.io/pci-") and k.endswith(f"_{PCI_VENDOR[vendor]}.present")
+    }
+    # stock NFD: pci-<class><subclass>_<vendor>.present, classes 03 (display) and 12 (accelerators)
+    assert nfd and all(
+        re.fullmatch(r"feature\.node\.kubernetes\.io/pci-(03|12)[0-9a-f]{2}_[0-9a-f]{4}\.present", k)
+        for k in nfd
+    )
+    assert OPERATOR_LABELS.get(vendor, set()) <= accepted
+    others = {k for k, _ in accepted if k.startswith("feature.node.kubernetes.io/pci-")} - nfd
+    assert not others, f"{vendor} also schedules on {others}"
+
+
+def test_monitoring_objects_carry_the_release_label() -> None:
+    for overlay in ("base", "overlays/mixed", "overlays/kube-prometheus-stack"):
+        objs = [o for o in render(overlay) if o["apiVersion"].startswith("monitoring.coreos.com/")]
+        assert objs and all(o["metadata"]["labels"]["release"] == "kube-prometheus-stack" for o in objs)
+    kinds = {
+        o["kind"] for o in render("overlays/kube-prometheus-stack") if "release" in o["metadata"]["labels"]
+    }
+    assert kinds == {"ServiceMonitor", "PrometheusRule", "AlertmanagerConfig"}
+
+
+def _matcher(m: dict[str, str]) -> str:
+    return f'{m["name"]}{m["matchType"]}"{m["value"]}"'
+
+
+def _route_back(r: dict[str, Any]) -> dict[str, Any]:
+    """An AlertmanagerConfig route -> the Alertmanager config route it stands for."""
+    names = {"groupBy": "group_by", "groupWait": "group_wait", "groupInterval": "group_interval"}
+    names |= {"repeatInterval": "repeat_interval"}
+    out: dict[str, Any] = {}
+    for k, v in r.items():
+        if k == "matchers":
+            out["matchers"] = [_matcher(m) for m in v]
+        elif k == "routes":
+            out["routes"] = [_route_back(x) for x in v]
+        else:
+            out[names.get(k, k)] = v
+    return out
+
+
+def test_alertmanagerconfig_routes_like_the_generated_alertmanager_config() -> None:
+    (amc,) = [o for o in render("overlays/kube-prometheus-stack") if o["kind"] == "AlertmanagerConfig"]
+    generated = yaml.safe_load((ROOT / "alerts" / "generated" / "alertmanager.yml").read_text())
+    assert _route_back(amc["spec"]["route"]) == generated["route"]
+    urls = {r["name"]: r["webhookConfigs"][0]["url"] for r in amc["spec"]["receivers"]}
+    assert urls == {r["name"]: r["webhook_configs"][0]["url"] for r in generated["receivers"]}
+    inhibit = [
+        {
+            "source_matchers": [_matcher(m) for m in i["sourceMatch"]],
+            "target_matchers": [_matcher(m) for m in i["targetMatch"]],
+            "equal": i["equal"],
+        }
+        for i in amc["spec"]["inhibitRules"]
+    ]
+    assert inhibit == generated["inhibit_rules"]
+    secrets = {
+        r["name"]: r["webhookConfigs"][0]["httpConfig"]["authorization"]["credentials"]["key"]
+        for r in amc["spec"]["receivers"]
+    }
+    assert secrets == {
+        "oncall-wecom": "relay-token",
+        "team-feishu": "relay-token",
+        "remediate": "remediation-token",
+    }
 
 
 def test_prometheusrule_is_the_generated_one() -> None:

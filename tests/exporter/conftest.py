@@ -18,6 +18,18 @@ ROOT = Path(__file__).resolve().parents[2]
 GOLDEN_CLOCK = "1700000000"
 
 
+def stable_exposition(body: str) -> str:
+    """``body`` without the families that differ between runs of the same code (process_*, python_*,
+    xpuwatch_build_info: exporter.build.VOLATILE_PREFIXES), which golden files leave out."""
+    from exporter.build import VOLATILE_PREFIXES
+
+    def volatile(line: str) -> bool:
+        name = line.split(" ", 3)[2] if line.startswith("# ") else line
+        return name.startswith(VOLATILE_PREFIXES)
+
+    return "".join(line for line in body.splitlines(keepends=True) if not volatile(line))
+
+
 @dataclass
 class Exporter:
     """A running `xpuwatch serve` process: ``url`` is its base URL (scheme://127.0.0.1:port)."""

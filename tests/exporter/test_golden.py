@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.exporter.conftest import GOLDEN_CLOCK, Exporter, wait_ready
+from tests.exporter.conftest import GOLDEN_CLOCK, Exporter, stable_exposition, wait_ready
 
 GOLDEN = Path(__file__).resolve().parents[1] / "golden" / "metrics.txt"
 
@@ -27,7 +27,7 @@ def _scrape(url: str) -> str:
 def test_golden_metrics_of_sim_fleet(start_exporter: Callable[..., Exporter], update_golden: bool) -> None:
     exp = start_exporter("--simulate", "--seed", "42", "--sim-clock", GOLDEN_CLOCK)
     wait_ready(exp.url)
-    body = _scrape(exp.url)
+    body = stable_exposition(_scrape(exp.url))
     if update_golden:
         GOLDEN.parent.mkdir(parents=True, exist_ok=True)
         GOLDEN.write_text(body)

@@ -22,7 +22,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Sample
 
 from exporter import catalog
-from tests.exporter.conftest import GOLDEN_CLOCK, ROOT, Exporter, cli_env, wait_ready
+from tests.exporter.conftest import GOLDEN_CLOCK, ROOT, Exporter, cli_env, stable_exposition, wait_ready
 
 BUNDLE = ROOT / "tests" / "fixtures" / "bundles" / "mixed-node.json"
 GOLDEN = ROOT / "tests" / "golden" / "mixed-node.txt"
@@ -109,7 +109,7 @@ def test_bundle_lists_every_cli_backend_and_its_sources() -> None:
 def test_golden_metrics_of_mixed_node(start_exporter: Callable[..., Exporter], update_golden: bool) -> None:
     exp = start_exporter("--replay", str(BUNDLE), "--sim-clock", GOLDEN_CLOCK)
     wait_ready(exp.url)
-    body = _scrape(exp.url)
+    body = stable_exposition(_scrape(exp.url))
     if update_golden:
         GOLDEN.parent.mkdir(parents=True, exist_ok=True)
         GOLDEN.write_text(body)

@@ -13,7 +13,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from exporter.kubelet import ContainerDevices
-from tests.exporter.conftest import GOLDEN_CLOCK, Exporter, wait_ready
+from tests.exporter.conftest import GOLDEN_CLOCK, Exporter, stable_exposition, wait_ready
 from tests.exporter.kubelet_server import KubeletServer
 
 GOLDEN = Path(__file__).resolve().parents[1] / "golden" / "pods.txt"
@@ -122,6 +122,7 @@ def test_pod_labels_on_exact_devices_and_slices(
     }
     assert slices == {"2/0": "llm-0", "3/0": "jupyter-carol", "9/0": None}
     assert _samples(body, "xpuwatch_pod_mapping_up")[0]["__value__"] == "1.0"
+    body = stable_exposition(body)
     if update_golden:
         GOLDEN.write_text(body)
     assert body == GOLDEN.read_text(), "golden differs: rerun with --update-golden and review the diff"

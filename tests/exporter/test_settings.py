@@ -131,7 +131,7 @@ def test_web_config(tmp_path: Path) -> None:
             {"tls_server_config": {"cert_file": "c.pem", "key_file": "k.pem", "cipher_suites": []}},
             "cipher_suites: not supported",
         ),
-        ({"http_server_config": {}}, "http_server_config: unknown web config key"),
+        ({"http_servr_config": {}}, "http_servr_config: unknown web config key"),
     ],
 )
 def test_bad_web_config_names_the_key(tmp_path: Path, doc: dict, message: str) -> None:

@@ -185,10 +185,14 @@ def test_node_survives_a_hanging_a_failing_and_a_garbling_tool(
 
 
 def _detection(log: list[str]) -> dict[str, str]:
+    """Backend detection lines, from the exporter's JSON log (``--log.format=json``)."""
     out: dict[str, str] = {}
     for line in log:
-        m = re.search(r"xpuwatch: backend (\S+): (found|skipped \((.*)\))$", line.rstrip("\n"))
-        if m:
+        if not line.startswith("{"):
+            continue
+        doc = json.loads(line)
+        m = re.fullmatch(r"backend (\S+): (found|skipped \((.*)\))", doc["msg"])
+        if m and doc["logger"] == "xpuwatch":
             out[m.group(1)] = m.group(3) if m.group(3) is not None else "found"
     return out
 
@@ -198,7 +202,7 @@ def test_serve_without_backend_logs_found_and_skipped(
     tmp_path: Path, start_exporter: Callable[..., Exporter]
 ) -> None:
     bins = faketools.every_vendor(tmp_path / "bin")
-    exp = start_exporter("--node-name", "n1", env=_env(tmp_path / "bin", isolated=True))
+    exp = start_exporter("--node-name", "n1", "--log.format=json", env=_env(tmp_path / "bin", isolated=True))
     wait_ready(exp.url)
     found = _detection(exp.log)
     assert {b for b, why in found.items() if why == "found"} == set(bins) - {"amd"}
@@ -217,7 +221,7 @@ def test_amd_rocm_smi_is_not_taken_for_hygon(tmp_path: Path, start_exporter: Cal
     mb = faketools.mixed_bundle()
     amd = next(c for c in mb.CALLS if c.backend == "amd")
     tool = faketools.printing(tmp_path / "bin", "rocm-smi", mb.FIXTURES / amd.fixture)
-    exp = start_exporter("--node-name", "n1", env=_env(tmp_path / "bin", isolated=True))
+    exp = start_exporter("--node-name", "n1", "--log.format=json", env=_env(tmp_path / "bin", isolated=True))
     wait_ready(exp.url)
     found = _detection(exp.log)
     assert found["amd"] == "found"

@@ -132,3 +132,46 @@ async def test_dry_run_process_end_to_end(tmp_path: Path, fake, session) -> None
     lines = [json.loads(x) for x in (tmp_path / "audit.jsonl").read_text().splitlines()]
     assert [(x["event"], x.get("mode")) for x in lines] == [("decision", "dry-run"), ("step", "dry-run")]
     assert fake.get("leases", "xpuwatch-remediation", "xpuwatch")["spec"]["holderIdentity"] == ""  # type: ignore[index]
+
+
+@pytest.mark.slow
+async def test_metrics_carry_build_info_and_process_metrics(tmp_path: Path, fake, session) -> None:  # type: ignore[no-untyped-def]
+    """Conventions (issue 12): --web.listen-address, --log.format=json, build_info and process_* on /metrics."""
+    port = free_port()
+    cfg = write_config(tmp_path, fake.url, 1)  # the flag below overrides webhook.listen_port
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "exporter.entry",
+        "remediate",
+        "--config",
+        str(cfg),
+        "--web.listen-address",
+        f"127.0.0.1:{port}",
+        "--log.format=json",
+        env=ENV,
+        cwd=ROOT,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    base = f"http://127.0.0.1:{port}"
+    try:
+        for _ in range(200):
+            try:
+                async with session.get(base + "/metrics") as r:
+                    if r.status == 200:
+                        body = await r.text()
+                        break
+            except OSError:
+                pass
+            await asyncio.sleep(0.05)
+        else:
+            raise AssertionError("controller did not listen")
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        _, err = await asyncio.wait_for(proc.communicate(), 20)
+    assert 'xpuwatch_build_info{python_version="' in body and 'version="0.1.0"' in body
+    assert "process_resident_memory_bytes " in body and "python_gc_collections_total" in body
+    assert "xpuwatch_remediation_leader" in body
+    logs = [json.loads(line) for line in err.decode().splitlines() if line.startswith("{")]
+    assert any(doc["msg"].startswith("remediation controller starting") for doc in logs)

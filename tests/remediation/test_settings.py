@@ -158,7 +158,7 @@ def test_startup_failures_are_one_line(tmp_path: Path) -> None:
     res = run("--config", str(cfg))
     assert res.returncode == 2 and "no Kubernetes credentials" in res.stderr and "Traceback" not in res.stderr
     res = run("--config", str(cfg), "--listen", "nonsense")
-    assert res.returncode == 2 and "--listen: 'nonsense'" in res.stderr
+    assert res.returncode == 2 and "xpuwatch: config error: --web.listen-address: 'nonsense'" in res.stderr
     cfg.write_text("webhook: {allow_unauthenticated: true, listen_port: 99999}\n")
     res = run("--config", str(cfg), "--check")
     assert res.returncode == 2 and "webhook.listen_port: 99999 is not a port" in res.stderr
