@@ -2,26 +2,23 @@
 
 A scrape never waits on a vendor call: /metrics serves the exposition cache (rendered once per poller
 state, in prometheus-client's text or OpenMetrics format as negotiated by ``choose_encoder``, gzipped when
-the client accepts it). TLS and basic auth follow the exporter-toolkit web config (bcrypt hashes; a
-verified password is remembered so bcrypt's cost is paid once per credential, as exporter-toolkit does).
+the client accepts it). TLS and basic auth follow the exporter-toolkit web config (bcrypt hashes), checked by
+``exporter.credentials.Authenticator``: off the event loop, a bounded number at once (503 beyond), a
+verified credential remembered so bcrypt's cost is paid once per credential, as exporter-toolkit does.
 """
 
 from __future__ import annotations
 
 import asyncio
-import base64
-import binascii
-import hashlib
 import html
 import logging
 import ssl
-import threading
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 
-import bcrypt
 from aiohttp import web
 
+from exporter.credentials import Authenticator, Secret, Verdict
 from exporter.exposition import ExpositionCache
 from exporter.poller import Poller
 from exporter.settings import TLSSettings, WebConfig, WebSettings
@@ -54,42 +51,6 @@ def ssl_context(tls: TLSSettings) -> ssl.SSLContext:
     return ctx
 
 
-class BasicAuth:
-    """Checks ``Authorization: Basic`` against bcrypt hashes; remembers verified credentials."""
-
-    def __init__(self, users: dict[str, str]) -> None:
-        self._users = users
-        self._ok: set[str] = set()
-        self._dummy = bcrypt.hashpw(b"not-a-user", bcrypt.gensalt(10))
-        self._lock = threading.Lock()
-
-    def _check(self, user: str, password: str) -> bool:
-        h = self._users.get(user)
-        if h is None:
-            # Spend the same time as for a known user so user names cannot be probed by timing.
-            bcrypt.checkpw(password.encode(), self._dummy)
-            return False
-        key = hashlib.sha256(f"{user}\0{password}\0{h}".encode()).hexdigest()
-        with self._lock:
-            if key in self._ok:
-                return True
-        # Go's bcrypt writes $2y$; the C implementation behind `bcrypt` treats 2y like 2b.
-        ok = bcrypt.checkpw(password.encode(), h.replace("$2y$", "$2b$", 1).encode())
-        if ok:
-            with self._lock:
-                self._ok.add(key)
-        return ok
-
-    async def allowed(self, header: str | None, loop: asyncio.AbstractEventLoop) -> bool:
-        if not header or not header.startswith("Basic "):
-            return False
-        try:
-            user, _, password = base64.b64decode(header[6:], validate=True).decode("utf-8").partition(":")
-        except (binascii.Error, UnicodeDecodeError):
-            return False
-        return await loop.run_in_executor(None, self._check, user, password)
-
-
 class Server:
     """The exporter's HTTP server over one exposition cache and one poller.
 
@@ -109,7 +70,11 @@ class Server:
         self.settings = web_settings
         self.web_config = web_config
         self.clock = clock
-        self.auth = BasicAuth(dict(web_config.basic_auth_users)) if web_config.basic_auth_users else None
+        self.auth = (
+            Authenticator({u: Secret.hash(h) for u, h in web_config.basic_auth_users.items()})
+            if web_config.basic_auth_users
+            else None
+        )
         self._executor = ThreadPoolExecutor(max_workers=4, thread_name_prefix="xpuwatch-render")
         self._runner: web.AppRunner | None = None
         self.address: tuple[str, int] | None = None
@@ -127,7 +92,12 @@ class Server:
         self, request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
     ) -> web.StreamResponse:
         assert self.auth is not None
-        if not await self.auth.allowed(request.headers.get("Authorization"), asyncio.get_running_loop()):
+        verdict = await self.auth.check(request.headers.get("Authorization"))
+        if verdict is Verdict.BUSY:  # too many checks running (a wrong-password flood): retry later
+            return web.Response(
+                status=503, text="credential checks busy; retry\n", headers={"Retry-After": "1"}
+            )
+        if verdict is not Verdict.OK:
             return web.Response(
                 status=401,
                 text="Unauthorized\n",
@@ -185,6 +155,8 @@ class Server:
         return self.address
 
     async def stop(self) -> None:
+        if self.auth is not None:  # first: queued checks are cancelled, so no handler waits on them
+            self.auth.close()
         if self._runner is not None:
             await self._runner.cleanup()
         self._executor.shutdown(wait=False, cancel_futures=True)
