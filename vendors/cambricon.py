@@ -19,6 +19,7 @@ import re
 from collections.abc import Sequence
 
 from vendors import smi_table as t
+from vendors import smi_tool
 from vendors.base import Backend, Device, DeviceSample, ParseError, VendorMetric
 from vendors.registry import BackendContext, BackendSpec, Detection, OutputFormat, register
 from vendors.smi_tool import ToolBackend, detect_tool
@@ -105,5 +106,6 @@ register(
         formats=(OutputFormat("cnmon-table", parse, sniff),),
         metrics=(ECC_ERRORS,),
         priority=70,
+        options=smi_tool.OPTIONS,
     )
 )

@@ -22,6 +22,7 @@ import re
 from collections.abc import Sequence
 
 from vendors import smi_table as t
+from vendors import smi_tool
 from vendors.base import Backend, BackendError, Device, DeviceSample, ParseError
 from vendors.registry import BackendContext, BackendSpec, Detection, OutputFormat, register
 from vendors.smi_tool import DEFAULT_TIMEOUT_SECONDS, ToolBackend, locate
@@ -102,5 +103,6 @@ register(
         detect=detect,
         formats=(OutputFormat("mx-smi-table", parse, sniff),),
         priority=74,
+        options=smi_tool.OPTIONS,
     )
 )
