@@ -30,6 +30,7 @@ log = logging.getLogger(__name__)
 OPEN_BACKOFF_INITIAL_SECONDS = 1.0
 OPEN_BACKOFF_MAX_SECONDS = 300.0
 STUCK_RECHECK_SECONDS = 0.5
+REIDENTIFY_MAX_SECONDS = 3600.0
 # Reasons the poller itself assigns: exported at 0 from the start so that increase() sees the first error.
 POLLER_REASONS = ("timeout", "unexpected", "field")
 
@@ -149,6 +150,8 @@ class BackendPoller:
         self._pending: Future[Any] | None = None  # a call that timed out and has not returned yet
         self._opened_at = 0.0  # monotonic time of the last successful open
         self._reopen = False  # a device is lost: re-open (re-identify) before the next sample
+        self._reid_delay = settings.reidentify_after
+        self._reid_lost: frozenset[str] = frozenset()
         self._worker = _Worker(f"xpuwatch-{self.name}-worker")
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -213,8 +216,17 @@ class BackendPoller:
             self._open_failures = 0
             log.info("backend %s: opened", self.name)
         samples = self._call(self.backend.sample, opening=False)
-        if samples is not _FAILED and any(not sample.up for sample in samples):
-            self._reopen = self._monotonic() - self._opened_at >= self.settings.reidentify_after
+        if samples is not _FAILED:
+            lost = frozenset(sample.device.uuid for sample in samples if not sample.up)
+            if not lost:
+                self._reid_delay = self.settings.reidentify_after
+            elif self._monotonic() - self._opened_at >= self._reid_delay:
+                self._reopen = True
+                # The same devices still lost after a re-open (a GPU gone for good, kept visible as lost):
+                # re-open less and less often, up to hourly.
+                if lost == self._reid_lost:
+                    self._reid_delay = min(2 * self._reid_delay, REIDENTIFY_MAX_SECONDS)
+                self._reid_lost = lost
         return self.settings.interval
 
     def _call(self, fn: Callable[[], Any], opening: bool) -> Any:

@@ -213,3 +213,22 @@ def test_a_swapped_device_is_identified_again_without_restart() -> None:
     assert (b.opens, b.closes) == (2, 1)
     p.poll_once()
     assert (b.opens, b.closes) == (2, 1)  # all up again: no more re-opens
+
+
+def test_a_device_gone_for_good_is_looked_for_less_and_less_often() -> None:
+    mono = Clock(0.0)
+    b = SwappableBackend()
+    p = BackendPoller(b, PollSettings(interval=1, timeout=1, reidentify_after=30), Clock(), mono)
+    p.poll_once()
+    del b.present["1"]  # gone; the backend keeps reporting it lost (as NVML keeps a GPU that fell off)
+    b.open = lambda: setattr(b, "opens", b.opens + 1)  # type: ignore[method-assign]
+    reopened_at = []
+    for t in range(0, 400, 5):
+        mono.t = float(t)
+        before = b.opens
+        p.poll_once()
+        if b.opens > before:
+            reopened_at.append(t)
+    # Flagged 30 s after each open, re-opened at the next poll; the wait doubles once the same device is
+    # still lost after a re-open: 30, 30, 60, 120 s.
+    assert reopened_at == [35, 70, 135, 260]
