@@ -1,14 +1,19 @@
-"""Benchmark: /metrics scrape latency, idle CPU and RSS of the real exporter; node-exporter beside it.
+"""Benchmark: the exporter's render cost, event-loop lag, scrape latency against nginx, idle CPU and RSS;
+node-exporter beside it. Prints figures; asserts nothing (speed is not a test). Run from the repository root:
 
-Prints figures; asserts nothing (speed is not a test). Run from the repository root:
+    PYTHONPATH=$PWD .venv/bin/python benchmarks/exporter_scrape.py [--quick]
 
-    PYTHONPATH=$PWD python3 benchmarks/exporter_scrape.py [--quick]
+1. Per-poll render CPU per series (in process, frozen clock), at 8 / 64 / 512 / 2,048 simulated devices:
+   building the families plus writing the OpenMetrics body Prometheus negotiates, with the prefix-caching
+   FastEncoder and with prometheus-client's encoder for comparison; gzip CPU at levels 1 / 6.
+2. At 512 devices, 5 s polling, the real server in a child process: gzip scrape p50/p99 (sequential, one
+   keep-alive connection; and 50 at a time) beside nginx serving the same bytes (plain and gzip_static);
+   the child's maximum event-loop lag (a 10 ms ticker) while it polls and serves; its CPU while scraped
+   every 15 s and while not scraped at all; its RSS before and after 10,000 scrapes.
+3. Debian's prometheus-node-exporter: scrape latency and CPU per series per scrape.
 
-For each fleet size (8, 64, 512 simulated devices, 5 s polling) and with/without an extra backend whose
-every poll takes 30 s, it starts the exporter in a child process and measures 1,000 sequential scrapes (one
-keep-alive connection) and 1,000 scrapes issued 50 at a time, with Prometheus's own Accept and
-Accept-Encoding headers. Then: the exporter's CPU while idle (8 devices, 5 s polling, no scrapes, 30 s), RSS
-after warm-up and after 10,000 scrapes, and Debian's prometheus-node-exporter's scrape p50 and series count.
+nginx is a benchmark-only dependency (Debian ``nginx-light`` or ``nginx``; skipped with a note if absent).
+The machine may be shared: the figures are only comparable within one run (it interleaves the parts).
 """
 
 from __future__ import annotations
@@ -74,7 +79,7 @@ class SlowBackend:
         pass
 
 
-def serve_child(sim_config: str, slow: float, port_file: str) -> None:
+def serve_child(sim_config: str, slow: float, port_file: str, lag_file: str | None = None) -> None:
     sys.path.insert(0, str(ROOT))
     from exporter.cli import Clocks, assemble
     from exporter.poller import PollSettings
@@ -88,11 +93,26 @@ def serve_child(sim_config: str, slow: float, port_file: str) -> None:
         asm.poller.add(SlowBackend(slow), PollSettings(interval=5, timeout=2 * slow))
     server = Server(asm.cache, asm.poller, WebSettings("127.0.0.1:0"), WebConfig(), clocks.wall)
 
+    async def ticker() -> None:
+        """Event-loop lag: how late a 10 ms sleep wakes up; max and p99 (ms) are written to ``lag_file``."""
+        lags: list[float] = []
+        loop = asyncio.get_running_loop()
+        while True:
+            t0 = loop.time()
+            await asyncio.sleep(0.01)
+            lags.append(loop.time() - t0 - 0.01)
+            if lag_file and len(lags) % 50 == 0:
+                xs = sorted(lags)
+                Path(lag_file).write_text(f"{xs[-1] * 1000:.2f} {xs[int(0.99 * (len(xs) - 1))] * 1000:.2f}")
+
     async def main() -> None:
         _, port = await server.start()
         Path(port_file).write_text(str(port))
         asm.poller.start()
+        await asyncio.sleep(0.5)
+        lag = asyncio.create_task(ticker())
         await asyncio.Event().wait()
+        lag.cancel()
 
     asyncio.run(main())
 
@@ -101,13 +121,16 @@ def serve_child(sim_config: str, slow: float, port_file: str) -> None:
 # measuring
 
 
-def start_child(n: int, slow: float, tmp: Path) -> tuple[subprocess.Popen[bytes], int]:
+def start_child(
+    n: int, slow: float, tmp: Path, lag_file: Path | None = None
+) -> tuple[subprocess.Popen[bytes], int]:
     cfg = tmp / f"fleet-{n}.yaml"
     cfg.write_text(fleet_yaml(n))
     port_file = tmp / f"port-{n}-{slow}"
     port_file.unlink(missing_ok=True)
     proc = subprocess.Popen(
-        [sys.executable, __file__, "--child", str(cfg), "--slow", str(slow), "--port-file", str(port_file)],
+        [sys.executable, __file__, "--child", str(cfg), "--slow", str(slow), "--port-file", str(port_file)]
+        + (["--lag-file", str(lag_file)] if lag_file else []),
         env={**os.environ, "PYTHONPATH": str(ROOT)},
     )
     deadline = time.monotonic() + 60
@@ -192,58 +215,189 @@ def stop(proc: subprocess.Popen[bytes]) -> None:
         proc.wait()
 
 
+def render_costs(sizes: tuple[int, ...], polls: int) -> None:
+    """Per-poll render CPU per series, in process, on a frozen clock (values still change per poll: the
+    simulator's readings depend on the poll count through its seeded noise)."""
+    sys.path.insert(0, str(ROOT))
+    from prometheus_client.exposition import choose_encoder
+
+    from exporter.cli import Clocks, assemble
+    from exporter.exposition import fast_encoder
+    from exporter.settings import Settings
+    from vendors.command import SubprocessRunner
+
+    reference, _ = choose_encoder(PROM_ACCEPT)
+    print(
+        f"{'devices':>7} {'series':>7} {'families us/s':>13} {'fast enc us/s':>13} {'render us/s':>11} "
+        f"{'prom-client us/s':>16} {'gzip1 ms':>8} {'gzip6 ms':>8} {'body KiB':>8}"
+    )
+    with tempfile.TemporaryDirectory() as d:
+        for n in sizes:
+            cfg = Path(d) / f"fleet-{n}.yaml"
+            cfg.write_text(fleet_yaml(n))
+            asm = assemble(
+                Settings(),
+                ["sim"],
+                Clocks(lambda: 1.7e9, time.monotonic),
+                SubprocessRunner(),
+                None,
+                {"config": str(cfg)},
+            )
+            poller = asm.poller.pollers[0]
+            fast = fast_encoder(reference)
+            poller.poll_once()
+            fast(asm.cache.registry)  # the first render fills the prefix cache
+            fam_cpu = enc_cpu = ref_cpu = 0.0
+            series = 0
+            for _ in range(polls):
+                poller.poll_once()
+                t0 = time.process_time()
+                fams = list(asm.collector.collect())
+                t1 = time.process_time()
+                body = fast.encode(fams)  # type: ignore[attr-defined]
+                t2 = time.process_time()
+                fam_cpu += t1 - t0
+                enc_cpu += t2 - t1
+                series = sum(len(f.samples) for f in fams)
+            t0 = time.process_time()
+            ref_body = reference(asm.cache.registry)
+            ref_cpu = time.process_time() - t0 - fam_cpu / polls
+            assert ref_body == body, "FastEncoder and prometheus-client disagree"
+            gz = {}
+            for level in (1, 6):
+                t0 = time.process_time()
+                gzip.compress(body, compresslevel=level)
+                gz[level] = (time.process_time() - t0) * 1000
+            per = 1e6 / (series * polls)
+            print(
+                f"{n:>7} {series:>7} {fam_cpu * per:>13.2f} {enc_cpu * per:>13.2f} {(fam_cpu + enc_cpu) * per:>11.2f} "
+                f"{ref_cpu * 1e6 / series + fam_cpu * per:>16.2f} {gz[1]:>8.1f} {gz[6]:>8.1f} {len(body) / 1024:>8.0f}",
+                flush=True,
+            )
+
+
+NGINX_CONF = """
+daemon off;
+worker_processes 1;
+pid {d}/nginx.pid;
+error_log {d}/error.log;
+events {{ worker_connections 1024; }}
+http {{
+  access_log off;
+  client_body_temp_path {d}/tmp; proxy_temp_path {d}/tmp; fastcgi_temp_path {d}/tmp;
+  uwsgi_temp_path {d}/tmp; scgi_temp_path {d}/tmp;
+  server {{
+    listen 127.0.0.1:{port};
+    location /plain/ {{ alias {d}/www/; default_type text/plain; }}
+    location /gz/ {{ alias {d}/www/; gzip_static on; default_type text/plain; }}
+  }}
+}}
+"""
+
+
+def start_nginx(tmp: Path, body: bytes) -> tuple[subprocess.Popen[bytes], int] | None:
+    nginx = shutil.which("nginx") or ("/usr/sbin/nginx" if Path("/usr/sbin/nginx").exists() else None)
+    if not nginx:
+        return None
+    d = tmp / "nginx"
+    (d / "www").mkdir(parents=True, exist_ok=True)
+    for p in (tmp, d, d / "www"):
+        p.chmod(0o755)  # nginx's workers run as an unprivileged user
+    (d / "tmp").mkdir(exist_ok=True)
+    (d / "www" / "metrics").write_bytes(body)
+    (d / "www" / "metrics.gz").write_bytes(gzip.compress(body, compresslevel=9))
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    (d / "nginx.conf").write_text(NGINX_CONF.format(d=d, port=port))
+    proc = subprocess.Popen([nginx, "-c", str(d / "nginx.conf"), "-p", str(d)], stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 20
+    while True:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            return proc, port
+        except OSError:
+            if time.monotonic() > deadline or proc.poll() is not None:
+                return None
+            time.sleep(0.05)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--child")
     ap.add_argument("--slow", type=float, default=0.0)
     ap.add_argument("--port-file")
-    ap.add_argument("--quick", action="store_true", help="fewer requests and a shorter idle window")
+    ap.add_argument("--lag-file")
+    ap.add_argument("--quick", action="store_true", help="fewer requests and shorter windows")
     args = ap.parse_args()
     if args.child:
-        serve_child(args.child, args.slow, args.port_file)
+        serve_child(args.child, args.slow, args.port_file, args.lag_file)
         return
     reqs = 200 if args.quick else 1000
-    idle = 10 if args.quick else 30
+    idle = 20 if args.quick else 60
     scrapes_rss = 2000 if args.quick else 10000
+    print("== 1. per-poll render CPU per series (us/series; families = samples -> metric families)")
+    render_costs((8, 64, 512, 2048), 2 if args.quick else 5)
     with tempfile.TemporaryDirectory() as d:
         tmp = Path(d)
-        print(
-            f"{'devices':>7} {'slow backend':>12} {'series':>7} {'seq p50 ms':>10} {'seq p99 ms':>10} "
-            f"{'50-conc p50 ms':>14} {'50-conc p99 ms':>14}"
-        )
-        for n in (8, 64, 512):
-            for slow in (0.0, 30.0):
-                proc, port = start_child(n, slow, tmp)
-                try:
-                    conn = http.client.HTTPConnection("127.0.0.1", port)
-                    conn.request("GET", "/metrics")
-                    nseries = series_count(conn.getresponse().read())
-                    conn.close()
-                    seq = sequential(port, reqs)
-                    conc = concurrent(port, reqs, 50)
-                    print(
-                        f"{n:>7} {'30 s/poll' if slow else 'none':>12} {nseries:>7} {pct(seq, 50):>10.2f} "
-                        f"{pct(seq, 99):>10.2f} {pct(conc, 50):>14.2f} {pct(conc, 99):>14.2f}",
-                        flush=True,
-                    )
-                finally:
-                    stop(proc)
-
-        proc, port = start_child(8, 0.0, tmp)
+        lag_file = tmp / "lag"
+        print("\n== 2. 512 devices, 5 s polling, real server (child process)")
+        proc, port = start_child(512, 0.0, tmp, lag_file)
         try:
-            sequential(port, 100)
-            time.sleep(1)
-            rss0 = rss_mib(proc.pid)
+            conn = http.client.HTTPConnection("127.0.0.1", port)
+            conn.request("GET", "/metrics", headers=HEADERS)  # the one variant Prometheus asks for
+            plain = gzip.decompress(conn.getresponse().read())
+            conn.close()
+            ng = start_nginx(tmp, plain)
+            rows = []
+            for label, p, path in [
+                ("xpuwatch", port, "/metrics"),
+                *(
+                    [("nginx plain", ng[1], "/plain/metrics"), ("nginx gzip_static", ng[1], "/gz/metrics")]
+                    if ng
+                    else []
+                ),
+            ]:
+                seq = sequential(p, reqs, path)
+                rows.append((label, seq))
+            for label, seq in rows:
+                print(
+                    f"{label:>18}: gzip scrape p50 {pct(seq, 50):.2f} ms, p99 {pct(seq, 99):.2f} ms ({reqs} sequential)"
+                )
+            if not ng:
+                print("nginx not installed (apt-get install nginx-light): no comparison")
+            else:
+                base = next(s for lab, s in rows if lab == "nginx gzip_static")
+                print(f"xpuwatch p99 / nginx gzip_static p99 = {pct(rows[0][1], 99) / pct(base, 99):.2f}x")
+                ng[0].terminate()
+                ng[0].wait(10)
+            conc = concurrent(port, reqs, 50)
+            print(f"xpuwatch, 50 at a time: p50 {pct(conc, 50):.2f} ms, p99 {pct(conc, 99):.2f} ms")
+            # CPU while Prometheus scrapes every 15 s (the OpenMetrics+gzip variant stays warm)
             c0, t0 = cpu_seconds(proc.pid), time.monotonic()
-            time.sleep(idle)
-            cpu = (cpu_seconds(proc.pid) - c0) / (time.monotonic() - t0) * 100
-            print(f"\nidle CPU (8 devices, 5 s polling, {idle} s, no scrapes): {cpu:.2f} % of one core")
+            end = t0 + idle
+            while time.monotonic() < end:
+                sequential(port, 1)
+                time.sleep(min(15.0, max(0.0, end - time.monotonic())))
+            scraped = (cpu_seconds(proc.pid) - c0) / (time.monotonic() - t0) * 100
+            print(f"CPU, scraped every 15 s, {idle} s: {scraped:.2f} % of one core")
+            rss0 = rss_mib(proc.pid)
             sequential(port, scrapes_rss)
             rss1 = rss_mib(proc.pid)
             print(
-                f"RSS after warm-up: {rss0:.1f} MiB; after {scrapes_rss} more scrapes: {rss1:.1f} MiB "
-                f"(growth {rss1 - rss0:+.1f} MiB)"
+                f"RSS {rss0:.1f} MiB -> {rss1:.1f} MiB after {scrapes_rss} scrapes ({rss1 - rss0:+.1f} MiB)"
             )
+            worst, p99 = (float(x) for x in lag_file.read_text().split())
+            print(f"event-loop lag over the whole run: max {worst:.2f} ms, p99 {p99:.2f} ms")
+        finally:
+            stop(proc)
+        proc, port = start_child(512, 0.0, tmp)
+        try:
+            time.sleep(2)
+            c0, t0 = cpu_seconds(proc.pid), time.monotonic()
+            time.sleep(idle)
+            cpu = (cpu_seconds(proc.pid) - c0) / (time.monotonic() - t0) * 100
+            print(f"CPU, never scraped (nothing rendered), {idle} s: {cpu:.2f} % of one core")
         finally:
             stop(proc)
 
@@ -272,10 +426,13 @@ def main() -> None:
                     if time.monotonic() > deadline:
                         raise
                     time.sleep(0.1)
+            c0 = cpu_seconds(proc2.pid)
             seq = sequential(port, reqs)
+            cpu = cpu_seconds(proc2.pid) - c0
+            n = series_count(gzip.decompress(body) if body[:2] == b"\x1f\x8b" else body)
             print(
-                f"\nnode-exporter (same machine): {series_count(body)} series, scrape p50 {pct(seq, 50):.2f} ms, "
-                f"p99 {pct(seq, 99):.2f} ms over {reqs} sequential scrapes"
+                f"\n== 3. node-exporter (same machine): {n} series, scrape p50 {pct(seq, 50):.2f} ms, "
+                f"p99 {pct(seq, 99):.2f} ms; CPU {cpu * 1e6 / (reqs * n):.2f} us per series per scrape"
             )
         finally:
             stop(proc2)  # type: ignore[arg-type]

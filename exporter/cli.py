@@ -38,8 +38,17 @@ from exporter.reference import render_markdown
 from exporter.server import Server, ssl_context
 from exporter.settings import ConfigError, Settings, WebConfig, load, load_web_config
 from vendors.base import Backend, DeviceSample, ParseError
-from vendors.command import CommandRunner, ReplayRunner, SubprocessRunner, read_bundle, write_bundle
-from vendors.registry import BackendContext, all_formats, all_specs, detect
+from vendors.command import (
+    MAX_BUNDLE_BYTES,
+    CommandRunner,
+    ReplayRunner,
+    SubprocessRunner,
+    kill_running_tools,
+    read_bundle,
+    read_regular_file,
+    write_bundle,
+)
+from vendors.registry import BackendContext, all_formats, all_specs, check_options, detect
 from vendors.sim import SimBackend
 
 log = logging.getLogger("xpuwatch")
@@ -159,9 +168,13 @@ def assemble(
     backend whose options are invalid.
     """
     specs = all_specs()
-    for name in settings.backends:
+    for name, section in settings.backends.items():
         if name not in specs:
             raise ConfigError(f"backends.{name}: unknown backend (known: {', '.join(sorted(specs))})")
+        try:
+            check_options(specs[name], section.options, f"backends.{name}")
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from exc
     backends: list[tuple[Backend, PollSettings]] = []
     attribution = attribution or StaticAttributionSource()
     node = explicit_node or socket.gethostname()
@@ -176,12 +189,18 @@ def assemble(
             options.update({k: v for k, v in (sim_options or {}).items() if v is not None})
             if explicit_node:
                 options["node"] = explicit_node
-        ctx = BackendContext(node=node, runner=runner, options=options, clock=clocks.wall)
+        interval = bs.interval or spec.default_interval_seconds
+        # A tool never outlives the poll that started it: its kill deadline is the backend's timeout.
+        backend_runner = (
+            runner.limited(bs.max_output_bytes, bs.timeout or 2 * interval)
+            if isinstance(runner, SubprocessRunner)
+            else runner
+        )
+        ctx = BackendContext(node=node, runner=backend_runner, options=options, clock=clocks.wall)
         try:
             backend = spec.create(ctx)
         except ValueError as exc:
             raise ConfigError(f"backends.{name}: {exc}") from exc
-        interval = bs.interval or spec.default_interval_seconds
         if isinstance(backend, SimBackend):
             if bs.interval is None:
                 interval = backend.scenario.poll_interval
@@ -227,6 +246,27 @@ def _backend_names(args: argparse.Namespace, settings: Settings, runner: Command
     return enabled
 
 
+def replayable(listed: Sequence[str], bundle: str) -> list[str]:
+    """The bundle's backends a replay can answer from the recorded tool calls. A library backend (nvml,
+    dcgm: ``BackendSpec.reads_library``) is skipped with a log line: replaying it would load this machine's
+    live library. Raises ConfigError when nothing is left."""
+    specs = all_specs()
+    names = []
+    for name in listed:
+        spec = specs.get(name)
+        if spec is None:
+            raise ConfigError(f"{bundle}: meta.backends names unknown backend {name!r}")
+        if not spec.reads_library:
+            names.append(name)
+        else:
+            log.warning("replay: backend %s reads a library, not tool output; not replayed", name)
+    if not names:
+        raise ConfigError(
+            f"{bundle}: the bundle names no backend to replay (library backends cannot be replayed) (meta.backends: {list(listed)})"
+        )
+    return names
+
+
 def serve_settings(args: argparse.Namespace, env: Mapping[str, str]) -> tuple[Settings, str | None]:
     """(settings, explicit node) of ``serve`` from its flags and environment (tests/deploy feed each
     DaemonSet's own args and env here). Raises ConfigError."""
@@ -263,9 +303,7 @@ def run_serve(args: argparse.Namespace) -> int:
             meta, results = read_bundle(Path(args.replay))
             runner = ReplayRunner(results)
             listed = meta.get("backends")
-            names = [str(n) for n in listed] if isinstance(listed, list) else []
-            if not names:
-                return _fail(f"{args.replay}: the bundle names no backend to replay")
+            names = replayable([str(n) for n in listed] if isinstance(listed, list) else [], str(args.replay))
             explicit_node = explicit_node or (str(meta["node"]) if meta.get("node") else None)
         else:
             names = _backend_names(args, settings, runner)
@@ -283,12 +321,20 @@ def run_serve(args: argparse.Namespace) -> int:
     return 0
 
 
+def _sighup() -> None:
+    log.info("SIGHUP received: ignored; the configuration is read at start only (restart to apply changes)")
+
+
 async def _serve(server: Server, asm: Assembly) -> None:
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         with contextlib.suppress(NotImplementedError):
             loop.add_signal_handler(sig, stop.set)
+    with contextlib.suppress(NotImplementedError, AttributeError):
+        # Prometheus convention is reload-or-ignore, never die. The config is read at start only (a
+        # DaemonSet rolls pods on a ConfigMap change), so SIGHUP is ignored and says so.
+        loop.add_signal_handler(signal.SIGHUP, _sighup)
     host, port = await server.start()
     scheme = "https" if server.web_config.tls else "http"
     shown = f"[{host}]" if ":" in host else host
@@ -302,6 +348,9 @@ async def _serve(server: Server, asm: Assembly) -> None:
         await stop.wait()
     finally:
         log.info("shutting down")
+        killed = kill_running_tools()  # a hung vendor tool is not left orphaned in its own session
+        if killed:
+            log.info("killed %d running vendor tool(s)", killed)
         asm.poller.stop()
         if asm.pod_source is not None:
             asm.pod_source.stop()
@@ -367,7 +416,7 @@ def inspect_files(paths: Sequence[str], fmt_name: str | None, node: str) -> tupl
     views: list[BackendView] = []
     for path in paths:
         try:
-            text = Path(path).read_text(encoding="utf-8", errors="replace")
+            text = read_regular_file(Path(path), MAX_BUNDLE_BYTES).decode("utf-8", errors="replace")
         except OSError as exc:
             errors.append(f"{path}: cannot read: {exc.strerror or exc}")
             continue

@@ -2,10 +2,17 @@
 
 A scrape computes the collector's ``render_key()`` (cheap: one tuple per backend plus the attribution) and,
 when it equals the cached key, gets the stored body without taking a lock (``peek``). Only on a change does
-it render again through prometheus-client (text 0.0.4 or OpenMetrics, chosen by ``choose_encoder`` from the
-Accept header) and gzip it if asked. After each poll the poller calls ``warm()``, which re-renders every
-variant (format x gzip) that scrapers asked for before, so scrapes normally never render at all. At 512
-devices a render costs a few hundred milliseconds of CPU; a cached scrape costs microseconds.
+it render again and gzip it if asked. After each poll the poller calls ``warm()``, which re-renders only the
+variants (format x gzip) that scrapers asked for within ``WARM_SECONDS``: nothing is rendered before the
+first scrape, and a variant nobody scrapes any more stops costing CPU.
+
+Rendering: prometheus-client's encoders (text 0.0.4 or OpenMetrics, chosen by ``choose_encoder`` from the
+Accept header) are the reference. ``FastEncoder`` writes the same bytes (proved by tests/exporter/
+test_exposition.py with hypothesis over random fleets, and by the golden files) but remembers each series'
+rendered ``name{labels} `` prefix and each family's HELP/TYPE/UNIT lines across polls, so a poll costs a
+dictionary lookup and a float format per series instead of escaping every label name and value again.
+Anything it does not handle (timestamps, exemplars, histograms, native histograms, other escapings of
+metric names) is handed to the reference encoder family by family.
 
 With ``standard=True`` the body also carries ``xpuwatch_build_info`` and the ``process_*`` / ``python_*``
 families (exporter.build), read at each render: as of the latest poll, never older than one poll interval
@@ -14,21 +21,173 @@ while a backend runs.
 
 from __future__ import annotations
 
+import gc
 import gzip
 import threading
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from prometheus_client import exposition as _text
 from prometheus_client.exposition import choose_encoder, gzip_accepted
+from prometheus_client.metrics_core import Metric
+from prometheus_client.openmetrics import exposition as _om
 from prometheus_client.registry import CollectorRegistry
+from prometheus_client.utils import floatToGoString
+from prometheus_client.validation import _is_valid_legacy_metric_name
 
 from exporter.build import register_standard
 from exporter.collector import Collector
 
-GZIP_LEVEL = 6
+GZIP_LEVEL = 1
+"""Measured on the 512-device body (3.4 MiB; benchmarks/exporter_scrape.py): level 1 takes 15 ms of CPU and
+gives 288 KiB, level 6 takes 37 ms for 250 KiB (level 3: 16 ms, 288 KiB). The body is compressed once per
+poll and served from memory, so the CPU saved per poll outweighs 15 % more bytes on loopback/LAN scrapes."""
+WARM_SECONDS = 300.0
+"""A variant is re-rendered after each poll while it was asked for within this long (covers scrape
+intervals up to 5 minutes); after that it is rendered again only when asked."""
 
 Variant = tuple[str, bool]  # (content type, gzipped)
+
+_FAST_TYPES = frozenset({"gauge", "counter", "info", "unknown", "stateset"})
+_TEXT_TYPES = {"info": "gauge", "stateset": "gauge", "unknown": "untyped"}
+_TEXT_SUFFIX = {"counter": "_total", "info": "_info"}
+
+
+class FastEncoder:
+    """prometheus-client's text (``openmetrics=False``) or OpenMetrics encoder with the given ``escaping``,
+    producing identical bytes, with per-series prefixes kept between calls (see the module docstring).
+
+    ``reference`` is the prometheus-client encoder it stands for (a callable taking a registry). The prefix
+    cache holds only the series of the last render (memory stays flat as series come and go).
+    """
+
+    def __init__(self, openmetrics: bool, escaping: str, reference: Callable[[Any], bytes]) -> None:
+        self.openmetrics = openmetrics
+        self.escaping = escaping
+        self.reference = reference
+        self._prefixes: dict[tuple[str, ...], str] = {}
+        self._headers: dict[tuple[str, str, str, str], str] = {}
+
+    def __call__(self, registry: Any) -> bytes:
+        return self.encode(registry.collect())
+
+    def encode(self, families: Iterable[Metric]) -> bytes:
+        out: list[str] = []
+        old, new = self._prefixes, {}
+        values: dict[float, str] = {}
+        headers: dict[tuple[str, str, str, str], str] = {}
+        for metric in families:
+            key = (metric.name, metric.type, metric.unit, metric.documentation)
+            header = self._headers.get(key) or self._header(metric)
+            headers[key] = header
+            if metric.type not in _FAST_TYPES:
+                out.append(self._reference_family(metric))
+                continue
+            mark = len(out)
+            out.append(header)
+            special = {metric.name + "_created", metric.name + "_gsum", metric.name + "_gcount"}
+            for s in metric.samples:
+                if (
+                    s.timestamp is not None
+                    or s.exemplar is not None
+                    or s.native_histogram is not None
+                    or s.name in special
+                ):
+                    del out[mark:]  # a sample only the reference knows how to write: whole family to it
+                    out.append(self._reference_family(metric))
+                    break
+                # One flat tuple of strings per series (1 + 2k items, so unambiguous): GC untracks it.
+                skey = (s.name, *s.labels, *s.labels.values())
+                prefix = old.get(skey)
+                if prefix is None:
+                    prefix = self._prefix(s.name, s.labels)
+                new[skey] = prefix
+                v = s.value
+                if v is None:
+                    out.append(prefix + "\n")
+                    continue
+                text = values.get(v) if v != 0 else None
+                if text is None:
+                    text = floatToGoString(v)
+                    if v != 0:  # 0.0 and -0.0 are equal keys but print differently
+                        values[v] = text
+                out.append(prefix + text + "\n")
+        self._prefixes, self._headers = new, headers
+        if self.openmetrics:
+            out.append("# EOF\n")
+        return "".join(out).encode("utf-8")
+
+    def _reference_family(self, metric: Metric) -> str:
+        body = self.reference(_One(metric)).decode("utf-8")
+        return body[: -len("# EOF\n")] if self.openmetrics else body
+
+    def _header(self, metric: Metric) -> str:
+        esc = self.escaping
+        if self.openmetrics:
+            name = _om.escape_metric_name(metric.name, esc)
+            doc = _om._escape(metric.documentation, _om.ALLOWUTF8, _om._is_legacy_labelname_rune)
+            text = f"# HELP {name} {doc}\n# TYPE {name} {metric.type}\n"
+            if metric.unit:
+                text += f"# UNIT {name} {metric.unit}\n"
+            return text
+        mname = metric.name + _TEXT_SUFFIX.get(metric.type, "")
+        mtype = _TEXT_TYPES.get(metric.type, metric.type)
+        name = _om.escape_metric_name(mname, esc)
+        doc = metric.documentation.replace("\\", r"\\").replace("\n", r"\n")
+        return f"# HELP {name} {doc}\n# TYPE {name} {mtype}\n"
+
+    def _prefix(self, name: str, labels: dict[str, str]) -> str:
+        """``name{labels} `` exactly as the reference writes it before the value."""
+        esc = self.escaping
+        allow = _om.ALLOWUTF8
+        legacy = _is_valid_legacy_metric_name(name)
+        if self.openmetrics:
+            labelstr = ""
+            if esc == allow and not legacy:
+                labelstr = _om.escape_metric_name(name, esc) + ("," if labels else "")
+            if labels:
+                labelstr += ",".join(
+                    f'{_om.escape_label_name(k, esc)}="{_om._escape(v, allow, _om._is_legacy_labelname_rune)}"'
+                    for k, v in sorted(labels.items())
+                )
+            if labelstr:
+                labelstr = "{" + labelstr + "}"
+            if esc != allow or legacy:
+                return f"{_om._escape(name, esc, _om._is_legacy_labelname_rune)}{labelstr} "
+            return f"{labelstr} "
+        labelstr = ",".join(
+            f'{_om.escape_label_name(k, esc)}="{_om._escape(v, allow, False)}"'  # type: ignore[arg-type]
+            for k, v in sorted(labels.items())
+        )
+        if esc != allow or legacy:
+            return f"{_om.escape_metric_name(name, esc)}{'{' + labelstr + '}' if labelstr else ''} "
+        comma = "," if labelstr else ""
+        return f"{{{_om.escape_metric_name(name, esc)}{comma}{labelstr}}} "
+
+
+class _One:
+    """A registry-like object yielding one family (for the reference encoder)."""
+
+    def __init__(self, metric: Metric) -> None:
+        self._metric = metric
+
+    def collect(self) -> Iterable[Metric]:
+        return [self._metric]
+
+
+def fast_encoder(reference: Callable[[Any], bytes]) -> Callable[[Any], bytes]:
+    """The FastEncoder standing for a prometheus-client encoder returned by ``choose_encoder``; any other
+    callable is returned as it is."""
+    func = getattr(reference, "func", reference)
+    kw = getattr(reference, "keywords", {}) or {}
+    escaping = kw.get("escaping", _om.UNDERSCORES)
+    if func is _om.generate_latest:
+        return FastEncoder(True, escaping, reference)
+    if func is _text.generate_latest:
+        return FastEncoder(False, escaping, reference)
+    return reference
 
 
 @dataclass(frozen=True)
@@ -52,15 +211,20 @@ class ExpositionCache:
         self._lock = threading.Lock()
         # (key, bodies) swapped as one tuple so that peek() needs no lock.
         self._state: tuple[object, dict[Variant, Rendered]] = (object(), {})
-        self._encoders: dict[Variant, Callable[[Any], bytes]] = {}
+        self._encoders: dict[str, Callable[[Any], bytes]] = {}  # content type -> encoder (one per format)
+        self._asked: dict[Variant, float] = {}  # variant -> monotonic time it was last asked for
+        self._variants: set[Variant] = set()  # variants kept warm
         self.renders = 0  # how many times families were rendered (tests, benchmark)
+        self.clock: Callable[[], float] = time.monotonic
 
     def peek(self, accept: str, accept_encoding: str) -> Rendered | None:
         """The cached body for these headers if the exporter's state has not changed, or if a render of the
         new state is under way (then the latest rendered body is served rather than waiting), else None."""
         _, content_type = choose_encoder(accept)
         key, bodies = self._state
-        hit = bodies.get((content_type, gzip_accepted(accept_encoding)))
+        variant = (content_type, gzip_accepted(accept_encoding))
+        self._asked[variant] = self.clock()
+        hit = bodies.get(variant)
         if hit is not None and (self._lock.locked() or key == self.collector.render_key()):
             return hit
         return None
@@ -69,26 +233,38 @@ class ExpositionCache:
         """The body for these request headers, rendering only when the exporter's state changed."""
         encoder, content_type = choose_encoder(accept)
         variant = (content_type, gzip_accepted(accept_encoding))
+        self._asked[variant] = self.clock()
         with self._lock:
-            self._encoders.setdefault(variant, encoder)
+            if content_type not in self._encoders:
+                self._encoders[content_type] = fast_encoder(encoder)
+            self._variants.add(variant)
             key = self.collector.render_key()
             cached_key, bodies = self._state
             bodies = dict(bodies) if key == cached_key else {}
             hit = bodies.get(variant)
             if hit is None:
-                hit = self._render(variant, encoder, bodies)
+                hit = self._render(variant, bodies)
             self._state = (key, bodies)
             return hit
 
-    def _render(
-        self, variant: Variant, encoder: Callable[[Any], bytes], bodies: dict[Variant, Rendered]
-    ) -> Rendered:
+    def _render(self, variant: Variant, bodies: dict[Variant, Rendered]) -> Rendered:
         """Render one variant into ``bodies`` (reusing the plain body of the same format if present)."""
         content_type, gz = variant
         plain = bodies.get((content_type, False))
         if plain is None:
             self.renders += 1
-            plain = bodies[(content_type, False)] = Rendered(encoder(self.registry), content_type, False)
+            # No cyclic GC during a render: its ~10 objects per series live exactly as long as the render,
+            # and collections in the middle would promote them to the old generation, triggering full
+            # collections (300-700 ms at 512 devices, every few polls) that stall the event loop. They are
+            # freed by reference counting when the render ends.
+            enabled = gc.isenabled()
+            gc.disable()
+            try:
+                body = self._encoders[content_type](self.registry)
+            finally:
+                if enabled:
+                    gc.enable()
+            plain = bodies[(content_type, False)] = Rendered(body, content_type, False)
         if not gz:
             return plain
         zipped = bodies[variant] = Rendered(
@@ -97,16 +273,17 @@ class ExpositionCache:
         return zipped
 
     def warm(self) -> None:
-        """Re-render every variant asked for so far (called after each poll, off the event loop)."""
+        """Re-render the variants asked for within ``WARM_SECONDS`` (called after each poll, from the
+        poller's thread, never on the event loop); nothing before the first scrape."""
         with self._lock:
             key = self.collector.render_key()
             if key == self._state[0]:
                 return
-            if not self._encoders:
-                default, content_type = choose_encoder("")
-                self._encoders[(content_type, False)] = default
+            now = self.clock()
+            for variant in [v for v in self._variants if now - self._asked.get(v, now) > WARM_SECONDS]:
+                self._variants.discard(variant)  # not scraped lately: rendered again only when asked
             bodies: dict[Variant, Rendered] = {}
-            for variant, enc in self._encoders.items():
+            for variant in sorted(self._variants):
                 if variant not in bodies:
-                    self._render(variant, enc, bodies)
+                    self._render(variant, bodies)
             self._state = (key, bodies)

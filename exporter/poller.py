@@ -30,6 +30,7 @@ log = logging.getLogger(__name__)
 OPEN_BACKOFF_INITIAL_SECONDS = 1.0
 OPEN_BACKOFF_MAX_SECONDS = 300.0
 STUCK_RECHECK_SECONDS = 0.5
+REIDENTIFY_MAX_SECONDS = 3600.0
 # Reasons the poller itself assigns: exported at 0 from the start so that increase() sees the first error.
 POLLER_REASONS = ("timeout", "unexpected", "field")
 
@@ -46,6 +47,10 @@ class PollSettings:
     """Serve the last good snapshot at most this long after it was taken; None = 2 * interval + timeout."""
     supplement: bool = False
     """The backend's samples overlay other backends' samples of the same device (BackendSpec.supplement)."""
+    reidentify_after: float = 60.0
+    """While a device reads as lost (``up`` False), close and re-open the backend at most this often, so a
+    GPU that comes back or is swapped for another is identified again without a restart (most backends
+    enumerate devices in ``open``). 60 s: a re-open costs one enumeration (NVML init, one tool call)."""
 
     @property
     def staleness_bound(self) -> float:
@@ -143,6 +148,10 @@ class BackendPoller:
         self._open_failures = 0
         self._in_flight_since: float | None = None  # monotonic start of a call still running
         self._pending: Future[Any] | None = None  # a call that timed out and has not returned yet
+        self._opened_at = 0.0  # monotonic time of the last successful open
+        self._reopen = False  # a device is lost: re-open (re-identify) before the next sample
+        self._reid_delay = settings.reidentify_after
+        self._reid_lost: frozenset[str] = frozenset()
         self._worker = _Worker(f"xpuwatch-{self.name}-worker")
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -188,6 +197,11 @@ class BackendPoller:
                 self.name,
                 self._monotonic() - (started or 0.0),
             )
+        if self._opened and self._reopen:
+            self._reopen = False
+            log.info("backend %s: a device is lost; re-opening to identify devices again", self.name)
+            self._call(self.backend.close, opening=True)
+            self._opened = False
         if not self._opened:
             ok = self._call(self.backend.open, opening=True)
             if ok is _FAILED:
@@ -198,9 +212,21 @@ class BackendPoller:
                 log.warning("backend %s: open failed, retrying in %.0fs", self.name, delay)
                 return delay
             self._opened = True
+            self._opened_at = self._monotonic()
             self._open_failures = 0
             log.info("backend %s: opened", self.name)
-        self._call(self.backend.sample, opening=False)
+        samples = self._call(self.backend.sample, opening=False)
+        if samples is not _FAILED:
+            lost = frozenset(sample.device.uuid for sample in samples if not sample.up)
+            if not lost:
+                self._reid_delay = self.settings.reidentify_after
+            elif self._monotonic() - self._opened_at >= self._reid_delay:
+                self._reopen = True
+                # The same devices still lost after a re-open (a GPU gone for good, kept visible as lost):
+                # re-open less and less often, up to hourly.
+                if lost == self._reid_lost:
+                    self._reid_delay = min(2 * self._reid_delay, REIDENTIFY_MAX_SECONDS)
+                self._reid_lost = lost
         return self.settings.interval
 
     def _call(self, fn: Callable[[], Any], opening: bool) -> Any:

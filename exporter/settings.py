@@ -31,6 +31,7 @@ runs contiguously from 9100 upwards); 9852/9853 are our relay and remediation co
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
 from collections.abc import Mapping
@@ -46,7 +47,9 @@ from exporter.podsource import PodMappingSettings
 DEFAULT_PORT = 9851
 DEFAULT_LISTEN_ADDRESS = f":{DEFAULT_PORT}"
 RESERVED_PATHS = ("/healthz", "/readyz", "/")
-POLL_KEYS = ("interval", "timeout", "stale_after")
+POLL_KEYS = ("interval", "timeout", "stale_after", "max_output_bytes")
+MIN_INTERVAL_SECONDS = 0.5
+"""Shortest poll interval accepted: vendor tools take 0.1-2 s per call, and each poll re-renders /metrics."""
 
 
 class ConfigError(ValueError):
@@ -79,6 +82,9 @@ class BackendSettings:
     """Seconds a poll may take before it counts as failed; None = 2 * interval."""
     stale_after: float | None = None
     """Seconds the last good data is served; None = 2 * interval + timeout."""
+    max_output_bytes: int | None = None
+    """Bytes a vendor tool may print per call (stdout + stderr); over it the poll fails with reason
+    ``output_too_large``. None = ``vendors.command.DEFAULT_MAX_OUTPUT_BYTES`` (16 MiB)."""
     options: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
     """The rest of the backend's section, passed to it as ``BackendContext.options``."""
 
@@ -167,6 +173,13 @@ def _backend(name: str, raw: Any) -> BackendSettings:
     key = f"backends.{name}"
     section = _mapping(raw, key)
     interval = None if section.get("interval") is None else _positive(section["interval"], f"{key}.interval")
+    if interval is not None and interval < MIN_INTERVAL_SECONDS:
+        raise ConfigError(
+            f"{key}.interval: must be at least {MIN_INTERVAL_SECONDS} seconds, got {interval:g}"
+        )
+    cap = section.get("max_output_bytes")
+    if cap is not None and (isinstance(cap, bool) or not isinstance(cap, int) or cap < 1024):
+        raise ConfigError(f"{key}.max_output_bytes: must be a whole number of bytes >= 1024, got {cap!r}")
     timeout = None if section.get("timeout") is None else _positive(section["timeout"], f"{key}.timeout")
     stale = (
         None
@@ -174,7 +187,7 @@ def _backend(name: str, raw: Any) -> BackendSettings:
         else _positive(section["stale_after"], f"{key}.stale_after")
     )
     options = {k: v for k, v in section.items() if k not in POLL_KEYS}
-    return BackendSettings(interval, timeout, stale, MappingProxyType(options))
+    return BackendSettings(interval, timeout, stale, cap, MappingProxyType(options))
 
 
 _POD_KEYS = {
@@ -289,7 +302,7 @@ def load(path: str | None, env: Mapping[str, str], flags: Mapping[str, Any]) -> 
         dcgm = s.backend("dcgm")
         options = {**dcgm.options, "host": env["XPUWATCH_DCGM_HOST"]}
         backends = MappingProxyType(
-            {**backends, "dcgm": BackendSettings(dcgm.interval, dcgm.timeout, dcgm.stale_after, options)}
+            {**backends, "dcgm": dataclasses.replace(dcgm, options=MappingProxyType(options))}
         )
     return Settings(
         node=node,

@@ -4,19 +4,19 @@ Answers follow Alertmanager's retry rules (AM 0.25 ``notify/util.go`` ``Retrier.
 retried, other 4xx dropped for good): 400 with the reason for a malformed body (a resend would not
 help), 401 for bad credentials, 413 over ``max_body_bytes``, 503 when this replica is not the leader or
 the API server is unreachable (a resend may reach the leader / a recovered API server).
-Credentials are compared in constant time (``hmac.compare_digest``; bcrypt for the basic-auth password).
+Credentials are checked by ``exporter.credentials.Authenticator``: tokens and plain passwords in constant
+time, a bcrypt ``password_hash_file`` off the event loop with a bounded number at once (503 beyond, which
+Alertmanager retries), verified credentials cached, unknown user names costing as much as known ones.
 """
 
 from __future__ import annotations
 
-import base64
-import binascii
-import hmac
 import logging
 
-import bcrypt
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from exporter.credentials import Authenticator, Secret, Verdict
 
 from .alert import PayloadError, parse_payload
 from .controller import Controller, NotLeader, Unavailable
@@ -25,36 +25,19 @@ from .settings import WebhookSettings
 log = logging.getLogger(__name__)
 PATH = "/alertmanager/remediate"
 CONTROLLER: web.AppKey[Controller] = web.AppKey("controller", Controller)
-# A fixed hash checked when the user name is wrong, so timing does not reveal valid user names.
-_DUMMY_HASH = bcrypt.hashpw(b"x", bcrypt.gensalt(rounds=4))
+AUTH: web.AppKey[Authenticator] = web.AppKey("auth", Authenticator)
 
 
-def authorized(header: str, settings: WebhookSettings) -> bool:
-    """True if ``Authorization`` satisfies the configured bearer token or basic credentials (either
-    one when both are set); True when neither is configured."""
-    if settings.bearer_token is None and settings.basic_user is None:
-        return True
-    scheme, _, cred = header.partition(" ")
-    scheme = scheme.lower()
-    if scheme == "bearer" and settings.bearer_token is not None:
-        return hmac.compare_digest(cred.strip().encode(), settings.bearer_token.encode())
-    if scheme == "basic" and settings.basic_user is not None:
-        try:
-            user, _, password = base64.b64decode(cred.strip(), validate=True).decode().partition(":")
-        except (binascii.Error, UnicodeDecodeError):
-            return False
-        user_ok = hmac.compare_digest(user.encode(), settings.basic_user.encode())
-        if settings.basic_password_hash is None:
-            pw_ok = hmac.compare_digest(password.encode(), (settings.basic_password or "").encode())
-            return user_ok and pw_ok and settings.basic_password is not None
-        try:
-            pw_ok = bcrypt.checkpw(
-                password.encode(), settings.basic_password_hash if user_ok else _DUMMY_HASH
-            )
-        except ValueError:
-            return False
-        return user_ok and pw_ok
-    return False
+def authenticator(settings: WebhookSettings) -> Authenticator:
+    """The checker for the configured bearer token and/or basic user (bcrypt hash or plain password);
+    one that allows everything when neither is configured (``allow_unauthenticated``)."""
+    users: dict[str, Secret] = {}
+    if settings.basic_user is not None:
+        if settings.basic_password_hash is not None:
+            users[settings.basic_user] = Secret.hash(settings.basic_password_hash)
+        elif settings.basic_password is not None:
+            users[settings.basic_user] = Secret.plain(settings.basic_password)
+    return Authenticator(users, settings.bearer_token)
 
 
 async def remediate(request: web.Request) -> web.Response:
@@ -65,7 +48,10 @@ async def remediate(request: web.Request) -> web.Response:
         ctl.telemetry.webhook.labels(str(code)).inc()
         return web.json_response(doc, status=code)
 
-    if not authorized(request.headers.get("Authorization", ""), settings):
+    verdict = await request.app[AUTH].check(request.headers.get("Authorization"))
+    if verdict is Verdict.BUSY:
+        return answer(503, {"error": "credential checks busy; retry"})
+    if verdict is not Verdict.OK:
         ctl.telemetry.webhook.labels("401").inc()
         return web.json_response(
             {"error": "unauthorized"}, status=401, headers={"WWW-Authenticate": 'Bearer realm="xpuwatch"'}
@@ -110,6 +96,12 @@ async def readyz(request: web.Request) -> web.Response:
 def build_app(ctl: Controller) -> web.Application:
     app = web.Application(client_max_size=ctl.settings.webhook.max_body_bytes)
     app[CONTROLLER] = ctl
+    app[AUTH] = auth = authenticator(ctl.settings.webhook)
+
+    async def close_auth(app: web.Application) -> None:
+        auth.close()
+
+    app.on_cleanup.append(close_auth)
     app.router.add_post(PATH, remediate)
     app.router.add_get("/metrics", metrics)
     app.router.add_get("/healthz", healthz)

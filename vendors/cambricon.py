@@ -20,6 +20,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from vendors import smi_table as t
+from vendors import smi_tool
 from vendors.base import Backend, Device, DeviceSample, ParseError, VendorMetric
 from vendors.registry import BackendContext, BackendSpec, Detection, OutputFormat, register
 from vendors.smi_tool import ToolBackend, detect_tool
@@ -104,5 +105,6 @@ register(
         formats=(OutputFormat("cnmon-table", parse, sniff),),
         metrics=(ECC_ERRORS,),
         priority=70,
+        options=smi_tool.OPTIONS,
     )
 )

@@ -9,8 +9,10 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import selectors
 import shutil
 import signal
+import stat
 import subprocess
 import threading
 import time
@@ -22,6 +24,13 @@ from typing import Protocol
 from vendors.base import BackendError
 
 BUNDLE_FORMAT_VERSION = 1
+DEFAULT_MAX_OUTPUT_BYTES = 16 * 1024 * 1024
+"""Bytes a tool may print (stdout + stderr) per call before the call fails with ``output_too_large``: 16 MiB,
+~30x the largest real capture we hold (nvidia-smi -q -x on 8 GPUs is ~0.5 MiB), far below the DaemonSet's
+256 Mi memory limit. Per backend: ``backends.<name>.max_output_bytes``."""
+MAX_BUNDLE_BYTES = 256 * 1024 * 1024
+"""Largest capture bundle or inspect input read (a bundle of a 16-GPU node is a few MiB)."""
+_READ_CHUNK = 65536
 
 
 @dataclass(frozen=True)
@@ -48,17 +57,42 @@ class SubprocessRunner:
     """Runs tools as child processes in their own process group; on timeout the whole group is killed.
 
     A tool that exits non-zero raises ``BackendError(reason="exit_status")`` carrying its first stderr line,
-    unless ``check=False`` is passed to ``run``.
+    unless ``check=False`` is passed to ``run``. Output is read as it comes, at most ``max_output_bytes``
+    (stdout + stderr): beyond that the group is killed and the call raises ``reason="output_too_large"``,
+    having held at most that much. ``max_timeout`` caps every call's deadline (the poller's timeout for the
+    backend: a tool is never left running after the poll that started it gave up). Running tools are
+    tracked so that ``kill_running_tools()`` (on SIGTERM) kills their process groups.
     """
 
-    def __init__(self, env: dict[str, str] | None = None, clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self,
+        env: dict[str, str] | None = None,
+        clock: Callable[[], float] = time.time,
+        max_output_bytes: int = DEFAULT_MAX_OUTPUT_BYTES,
+        max_timeout: float | None = None,
+    ) -> None:
         self._env = env
         self._clock = clock
+        self.max_output_bytes = max_output_bytes
+        self.max_timeout = max_timeout
+
+    def limited(self, max_output_bytes: int | None, max_timeout: float | None) -> SubprocessRunner:
+        """A runner like this one with a backend's own output cap and deadline cap (None: keep this one's)."""
+        return SubprocessRunner(
+            self._env,
+            self._clock,
+            self.max_output_bytes if max_output_bytes is None else max_output_bytes,
+            self.max_timeout if max_timeout is None else max_timeout,
+        )
 
     def which(self, tool: str) -> str | None:
         return shutil.which(tool, path=(self._env or os.environ).get("PATH"))
 
     def run(self, argv: Sequence[str], timeout: float, check: bool = True) -> CommandResult:
+        if not argv:
+            raise BackendError("no command to run (empty argv)", reason="exec_failed")
+        if self.max_timeout is not None:
+            timeout = min(timeout, self.max_timeout)
         started = self._clock()
         t0 = time.monotonic()
         try:
@@ -74,11 +108,22 @@ class SubprocessRunner:
             raise BackendError(f"{argv[0]}: not found", reason="not_found") from exc
         except OSError as exc:
             raise BackendError(f"{argv[0]}: cannot execute: {exc}", reason="exec_failed") from exc
+        with _RUNNING_LOCK:
+            _RUNNING.add(proc)
         try:
-            out, err = proc.communicate(timeout=timeout)
+            out, err = _read_bounded(proc, t0 + timeout, self.max_output_bytes)
+        except _TooLarge as exc:
+            _kill_group(proc)
+            raise BackendError(
+                f"{argv[0]}: printed more than {self.max_output_bytes} bytes (max_output_bytes), killed",
+                reason="output_too_large",
+            ) from exc
         except subprocess.TimeoutExpired as exc:
             _kill_group(proc)
             raise BackendError(f"{argv[0]}: no answer within {timeout:g}s, killed", reason="timeout") from exc
+        finally:
+            with _RUNNING_LOCK:
+                _RUNNING.discard(proc)
         result = CommandResult(
             argv=tuple(argv),
             stdout=out.decode("utf-8", errors="replace"),
@@ -90,6 +135,54 @@ class SubprocessRunner:
         if check:
             check_exit(result)
         return result
+
+
+class _TooLarge(Exception):
+    pass
+
+
+_RUNNING: set[subprocess.Popen[bytes]] = set()
+_RUNNING_LOCK = threading.Lock()
+
+
+def kill_running_tools() -> int:
+    """Kill the process group of every tool still running (called on SIGTERM); returns how many."""
+    with _RUNNING_LOCK:
+        procs = list(_RUNNING)
+    for proc in procs:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, signal.SIGKILL)
+    return len(procs)
+
+
+def _read_bounded(proc: subprocess.Popen[bytes], deadline: float, cap: int) -> tuple[bytes, bytes]:
+    """Read stdout and stderr until both close, the monotonic ``deadline`` passes (TimeoutExpired) or more
+    than ``cap`` bytes arrived (_TooLarge); then wait for the exit status within what is left."""
+    assert proc.stdout is not None and proc.stderr is not None
+    out_fd, err_fd = proc.stdout.fileno(), proc.stderr.fileno()
+    chunks: dict[int, list[bytes]] = {out_fd: [], err_fd: []}
+    total = 0
+    with selectors.DefaultSelector() as sel:
+        for f in (proc.stdout, proc.stderr):
+            sel.register(f, selectors.EVENT_READ)
+        while sel.get_map():
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise subprocess.TimeoutExpired(proc.args, 0)
+            for key, _ in sel.select(left):
+                data = os.read(key.fd, _READ_CHUNK)
+                if not data:
+                    sel.unregister(key.fileobj)
+                    continue
+                total += len(data)
+                if total > cap:
+                    chunks.clear()  # let go of what was read before killing
+                    raise _TooLarge
+                chunks[key.fd].append(data)
+    for f in (proc.stdout, proc.stderr):
+        f.close()
+    proc.wait(timeout=max(0.0, deadline - time.monotonic()))
+    return b"".join(chunks[out_fd]), b"".join(chunks[err_fd])
 
 
 def check_exit(result: CommandResult) -> None:
@@ -110,9 +203,13 @@ def _kill_group(proc: subprocess.Popen[bytes]) -> None:
 
 
 def _reap(proc: subprocess.Popen[bytes]) -> None:
-    # A zombie we cannot reap is left to init; a reaper never raises.
+    # A zombie we cannot reap is left to init; a reaper never raises and never reads more output.
+    for f in (proc.stdout, proc.stderr):
+        if f is not None:
+            with contextlib.suppress(Exception):
+                f.close()
     with contextlib.suppress(Exception):
-        proc.communicate(timeout=60)
+        proc.wait(timeout=60)
 
 
 class RecordingRunner:
@@ -178,15 +275,22 @@ def write_bundle(path: Path, results: Sequence[CommandResult], meta: dict[str, o
 
 
 def read_bundle(path: Path) -> tuple[dict[str, object], list[CommandResult]]:
-    """Read a capture bundle written by ``write_bundle``. Raises ValueError naming what is wrong."""
+    """Read a capture bundle written by ``write_bundle``. Raises ValueError naming what is wrong: not a
+    regular file (a FIFO or device is refused without opening it, so nothing blocks), over
+    ``MAX_BUNDLE_BYTES``, not JSON, or a command without argv."""
     try:
-        doc = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError) as exc:
+        doc = json.loads(read_regular_file(path, MAX_BUNDLE_BYTES).decode("utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise ValueError(f"{path}: not a readable capture bundle: {exc}") from exc
     if not isinstance(doc, dict) or doc.get("xpuwatch_capture") != BUNDLE_FORMAT_VERSION:
         raise ValueError(f"{path}: not an xpuwatch capture bundle (version {BUNDLE_FORMAT_VERSION})")
     results = []
-    for i, c in enumerate(doc.get("commands", [])):
+    commands = doc.get("commands", [])
+    if not isinstance(commands, list):
+        raise ValueError(f"{path}: commands must be a list")
+    for i, c in enumerate(commands):
+        if not isinstance(c, dict) or not isinstance(c.get("argv"), list) or not c["argv"]:
+            raise ValueError(f"{path}: commands[{i}].argv must be a non-empty list (the tool and its flags)")
         try:
             results.append(
                 CommandResult(
@@ -202,3 +306,32 @@ def read_bundle(path: Path) -> tuple[dict[str, object], list[CommandResult]]:
             raise ValueError(f"{path}: commands[{i}] is malformed: {exc}") from exc
     meta = doc.get("meta", {})
     return (meta if isinstance(meta, dict) else {}), results
+
+
+def read_regular_file(path: Path, max_bytes: int) -> bytes:
+    """The bytes of a regular file of at most ``max_bytes``. Raises OSError with a clear message for a FIFO,
+    device, socket or directory (checked with stat before opening, so a FIFO never blocks) and for a file
+    over the limit (read is bounded, so /dev/zero-like sources never exhaust memory)."""
+    st = os.stat(path)
+    if not stat.S_ISREG(st.st_mode):
+        kind = (
+            "a FIFO"
+            if stat.S_ISFIFO(st.st_mode)
+            else "a device"
+            if stat.S_ISCHR(st.st_mode) or stat.S_ISBLK(st.st_mode)
+            else "a directory"
+            if stat.S_ISDIR(st.st_mode)
+            else "not a regular file"
+        )
+        raise OSError(f"{path}: is {kind}; give a regular file")
+    if st.st_size > max_bytes:
+        raise OSError(f"{path}: {st.st_size} bytes is over the {max_bytes}-byte limit")
+    # O_NONBLOCK: should the path be swapped for a FIFO between stat and open, open still returns at once.
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    with os.fdopen(fd, "rb") as f:
+        if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+            raise OSError(f"{path}: is not a regular file; give a regular file")
+        data = f.read(max_bytes + 1)
+    if len(data) > max_bytes:
+        raise OSError(f"{path}: over the {max_bytes}-byte limit")
+    return data

@@ -479,5 +479,15 @@ SPEC = register(
         metrics=(PROFILING_SUSPECT_METRIC,),
         priority=15,
         supplement=True,
+        reads_library=True,
+        options={
+            "host": "string",
+            "bindings_paths": "strings",
+            "update_interval_seconds": "seconds",
+            "backoff_initial_seconds": "seconds",
+            "backoff_max_seconds": "seconds",
+            "suspect_utilization": "number",
+            "suspect_polls": "int",
+        },
     )
 )

@@ -24,6 +24,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from vendors import smi_table as t
+from vendors import smi_tool
 from vendors.base import Backend, Device, DeviceSample, ParseError, VendorMetric
 from vendors.registry import BackendContext, BackendSpec, Detection, OutputFormat, register
 from vendors.smi_tool import ToolBackend, detect_tool
@@ -113,5 +114,6 @@ register(
         formats=(OutputFormat("efsmi-table", parse, sniff),),
         metrics=(ECC_ENABLED,),
         priority=80,
+        options=smi_tool.OPTIONS,
     )
 )

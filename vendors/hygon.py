@@ -435,6 +435,7 @@ SPEC = register(
         formats=FORMATS,
         priority=40,
         supersedes=("amd",),
+        options={"timeout_seconds": "seconds", "args": "any", "tool": "string"},
     )
 )
 

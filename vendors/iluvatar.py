@@ -28,6 +28,7 @@ import re
 from collections.abc import Mapping, Sequence
 
 from vendors import smi_table as t
+from vendors import smi_tool
 from vendors.base import Backend, Device, DeviceSample, ParseError
 from vendors.registry import BackendContext, BackendSpec, Detection, OutputFormat, register
 from vendors.smi_tool import ToolBackend, detect_tool
@@ -206,5 +207,6 @@ register(
         detect=detect,
         formats=(OutputFormat("ixsmi-table", parse, sniff), OutputFormat("ixsmi-csv", parse_csv, sniff_csv)),
         priority=78,
+        options={**smi_tool.OPTIONS, "mode": "string"},
     )
 )

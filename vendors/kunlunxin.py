@@ -32,6 +32,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from vendors import smi_table as t
+from vendors import smi_tool
 from vendors.base import Backend, Device, DeviceSample, ParseError, VendorMetric
 from vendors.registry import BackendContext, BackendSpec, Detection, OutputFormat, register
 from vendors.smi_tool import ToolBackend, detect_tool
@@ -228,5 +229,6 @@ register(
         ),
         metrics=(L3_USED, L3_TOTAL),
         priority=72,
+        options=smi_tool.OPTIONS,
     )
 )

@@ -27,6 +27,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from vendors import smi_table as t
+from vendors import smi_tool
 from vendors.base import Backend, BackendError, Device, DeviceSample, ParseError
 from vendors.registry import BackendContext, BackendSpec, Detection, OutputFormat, register
 from vendors.smi_tool import DEFAULT_TIMEOUT_SECONDS, ToolBackend, locate
@@ -139,5 +140,6 @@ register(
             OutputFormat("ht-smi-table", parse_ht, sniff_ht),
         ),
         priority=74,
+        options=smi_tool.OPTIONS,
     )
 )

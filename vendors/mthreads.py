@@ -23,6 +23,7 @@ import re
 from collections.abc import Sequence
 
 from vendors import smi_table as t
+from vendors import smi_tool
 from vendors.base import Backend, Device, DeviceSample, ParseError
 from vendors.registry import BackendContext, BackendSpec, Detection, OutputFormat, register
 from vendors.smi_tool import ToolBackend, detect_tool
@@ -94,5 +95,6 @@ register(
         detect=detect,
         formats=(OutputFormat("mthreads-gmi-table", parse, sniff),),
         priority=76,
+        options=smi_tool.OPTIONS,
     )
 )

@@ -678,5 +678,6 @@ SPEC = register(
         formats=(XML_FORMAT, CSV_FORMAT),
         metrics=(MIG_MODE_METRIC,),
         priority=20,
+        options={"binary": "string", "timeout_seconds": "seconds"},
     )
 )

@@ -742,5 +742,12 @@ SPEC = register(
         metrics=(MIG_MODE_METRIC,),
         priority=10,
         supersedes=("nvidia-smi",),
+        reads_library=True,
+        options={
+            "backoff_initial_seconds": "seconds",
+            "backoff_max_seconds": "seconds",
+            "xid_wait_ms": "int",
+            "xid_events": "bool",
+        },
     )
 )

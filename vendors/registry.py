@@ -77,6 +77,53 @@ class BackendSpec:
     supplement: bool = False
     """Its samples overlay another backend's samples of the same device (``vendors.base.overlay``): it
     adds or improves readings (DCGM profiling over NVML) and never decides ``up`` or identity."""
+    reads_library: bool = False
+    """It reads a vendor library (NVML, DCGM), not tool output: a capture bundle cannot replay it, and
+    ``serve --replay`` must never load the live library for it."""
+    options: Mapping[str, str] = field(default_factory=dict)
+    """Every option key the backend reads from its config section -> kind (one of ``OPTION_KINDS``);
+    ``check_options`` rejects any other key (a typo such as ``timout``) and a value of the wrong kind."""
+
+
+OPTION_KINDS = ("seconds", "number", "int", "bool", "string", "strings", "any")
+
+
+def check_options(spec: BackendSpec, options: Mapping[str, Any], where: str) -> None:
+    """Raise ValueError naming the key (``backends.nvidia-smi.binary: must be a string``) for an option the
+    backend does not declare or a value not of its declared kind."""
+    for key, value in options.items():
+        kind = spec.options.get(str(key))
+        if kind is None:
+            known = ", ".join(sorted(spec.options)) or "none besides interval, timeout, stale_after"
+            raise ValueError(f"{where}.{key}: unknown option of backend {spec.name} (known: {known})")
+        if value is None or kind == "any":
+            continue
+        if kind == "seconds":
+            ok = _number(value) and value > 0
+            why = "must be a number of seconds > 0"
+        elif kind == "number":
+            ok, why = _number(value), "must be a number"
+        elif kind == "int":
+            ok = isinstance(value, int) and not isinstance(value, bool) and value >= 0
+            why = "must be a whole number >= 0"
+        elif kind == "bool":
+            ok, why = isinstance(value, bool), "must be true or false"
+        elif kind == "string":
+            ok, why = isinstance(value, str) and bool(value), "must be a non-empty string"
+        else:  # strings
+            ok = isinstance(value, list) and all(isinstance(v, str) and v for v in value)
+            why = "must be a list of strings"
+        if not ok:
+            raise ValueError(f"{where}.{key}: {why}, got {value!r}")
+
+
+def _number(value: Any) -> bool:
+    return (
+        isinstance(value, int | float)
+        and not isinstance(value, bool)
+        and value == value
+        and abs(value) != float("inf")
+    )
 
 
 _SPECS: dict[str, BackendSpec] = {}

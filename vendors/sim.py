@@ -838,5 +838,6 @@ register(
         priority=1000,
         auto=False,
         default_interval_seconds=1.0,
+        options={"config": "string", "seed": "int", "node": "string"},
     )
 )

@@ -15,6 +15,10 @@ DEFAULT_TIMEOUT_SECONDS = 10.0
 Parse = Callable[[str], Sequence[DeviceSample]]
 
 
+OPTIONS = {"path": "string", "timeout_seconds": "seconds"}
+"""The config options every ``ToolBackend`` reads (``BackendSpec.options``)."""
+
+
 def locate(ctx: BackendContext, tools: Sequence[str]) -> str | None:
     """The tool to run: ``options["path"]`` when configured, else the first of ``tools`` on PATH."""
     configured = ctx.options.get("path")

@@ -11,6 +11,8 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import yaml
 
+from exporter.credentials import is_bcrypt_hash
+
 DEFAULT_LISTEN = ":9852"  # contract: relay default port 9852
 DEFAULT_TIMEZONE = "Asia/Shanghai"
 CHANNEL_TYPES = ("wecom", "feishu", "dingtalk")
@@ -87,6 +89,7 @@ class Auth:
     bearer_token: str = ""
     basic_username: str = ""
     basic_password: str = ""
+    basic_password_hash: str = ""  # bcrypt ($2y$/$2b$), from password_hash_file; wins over basic_password
 
 
 @dataclass(frozen=True)
@@ -290,18 +293,32 @@ def _auth(doc: Any, base: Path, env: Mapping[str, str]) -> Auth:
     _no_unknown(doc, {"bearer_token_file", "bearer_token_env", "basic_auth"}, "auth")
     token = _secret(doc, "bearer_token", base, env, "auth", required=False)
     basic = doc.get("basic_auth")
-    user = password = ""
+    user = password = password_hash = ""
     if basic is not None:
         if not isinstance(basic, dict):
             raise ConfigError("auth.basic_auth must be a mapping")
-        _no_unknown(basic, {"username", "password_file", "password_env"}, "auth.basic_auth")
+        _no_unknown(
+            basic, {"username", "password_file", "password_env", "password_hash_file"}, "auth.basic_auth"
+        )
         user = str(basic.get("username", ""))
-        password = _secret(basic, "password", base, env, "auth.basic_auth", required=True)
+        if "password_hash_file" in basic:
+            if "password_file" in basic or "password_env" in basic:
+                raise ConfigError("auth.basic_auth: give password_hash_file or password_file/_env, not both")
+            password_hash = _secret(basic, "password_hash", base, env, "auth.basic_auth", required=True)
+            if not is_bcrypt_hash(password_hash):
+                raise ConfigError(
+                    "auth.basic_auth.password_hash_file: not a bcrypt hash ($2y$10$... as written by "
+                    "htpasswd -nBC 10)"
+                )
+        else:
+            password = _secret(basic, "password", base, env, "auth.basic_auth", required=True)
         if not user:
             raise ConfigError("auth.basic_auth.username is required")
     if not token and not user:
         raise ConfigError("auth: inbound webhooks need bearer_token_file/_env or basic_auth")
-    return Auth(bearer_token=token, basic_username=user, basic_password=password)
+    return Auth(
+        bearer_token=token, basic_username=user, basic_password=password, basic_password_hash=password_hash
+    )
 
 
 def _secret(

@@ -5,9 +5,6 @@ the sender renders it into messages at delivery time (ingest does no templating)
 from __future__ import annotations
 
 import asyncio
-import base64
-import binascii
-import hmac
 import logging
 import sqlite3
 import time
@@ -25,6 +22,7 @@ from alerts.relay.render import Bot, Templates, compile_templates, validate
 from alerts.relay.samples import SAMPLES
 from alerts.relay.sender import Sender, bot_id
 from alerts.relay.webhook import PayloadError, parse_body
+from exporter.credentials import Authenticator, Secret, Verdict
 
 log = logging.getLogger(__name__)
 
@@ -137,6 +135,7 @@ def build_app(relay: Relay) -> web.Application:
     """The aiohttp application; starts and stops the sender with the app."""
     app = web.Application(client_max_size=relay.settings.max_body_bytes + 1)
     app[RELAY_KEY] = relay
+    app[_CHECKER] = checker = _Checker()
     app.router.add_post("/alertmanager/{channel}", _receive)
     app.router.add_get("/metrics", _metrics)
     for path in ("/healthz", "/-/healthy"):
@@ -150,26 +149,45 @@ def build_app(relay: Relay) -> web.Application:
         await relay.sender.stop()
         await relay.committer.stop()
         relay.outbox.close()
+        checker.close()
 
     app.cleanup_ctx.append(lifecycle)
     return app
 
 
-def authorized(auth: Auth, header: str) -> bool:
-    """Bearer token or basic credentials, compared in constant time."""
-    scheme, _, value = header.partition(" ")
-    scheme = scheme.lower()
-    if scheme == "bearer" and auth.bearer_token:
-        return hmac.compare_digest(value.strip().encode(), auth.bearer_token.encode())
-    if scheme == "basic" and auth.basic_username:
-        try:
-            user, _, password = base64.b64decode(value.strip(), validate=True).decode().partition(":")
-        except (binascii.Error, UnicodeDecodeError):
-            return False
-        ok_user = hmac.compare_digest(user.encode(), auth.basic_username.encode())
-        ok_password = hmac.compare_digest(password.encode(), auth.basic_password.encode())
-        return ok_user & ok_password
-    return False
+def authenticator(auth: Auth) -> Authenticator:
+    """The inbound checker (exporter.credentials): bearer token and/or basic user with a plain password
+    or a bcrypt hash (``password_hash_file``), bcrypt checked off the event loop, bounded and cached."""
+    users: dict[str, Secret] = {}
+    if auth.basic_username:
+        users[auth.basic_username] = (
+            Secret.hash(auth.basic_password_hash)
+            if auth.basic_password_hash
+            else Secret.plain(auth.basic_password)
+        )
+    return Authenticator(users, auth.bearer_token or None)
+
+
+class _Checker:
+    """The authenticator for the relay's current ``settings.auth`` (rebuilt if the settings are swapped)."""
+
+    def __init__(self) -> None:
+        self._auth: Auth | None = None
+        self._checker: Authenticator | None = None
+
+    def get(self, auth: Auth) -> Authenticator:
+        if self._checker is None or auth != self._auth:
+            if self._checker is not None:
+                self._checker.close()
+            self._auth, self._checker = auth, authenticator(auth)
+        return self._checker
+
+    def close(self) -> None:
+        if self._checker is not None:
+            self._checker.close()
+
+
+_CHECKER: web.AppKey[_Checker] = web.AppKey("checker", _Checker)
 
 
 def _error(status: int, reason: str) -> web.Response:
@@ -179,7 +197,10 @@ def _error(status: int, reason: str) -> web.Response:
 async def _receive(request: web.Request) -> web.Response:
     relay: Relay = request.app[RELAY_KEY]
     settings, metrics = relay.settings, relay.metrics
-    if not authorized(settings.auth, request.headers.get("Authorization", "")):
+    verdict = await request.app[_CHECKER].get(settings.auth).check(request.headers.get("Authorization"))
+    if verdict is Verdict.BUSY:  # too many password checks running: 503, which Alertmanager retries
+        return _error(503, "credential checks busy; retry")
+    if verdict is not Verdict.OK:
         metrics.rejected.labels("unauthorized").inc()
         resp = _error(401, "missing or wrong credentials")
         resp.headers["WWW-Authenticate"] = 'Bearer realm="xpuwatch-relay", Basic realm="xpuwatch-relay"'

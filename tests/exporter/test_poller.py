@@ -160,3 +160,75 @@ def test_unread_cells_are_counted_as_field_errors_and_keep_the_device_up() -> No
     v = p.view(clock())
     assert v.up and [s.up for s in v.samples] == [True, True]
     assert dict(v.errors) == {"timeout": 0, "unexpected": 0, "field": 4}
+
+
+class SwappableBackend:
+    """Enumerates devices in open() and keeps their handles, as NVML and the tool backends do: a device
+    pulled out after open() reads as lost until the backend is opened again."""
+
+    name = "swap"
+
+    def __init__(self) -> None:
+        from tests.exporter.fakes import device
+
+        self.present = {"0": device(0), "1": device(1)}
+        self.handles: dict[str, object] = {}
+        self.opens = self.closes = 0
+
+    def open(self) -> None:
+        self.opens += 1
+        self.handles = dict(self.present)
+
+    def sample(self) -> list[DeviceSample]:
+        return [
+            DeviceSample(d, utilization_ratio=0.5)
+            if self.present.get(i) == d
+            else DeviceSample.lost(d, "GPU is lost")
+            for i, d in sorted(self.handles.items())
+        ]
+
+    def close(self) -> None:
+        self.closes += 1
+
+
+def test_a_swapped_device_is_identified_again_without_restart() -> None:
+    from tests.exporter.fakes import device
+
+    mono = Clock(0.0)
+    b = SwappableBackend()
+    p = BackendPoller(b, PollSettings(interval=1, timeout=1, reidentify_after=30), Clock(), mono)
+    p.poll_once()
+    new = replace(device(1), uuid="GPU-replacement-1", serial="S-new")
+    b.present["1"] = new  # the GPU in slot 1 is swapped for another
+    mono.t = 10.0
+    p.poll_once()
+    ups = {s.device.uuid: s.up for s in p.view(1000.0).samples}
+    assert ups == {"GPU-fake-nvidia-0": True, "GPU-fake-nvidia-1": False}
+    assert (b.opens, b.closes) == (1, 0)  # not before reidentify_after since the last open
+    mono.t = 31.0
+    p.poll_once()  # lost past the bound: marks a re-open
+    p.poll_once()  # closes, opens (enumerates again), samples
+    ups = {s.device.uuid: s.up for s in p.view(1000.0).samples}
+    assert ups == {"GPU-fake-nvidia-0": True, "GPU-replacement-1": True}
+    assert (b.opens, b.closes) == (2, 1)
+    p.poll_once()
+    assert (b.opens, b.closes) == (2, 1)  # all up again: no more re-opens
+
+
+def test_a_device_gone_for_good_is_looked_for_less_and_less_often() -> None:
+    mono = Clock(0.0)
+    b = SwappableBackend()
+    p = BackendPoller(b, PollSettings(interval=1, timeout=1, reidentify_after=30), Clock(), mono)
+    p.poll_once()
+    del b.present["1"]  # gone; the backend keeps reporting it lost (as NVML keeps a GPU that fell off)
+    b.open = lambda: setattr(b, "opens", b.opens + 1)  # type: ignore[method-assign]
+    reopened_at = []
+    for t in range(0, 400, 5):
+        mono.t = float(t)
+        before = b.opens
+        p.poll_once()
+        if b.opens > before:
+            reopened_at.append(t)
+    # Flagged 30 s after each open, re-opened at the next poll; the wait doubles once the same device is
+    # still lost after a re-open: 30, 30, 60, 120 s.
+    assert reopened_at == [35, 70, 135, 260]

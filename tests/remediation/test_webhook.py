@@ -10,8 +10,9 @@ import bcrypt
 import pytest
 from aiohttp import web
 
+from exporter.credentials import Verdict
 from remediation.settings import GuardSettings, WebhookSettings
-from remediation.webhook import PATH, authorized, build_app
+from remediation.webhook import PATH, authenticator, build_app
 from tests.remediation.kit import Clock, am_alert, am_payload, drain_labels, make_controller, make_settings
 
 TOKEN = "tok-123"
@@ -38,20 +39,23 @@ def basic(user: str, pw: str) -> str:
         ("Digest x", False),
     ],
 )
-def test_authorized(header: str, ok: bool) -> None:
-    assert authorized(header, WH) is ok
+async def test_authorized(header: str, ok: bool) -> None:
+    assert await authenticator(WH).check(header) is (Verdict.OK if ok else Verdict.DENIED)
 
 
-def test_no_credentials_configured_accepts_all() -> None:
-    assert authorized("", WebhookSettings()) is True  # only reachable with allow_unauthenticated: true
+async def test_no_credentials_configured_accepts_all() -> None:
+    assert (
+        await authenticator(WebhookSettings()).check("") is Verdict.OK
+    )  # only reachable with allow_unauthenticated: true
 
 
 @pytest.mark.parametrize(
     ("header", "ok"),
     [(basic("am", "plain"), True), (basic("am", "plai"), False), (basic("xx", "plain"), False)],
 )
-def test_plain_password_basic_auth(header: str, ok: bool) -> None:
-    assert authorized(header, WebhookSettings(basic_user="am", basic_password="plain")) is ok
+async def test_plain_password_basic_auth(header: str, ok: bool) -> None:
+    checker = authenticator(WebhookSettings(basic_user="am", basic_password="plain"))
+    assert await checker.check(header) is (Verdict.OK if ok else Verdict.DENIED)
 
 
 @pytest.fixture

@@ -230,5 +230,6 @@ SPEC = register(
         formats=FORMATS,
         metrics=(ECC_DEFERRED,),
         priority=50,
+        options={"source": "string", "timeout_seconds": "seconds", "kfd_path": "string"},
     )
 )
