@@ -1,13 +1,16 @@
 """Enrichment input: pod metadata of this node from the Kubernetes API (the exporter's only Kubernetes client use).
 
-Reads ``GET /api/v1/pods?fieldSelector=spec.nodeName=<node>`` through the official client
-(kubernetes_asyncio). RBAC needed: ``get``, ``list`` on ``pods`` (cluster-wide, filtered by node).
+Reads ``GET /api/v1/pods?fieldSelector=spec.nodeName=<node>`` and, for DRA claims,
+``GET /apis/resource.k8s.io/<v1|v1beta2|v1beta1>/resourceslices?fieldSelector=spec.nodeName=<node>`` through the
+official client (kubernetes_asyncio). RBAC needed: ``list`` on ``pods`` and on
+``resourceslices.resource.k8s.io`` (cluster-wide, filtered by node).
 """
 
 from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass
+from typing import Any
 
 from kubernetes_asyncio import client, config
 
@@ -69,6 +72,56 @@ async def list_node_pods(node: str, access: ApiAccess, timeout: float = 10.0) ->
                 annotations=dict(md.annotations or {}),
                 owner_kinds=tuple(o.kind for o in (md.owner_references or ()) if o.kind),
                 containers=tuple(c.name for c in ((p.spec.containers if p.spec else None) or ())),
+                uid=md.uid or "",
+                container_ids=_container_ids(p.status),
             )
         )
     return tuple(out)
+
+
+def _container_ids(status: Any) -> dict[str, str]:
+    """``containerd://<id>`` -> ``<id>``: container name, over regular and init containers."""
+    out: dict[str, str] = {}
+    if status is None:
+        return out
+    for cs in [*(status.container_statuses or ()), *(status.init_container_statuses or ())]:
+        cid = getattr(cs, "container_id", None) or ""
+        if cs.name and cid:
+            out[cid.split("://", 1)[-1]] = cs.name
+    return out
+
+
+RESOURCE_API_VERSIONS = ("v1", "v1beta2", "v1beta1")
+
+
+async def list_node_resource_slices(
+    node: str, access: ApiAccess, timeout: float = 10.0
+) -> tuple[dict[str, Any], ...]:
+    """The DRA ResourceSlices published for ``node`` as JSON objects, from the newest ``resource.k8s.io``
+    version the server serves (v1 since Kubernetes 1.34). Raises KubeApiError when none answers."""
+    last: Exception | None = None
+    try:
+        cfg = await _configure(access)
+        async with client.ApiClient(configuration=cfg) as api:
+            objs = client.CustomObjectsApi(api)
+            for version in RESOURCE_API_VERSIONS:
+                try:
+                    body = await asyncio.wait_for(
+                        objs.list_cluster_custom_object(
+                            "resource.k8s.io",
+                            version,
+                            "resourceslices",
+                            field_selector=f"spec.nodeName={node}",
+                            _request_timeout=timeout,
+                        ),
+                        timeout=timeout,
+                    )
+                except client.ApiException as exc:
+                    if exc.status == 404:  # this version is not served: try the older one
+                        last = exc
+                        continue
+                    raise
+                return tuple(i for i in body.get("items") or () if isinstance(i, dict))
+    except Exception as exc:
+        raise KubeApiError(f"listing resourceslices on {node}: {type(exc).__name__}: {exc}") from exc
+    raise KubeApiError(f"listing resourceslices on {node}: resource.k8s.io not served ({last})")

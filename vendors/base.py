@@ -63,6 +63,16 @@ class Slice:
 
 
 @dataclass(frozen=True)
+class ProcessMemory:
+    """One process holding memory on a device, as the vendor lists it: ``pid`` in the host's PID namespace,
+    ``memory_used_bytes`` None when the vendor lists the process but cannot tell its memory (NVML under
+    some MIG/vGPU configurations reports usedGpuMemory as not available)."""
+
+    pid: int
+    memory_used_bytes: float | None = None
+
+
+@dataclass(frozen=True)
 class DeviceSample:
     """Readings of one device at one poll.
 
@@ -97,6 +107,9 @@ class DeviceSample:
     health: Mapping[str, bool] = field(default_factory=dict)  # subsystem -> ok
     vendor_metrics: Mapping[str, float] = field(default_factory=dict)  # VendorMetric.name -> value
     slices: tuple[Slice, ...] = ()
+    processes: tuple[ProcessMemory, ...] | None = None
+    """Processes holding device memory (None: the vendor cannot list them; (): none running). The exporter
+    maps them to containers for ``accelerator_container_memory_used_bytes``."""
     unread: Mapping[str, str] = field(default_factory=dict)
     """Readings the tool printed but that could not be read this poll: reading name (a field of this class,
     or a column name) -> short reason (``"'xxxxx MiB' is not a number with unit MiB"``). Each costs that one
@@ -174,6 +187,7 @@ _OVERLAY_SCALARS = (
     "remap_pending",
     "remap_failed",
     "pcie_replay_errors",
+    "processes",
 )
 _OVERLAY_MAPPINGS = (
     "temperatures_celsius",
