@@ -9,6 +9,7 @@ official client (kubernetes_asyncio). RBAC needed: ``list`` on ``pods`` and on
 from __future__ import annotations
 
 import asyncio
+import json
 from dataclasses import dataclass
 from typing import Any
 
@@ -91,28 +92,27 @@ def _container_ids(status: Any) -> dict[str, str]:
     return out
 
 
-RESOURCE_API_VERSIONS = ("v1", "v1beta2", "v1beta1")
+RESOURCE_APIS = ("ResourceV1Api", "ResourceV1beta2Api", "ResourceV1beta1Api")  # newest first
 
 
 async def list_node_resource_slices(
     node: str, access: ApiAccess, timeout: float = 10.0
 ) -> tuple[dict[str, Any], ...]:
     """The DRA ResourceSlices published for ``node`` as JSON objects, from the newest ``resource.k8s.io``
-    version the server serves (v1 since Kubernetes 1.34). Raises KubeApiError when none answers."""
+    version the server serves (v1 since Kubernetes 1.34, v1beta2 in 1.33, v1beta1 in 1.32). Read raw
+    (``_preload_content=False``): v1beta1 nests attributes under ``basic``, and ``podmap.dra_devices_of``
+    reads every version's JSON. Raises KubeApiError when none answers."""
     last: Exception | None = None
     try:
         cfg = await _configure(access)
         async with client.ApiClient(configuration=cfg) as api:
-            objs = client.CustomObjectsApi(api)
-            for version in RESOURCE_API_VERSIONS:
+            for name in RESOURCE_APIS:
                 try:
-                    body = await asyncio.wait_for(
-                        objs.list_cluster_custom_object(
-                            "resource.k8s.io",
-                            version,
-                            "resourceslices",
+                    resp = await asyncio.wait_for(
+                        getattr(client, name)(api).list_resource_slice(
                             field_selector=f"spec.nodeName={node}",
                             _request_timeout=timeout,
+                            _preload_content=False,
                         ),
                         timeout=timeout,
                     )
@@ -121,6 +121,14 @@ async def list_node_resource_slices(
                         last = exc
                         continue
                     raise
+                status = getattr(resp, "status", 200)
+                text = await resp.read()
+                if status == 404:  # raw reads do not raise: the same fallback
+                    last = client.ApiException(status=404, reason=f"{name} not served")
+                    continue
+                if status >= 300:
+                    raise client.ApiException(status=status, reason=text[:200].decode(errors="replace"))
+                body = json.loads(text)
                 return tuple(i for i in body.get("items") or () if isinstance(i, dict))
     except Exception as exc:
         raise KubeApiError(f"listing resourceslices on {node}: {type(exc).__name__}: {exc}") from exc
