@@ -55,6 +55,17 @@ def parse(text: str) -> ContainerRef | None:
     return None
 
 
+HOST_PROC_MOUNT = "/host/proc"
+
+
+def host_proc_root(configured: str | None, mount: str = HOST_PROC_MOUNT) -> str:
+    """The proc tree to read: the configured one, else ``mount`` where the host's /proc is mounted (a
+    directory with pid 1 in it), else ``/proc`` (the exporter runs on the host or with ``hostPID``)."""
+    if configured:
+        return configured
+    return mount if (Path(mount) / "1").is_dir() else "/proc"
+
+
 class ProcCgroups:
     """Resolves host PIDs through ``<root>/<pid>/cgroup``. ``root`` is the host's proc tree: ``/proc`` when the
     exporter runs with ``hostPID: true`` or on the host, else the host's ``/proc`` mounted read-only (the

@@ -29,7 +29,7 @@ from exporter.attribution import (
     TimelineAttributionSource,
 )
 from exporter.capture import capture, redact
-from exporter.cgroup import ProcCgroups
+from exporter.cgroup import ProcCgroups, host_proc_root
 from exporter.collector import Collector, families
 from exporter.exposition import ExpositionCache
 from exporter.podmap import DeviceRef, SliceRef
@@ -206,7 +206,7 @@ def assemble(
             attribution,
             clocks.wall,
             pod_source.status,
-            ProcCgroups(settings.pod_mapping.host_proc).lookup,
+            ProcCgroups(host_proc_root(settings.pod_mapping.host_proc)).lookup,
         )
         if pod_source is not None
         else Collector(node, poller.view, attribution, clocks.wall)

@@ -50,9 +50,10 @@ class PodMappingSettings:
     grace_seconds: float = 300.0
     """How long the last good mapping outlives failing refreshes (kubelet restarts take seconds to a minute;
     five minutes covers a kubelet upgrade without keeping holders of pods deleted meanwhile for long)."""
-    host_proc: str = "/proc"
-    """The host's proc tree, for pid -> container of the processes on a device: ``/proc`` with ``hostPID`` or
-    on the host; the DaemonSet mounts the host's ``/proc`` read-only at ``/host/proc`` instead."""
+    host_proc: str | None = None
+    """The host's proc tree, for pid -> container of the processes on a device. None: ``/host/proc`` where it
+    exists (the DaemonSet mounts the host's ``/proc`` there read-only), else ``/proc`` (on the host, or with
+    ``hostPID: true``)."""
     resource_prefixes: tuple[str, ...] = DEFAULT_RESOURCE_PREFIXES
     kube_api: bool = False  # enrich with workload kind/owner from the Kubernetes API
     kube_api_host: str | None = None  # None: in-cluster service account, else kubeconfig

@@ -18,7 +18,7 @@ the key (``backends.nvml.interval: must be a number > 0``). Config file shape::
       interval: 15                    # seconds between kubelet List calls
       timeout: 5
       grace: 300                      # seconds the last good mapping outlives a kubelet outage
-      host_proc: /host/proc           # the host's /proc (per-container memory: pid -> cgroup)
+      host_proc: /host/proc           # the host's /proc (pid -> cgroup); default /host/proc if present, else /proc
       resource_prefixes: [nvidia.com/, amd.com/, huawei.com/]   # default: every known vendor
       kube_api: true                  # workload kind/owner from the API server (RBAC: list pods)
       owner_labels: [owner, user]
@@ -221,7 +221,9 @@ def _pod_mapping(raw: Any) -> PodMappingSettings:
             if section["grace"] == 0 and not isinstance(section["grace"], bool)
             else _positive(section["grace"], "pod_mapping.grace")
         ),
-        host_proc=_str(section.get("host_proc", d.host_proc), "pod_mapping.host_proc"),
+        host_proc=None
+        if section.get("host_proc") is None
+        else _str(section["host_proc"], "pod_mapping.host_proc"),
         resource_prefixes=(
             d.resource_prefixes
             if section.get("resource_prefixes") is None

@@ -11,7 +11,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from exporter.attribution import Attribution, Holder, StaticAttributionSource
-from exporter.cgroup import ContainerRef, ProcCgroups, parse
+from exporter.cgroup import ContainerRef, ProcCgroups, host_proc_root, parse
 from exporter.collector import Collector
 from exporter.poller import BackendView
 from tests.vendors.fake_pynvml import FakeGpu, FakeNvml
@@ -128,3 +128,10 @@ def test_no_process_list_no_series(tmp_path: Path) -> None:
     gpu = FakeGpu(index=0, uuid="GPU-shared", errors={"nvmlDeviceGetComputeRunningProcesses": 4})
     gpu.errors["nvmlDeviceGetGraphicsRunningProcesses"] = 4  # NO_PERMISSION
     assert _render(FakeNvml([gpu]), tmp_path) == {}
+
+
+def test_host_proc_root(tmp_path: Path) -> None:
+    assert host_proc_root("/custom/proc", str(tmp_path)) == "/custom/proc"
+    assert host_proc_root(None, str(tmp_path)) == "/proc"  # nothing mounted there
+    (tmp_path / "1").mkdir()
+    assert host_proc_root(None, str(tmp_path)) == str(tmp_path)
