@@ -5,7 +5,10 @@ Every vendor's device plugin names devices its own way; the forms matched here, 
 - ``GPU-<uuid>``: NVIDIA k8s-device-plugin with ``--device-id-strategy=uuid`` (default).
 - ``GPU-<uuid>::<n>``: the same GPU shared by time-slicing or MPS replicas (k8s-device-plugin docs,
   "Shared Access to GPUs"); all replicas map to the one physical GPU.
-- ``GPU-<uuid>-<n>``: HAMi's split devices (Project-HAMi/HAMi ``pkg/device-plugin``), one per share.
+- ``GPU-<uuid>-<n>``: HAMi's split devices (Project-HAMi/HAMi ``pkg/device-plugin``), one per share. The
+  kubelet's choice among them is not where the share lives (HAMi's scheduler decides, and writes it in the
+  pod annotation ``hami.io/vgpu-devices-allocated``), so these are returned apart (``PodMap.hami``) and
+  attributed through the annotation and HAMi-core's per-container regions, never to the kubelet's card.
 - ``MIG-<uuid>``: MIG devices under ``nvidia.com/mig-<profile>`` (mixed strategy) or ``nvidia.com/gpu``
   (single strategy); matched to the slice whose ``uuid`` is that MIG UUID.
 - ``0000:c1:00.0``: PCI bus ids (AMD ``amd.com/gpu``: ROCm/k8s-device-plugin names devices by PCI address);
@@ -49,7 +52,8 @@ DEFAULT_RESOURCE_PREFIXES: tuple[str, ...] = (
 INDEX_RESOURCES: dict[str, str] = {"huawei.com/": "huawei"}
 
 
-_REPLICA = re.compile(r"^(?P<base>.+?)(?:::\d+|-\d+)$")
+_REPLICA = re.compile(r"^(?P<base>.+?)::\d+$")
+_HAMI_SPLIT = re.compile(r"^(?P<base>.+)-\d+$")
 _INDEXED = re.compile(r"^[A-Za-z][A-Za-z0-9]*?-?(?P<n>\d+)$")
 _PCI = re.compile(
     r"^(?:(?P<dom>[0-9a-fA-F]{1,8}):)?(?P<bus>[0-9a-fA-F]{2}):(?P<dev>[0-9a-fA-F]{2})\.(?P<fn>[0-7])$"
@@ -98,6 +102,8 @@ class PodMap:
     unmatched: tuple[str, ...] = ()
     unmatched_count: int = 0
     unmatched_by_resource: tuple[tuple[str, int], ...] = ()
+    hami: dict[str, tuple[HolderRef, ...]] = field(default_factory=dict)
+    """HAMi split IDs (``<device uuid>-<n>``): device uuid the kubelet picked -> holders. Not authoritative."""
 
 
 def normalize_pci(bus_id: str) -> str | None:
@@ -151,7 +157,7 @@ def match(
     dra_by_key = {(d.driver, d.pool, d.name): d for d in dra_devices}
 
     def resolve(did: str) -> DeviceRef | SliceRef | None:
-        """An ID by identity (uuid, serial, replica/HAMi suffix of one, PCI address); no indexes."""
+        """An ID by identity (uuid, serial, time-slicing replica of one, PCI address); no indexes."""
         key = did.strip().lower()
         if not key:
             return None
@@ -163,8 +169,13 @@ def match(
             hit = by_pci.get(pci)
         return hit
 
+    def hami_split(did: str) -> DeviceRef | None:
+        m = _HAMI_SPLIT.match(did.strip().lower())
+        return (by_uuid.get(m.group("base")) or by_serial.get(m.group("base"))) if m else None
+
     dev_holders: dict[str, list[HolderRef]] = {}
     slice_holders: dict[tuple[str, str], list[HolderRef]] = {}
+    hami_holders: dict[str, list[HolderRef]] = {}
     unmatched: list[str] = []
     per_resource: dict[str, int] = {}
 
@@ -187,6 +198,9 @@ def match(
         for raw in alloc.device_ids:
             did = raw.strip()
             hit = resolve(did)
+            if hit is None and (card := hami_split(did)) is not None:
+                _add(hami_holders, card.uuid, holder)
+                continue
             if hit is None and index_vendor and (m2 := _INDEXED.match(did)):
                 n = m2.group("n")
                 hit = (
@@ -218,6 +232,7 @@ def match(
         unmatched=tuple(unmatched),
         unmatched_count=sum(per_resource.values()),
         unmatched_by_resource=tuple(sorted(per_resource.items())),
+        hami={k: tuple(v) for k, v in hami_holders.items()},
     )
 
 

@@ -103,16 +103,38 @@ def build_attribution(
         )
     # HAMi decides the physical GPU in its scheduler, not in the kubelet's device choice: its pod annotation
     # is authoritative for which GPU a share lives on (HAMi docs/develop/protocol.md), so a HAMi pod's
-    # kubelet-side matches are replaced by the annotation's.
+    # kubelet-side matches are replaced by the annotation's. Where HAMi-core's region of that container is
+    # read (vendors/hami.py: slice id "<pod uid>_<container>"), the holder holds that share, not the card.
     known = {d.uuid for d in devices}
+    by_uid = {p.uid: p for p in pods or () if p.uid}
+    on_share: set[tuple[str, str, str, str]] = set()  # (ns, pod, container, card uuid)
+    for sref in slices:
+        uid, sep, ctr = sref.slice_id.partition("_")
+        pod = by_uid.get(uid) if sep else None
+        if pod is not None:
+            table.setdefault(slice_key(sref.parent_uuid, sref.slice_id), []).append(
+                holder(pod.namespace, pod.name, ctr)
+            )
+            on_share.add((pod.namespace, pod.name, ctr, sref.parent_uuid))
     hami_pods = {(ns, pod) for entries in hami.values() for ns, pod, _ in entries}
     if hami_pods:
         for key in list(table):
-            table[key] = [h for h in table[key] if (h.namespace, h.pod) not in hami_pods]
+            if "/" not in key:
+                table[key] = [h for h in table[key] if (h.namespace, h.pod) not in hami_pods]
     for uuid, entries in hami.items():
         if uuid in known:
-            table.setdefault(uuid, []).extend(holder(ns, pod, ctr) for ns, pod, ctr in entries)
-    return Attribution.of(table, containers), pm.unmatched_by_resource
+            table.setdefault(uuid, []).extend(
+                holder(ns, pod, ctr) for ns, pod, ctr in entries if (ns, pod, ctr, uuid) not in on_share
+            )
+    # HAMi split IDs of pods neither the annotation nor a region places: the kubelet's card may be the
+    # wrong one, so they are counted, not attributed.
+    placed = hami_pods | {(ns, pod) for ns, pod, _, _ in on_share}
+    unmatched = dict(pm.unmatched_by_resource)
+    for refs in pm.hami.values():
+        for r in refs:
+            if (r.namespace, r.pod) not in placed:
+                unmatched[r.resource] = unmatched.get(r.resource, 0) + 1
+    return Attribution.of(table, containers), tuple(sorted(unmatched.items()))
 
 
 class KubeletAttributionSource:

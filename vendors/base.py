@@ -230,7 +230,7 @@ def overlay(primary: DeviceSample, supplement: DeviceSample) -> DeviceSample:
         extra = getattr(supplement, name)
         if extra:
             changes[name] = {**getattr(primary, name), **extra}
-    if supplement.slices and primary.slices:
+    if supplement.slices:
         by_id = {s.slice_id: s for s in supplement.slices}
         merged = []
         for p in primary.slices:
@@ -241,16 +241,21 @@ def overlay(primary: DeviceSample, supplement: DeviceSample) -> DeviceSample:
             merged.append(
                 replace(p, **{f: getattr(s, f) for f in _SLICE_OVERLAY if getattr(s, f) is not None})
             )
+        # vGPU shares the primary cannot see (HAMi's per-container regions over NVML) are added
+        known = {p.slice_id for p in primary.slices}
+        merged.extend(s for s in supplement.slices if s.kind == "vgpu" and s.slice_id not in known)
         changes["slices"] = tuple(merged)
     return replace(primary, **changes)  # type: ignore[arg-type]
 
 
 def merge_samples(primary: Sequence[DeviceSample], supplement: Sequence[DeviceSample]) -> list[DeviceSample]:
-    """``overlay`` by (vendor, uuid). Supplement samples of devices the primary does not know are appended."""
+    """``overlay`` by (vendor, uuid). Supplement samples of devices the primary does not know are appended,
+    unless the supplement cannot name the device's model (HAMi knows only the GPU UUID): such a supplement
+    adds to devices another backend reads, it never makes one up."""
     by_key = {(s.device.vendor, s.device.uuid): s for s in supplement}
     out = []
     for p in primary:
         s = by_key.pop((p.device.vendor, p.device.uuid), None)
         out.append(p if s is None else overlay(p, s))
-    out.extend(by_key.values())
+    out.extend(s for s in by_key.values() if s.device.model)
     return out

@@ -17,7 +17,7 @@ from exporter.poller import BackendView
 from tests.vendors.fake_pynvml import FakeGpu, FakeNvml
 from vendors.nvml import NvmlBackend
 
-FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "cgroup"
+FIXTURES = Path(__file__).resolve().parent / "fixtures" / "cgroup"
 ID_A, ID_B, ID_C, ID_D = ("a1" * 32, "b2" * 32, "c3" * 32, "d4" * 32)
 POD_A = "6f8a4d2e-1b3c-4d5e-8f9a-0b1c2d3e4f5a"
 POD_B = "0c9d8e7f-6a5b-4c3d-2e1f-0a9b8c7d6e5f"
