@@ -1,7 +1,8 @@
 """Pod attribution stage: which containers hold which device or slice, fed to the collector as labels.
 
 The collector asks an ``AttributionSource`` for the current ``Attribution`` once per render. A source that
-fails only drops pod labels (``xpuwatch_pod_mapping_up 0``); device series are never lost because of it.
+fails only drops pod labels (``xpuwatch_pod_mapping_up 0``; the kubelet source after a grace period); device
+series are never lost because of it.
 Sources here: a static one (tests, fixed mappings) and the simulator's (sim pods from the sim timeline). The
 kubelet PodResources source implements the same protocol elsewhere.
 """
