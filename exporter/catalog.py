@@ -268,7 +268,8 @@ _CORE: tuple[MetricDef, ...] = (
         "Device memory held by the processes of one container on the device; processes in no container "
         '(Xorg, host daemons) or in a container the pod list does not name are summed under container="".',
         f"{NV}: nvmlDeviceGetComputeRunningProcesses + nvmlDeviceGetGraphicsRunningProcesses usedGpuMemory; "
-        "pid -> container through the host's /proc/<pid>/cgroup and the pods' status.containerStatuses",
+        "Ascend: npu-smi info process table Process memory(MB); pid -> container through the host's "
+        "/proc/<pid>/cgroup and the pods' status.containerStatuses (with pod_mapping enabled)",
         ("namespace", "pod", "container"),
     ),
     MetricDef(

@@ -110,12 +110,13 @@ def families(
     ``unknown`` collects vendor metric names a backend returned that no registration declares (not
     exported; the caller logs them once). ``mapping_status`` adds the pod mapping's last success and
     unmatched IDs; ``pid_containers`` (host PID -> its container, None for none) names the processes of
-    ``DeviceSample.processes`` (without it every process counts under ``container=""``).
+    ``DeviceSample.processes``: given (pod mapping on), ``accelerator_container_memory_used_bytes`` is
+    rendered, pids it lacks counting under ``container=""``; None (no Kubernetes), it is not.
     """
     out = _Families(defs if defs is not None else C.by_name())
     views = tuple(views)
     for s in _merged(views):
-        _device(out, node, s, attribution, unknown, pid_containers or {})
+        _device(out, node, s, attribution, unknown, pid_containers)
     for view in views:
         b = {"backend": view.backend}
         out.add(C.BACKEND_UP, b, 1 if view.up else 0)
@@ -157,7 +158,7 @@ def _device(
     s: DeviceSample,
     attribution: Attribution,
     unknown: set[str] | None,
-    pid_containers: Mapping[int, ContainerRef | None],
+    pid_containers: Mapping[int, ContainerRef | None] | None,
 ) -> None:
     d = s.device
     ident = {"node": node, "vendor": d.vendor, "model": d.model, "device": d.index, "uuid": d.uuid}
@@ -218,7 +219,7 @@ def _device(
             unknown.add(name)
     for sl in s.slices:
         _slice(out, ident, sl, attribution)
-    if s.processes is not None:
+    if s.processes is not None and pid_containers is not None:
         _containers(out, ident, s, attribution, pid_containers)
 
 
@@ -294,8 +295,9 @@ class Collector(_ClientCollector):
     def collect(self) -> Iterator[Metric]:
         unknown: set[str] = set()
         views = self._views(self._clock())
-        pids: dict[int, ContainerRef | None] = {}
-        if self._pid_lookup is not None:  # a read of /proc/<pid>/cgroup per process on a device, per render
+        pids: dict[int, ContainerRef | None] | None = None
+        if self._pid_lookup is not None:
+            pids = {}  # a read of /proc/<pid>/cgroup per process on a device, per render
             for view in views:
                 for s in view.samples:
                     for p in s.processes or ():

@@ -15,6 +15,7 @@ from exporter.cgroup import ContainerRef, ProcCgroups, host_proc_root, parse
 from exporter.collector import Collector
 from exporter.poller import BackendView
 from tests.vendors.fake_pynvml import FakeGpu, FakeNvml
+from vendors.base import ProcessMemory
 from vendors.nvml import NvmlBackend
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "cgroup"
@@ -135,3 +136,15 @@ def test_host_proc_root(tmp_path: Path) -> None:
     assert host_proc_root(None, str(tmp_path)) == "/proc"  # nothing mounted there
     (tmp_path / "1").mkdir()
     assert host_proc_root(None, str(tmp_path)) == str(tmp_path)
+
+
+def test_ascend_process_table_feeds_the_same_series() -> None:
+    """npu-smi info's process table (a real capture: one python3.11 on NPU 6 chip 1) gives the processes."""
+    from vendors.ascend import samples_from_info
+
+    text = (Path(__file__).resolve().parents[1] / "fixtures" / "ascend").joinpath(
+        "npu-smi_info_310P3_25.0.rc1.1_2chips_procs.txt"
+    )
+    chips = {s.device.index: s for s in samples_from_info(text.read_text())}
+    assert chips["6-1"].processes == (ProcessMemory(293029, 6612 * 2**20),)
+    assert chips["6-0"].processes == ()  # a table was printed, this chip has no process in it
