@@ -103,7 +103,8 @@ class PodMap:
     unmatched_count: int = 0
     unmatched_by_resource: tuple[tuple[str, int], ...] = ()
     hami: dict[str, tuple[HolderRef, ...]] = field(default_factory=dict)
-    """HAMi split IDs (``<device uuid>-<n>``): device uuid the kubelet picked -> holders. Not authoritative."""
+    """HAMi split IDs (``<device uuid>-<n>``): device uuid the kubelet picked -> the holder once per ID. Not
+    authoritative."""
 
 
 def normalize_pci(bus_id: str) -> str | None:
@@ -199,7 +200,9 @@ def match(
             did = raw.strip()
             hit = resolve(did)
             if hit is None and (card := hami_split(did)) is not None:
-                _add(hami_holders, card.uuid, holder)
+                hami_holders.setdefault(card.uuid, []).append(
+                    holder
+                )  # once per ID: unplaced ones are counted
                 continue
             if hit is None and index_vendor and (m2 := _INDEXED.match(did)):
                 n = m2.group("n")

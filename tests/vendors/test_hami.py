@@ -173,7 +173,7 @@ def test_shares_attributed_to_their_container_not_the_card(tmp_path: Path) -> No
     allocs = [
         ContainerDevices("ml", "train-0", "trainer", "nvidia.com/gpu", (f"{GPU_B}-3",)),  # kubelet's pick: B
         ContainerDevices("infer", "llm-0", "server", "nvidia.com/gpu", (f"{GPU_A}-1", f"{GPU_A}-2")),
-        ContainerDevices("x", "no-api", "c", "nvidia.com/gpu", (f"{GPU_A}-5",)),
+        ContainerDevices("x", "no-api", "c", "nvidia.com/gpu", (f"{GPU_A}-5", f"{GPU_A}-6")),
     ]
     devices = [DeviceRef("nvidia", GPU_A, "0"), DeviceRef("nvidia", GPU_B, "1")]
     slices = [SliceRef(sl.parent_uuid, sl.slice_id, None) for sl in s.slices]
@@ -185,7 +185,9 @@ def test_shares_attributed_to_their_container_not_the_card(tmp_path: Path) -> No
     assert att.for_slice(s.slices[0]) in ((erin,), (llm,))
     assert dict(att.entries)[slice_key(GPU_A, f"{POD_1}_trainer")] == (erin,)
     assert dict(att.entries)[slice_key(GPU_A, f"{POD_2}_server")] == (llm,)
-    assert unmatched == (("nvidia.com/gpu", 1),)  # x/no-api: neither annotation nor region places it
+    assert unmatched == (
+        ("nvidia.com/gpu", 2),
+    )  # x/no-api's two IDs: neither annotation nor region places it
 
     view = BackendView("nvml", True, (s,), 1, 1000.0, 0.1, {}, 1, True)
     got = {
