@@ -409,6 +409,20 @@ def idle_notebook(a: AlertSpec, spec: Spec) -> Body:
     )
 
 
+def container_memory_hog(a: AlertSpec, spec: Spec) -> Body:
+    """One container's share of a shared card's memory, from the per-process lists mapped to containers.
+    Processes of no named container (``container=""``) are neither a tenant nor counted as one."""
+    share, tenants = a.value("share"), a.value("tenants_min")
+    held = f'{c.CONTAINER_MEMORY_USED}{{container!=""}}'
+    return (
+        f"(\n  {held}\n  / {_ON_DEV} group_left\n  max by (node, uuid) ({c.MEMORY_TOTAL} > 0)\n) > {share}\n"
+        f"and {_ON_DEV}\ncount by (node, uuid) ({held} > 0) >= {tenants}",
+        "Container {{ $labels.namespace }}/{{ $labels.pod }}/{{ $labels.container }} holds most of a shared card",
+        f"Container {_HOLDER}/{{{{ $labels.container }}}} holds {_PCT} of the memory of shared {_DEV} "
+        f"(threshold {_pct(share)}, at least {tenants} containers on it) for {a.for_}; the others are about to OOM.",
+    )
+
+
 def slice_memory_bound(a: AlertSpec, spec: Spec) -> Body:
     r = records(spec)
     mh, cl = spec.rec("bottleneck_memory_high"), spec.rec("bottleneck_compute_low")
@@ -471,6 +485,7 @@ ALERTS: Mapping[str, tuple[str, Callable[[AlertSpec, Spec], Body]]] = MappingPro
         "AcceleratorMemoryNearFull": (GROUP_PERFORMANCE, memory_near_full),
         "AcceleratorPowerStarved": (GROUP_PERFORMANCE, power_starved),
         "AcceleratorIdleNotebook": (GROUP_PERFORMANCE, idle_notebook),
+        "AcceleratorContainerMemoryHog": (GROUP_PERFORMANCE, container_memory_hog),
         "AcceleratorSliceMemoryBound": (GROUP_PERFORMANCE, slice_memory_bound),
         "AcceleratorSliceComputeBound": (GROUP_PERFORMANCE, slice_compute_bound),
         "AcceleratorFaultApplication": (GROUP_PERFORMANCE, fault_application),

@@ -1,7 +1,8 @@
 """Pod attribution stage: which containers hold which device or slice, fed to the collector as labels.
 
 The collector asks an ``AttributionSource`` for the current ``Attribution`` once per render. A source that
-fails only drops pod labels (``xpuwatch_pod_mapping_up 0``); device series are never lost because of it.
+fails only drops pod labels (``xpuwatch_pod_mapping_up 0``; the kubelet source after a grace period); device
+series are never lost because of it.
 Sources here: a static one (tests, fixed mappings) and the simulator's (sim pods from the sim timeline). The
 kubelet PodResources source implements the same protocol elsewhere.
 """
@@ -52,16 +53,27 @@ class Attribution:
     """
 
     entries: tuple[tuple[str, tuple[Holder, ...]], ...] = ()
+    containers: tuple[tuple[str, Holder], ...] = ()
+    """Runtime container ID -> the container (every container of the node's pods, holding a device or not):
+    names the processes found on a device (``exporter.cgroup``)."""
     _index: dict[str, tuple[Holder, ...]] = field(default_factory=dict, compare=False, repr=False, hash=False)
+    _containers: dict[str, Holder] = field(default_factory=dict, compare=False, repr=False, hash=False)
 
     def __post_init__(self) -> None:
         self._index.update(self.entries)
+        self._containers.update(self.containers)
 
     @classmethod
-    def of(cls, holders: Mapping[str, Iterable[Holder]]) -> Attribution:
+    def of(
+        cls, holders: Mapping[str, Iterable[Holder]], containers: Mapping[str, Holder] | None = None
+    ) -> Attribution:
         """Build from ``{key: holders}``; holders are de-duplicated and sorted, empty keys dropped."""
         items = tuple(sorted((k, tuple(sorted(set(hs)))) for k, hs in holders.items() if k and tuple(hs)))
-        return cls(items)
+        return cls(items, tuple(sorted((containers or {}).items())))
+
+    def for_container(self, container_id: str) -> Holder | None:
+        """The container with this runtime ID, if the pod list names it."""
+        return self._containers.get(container_id)
 
     def for_device(self, uuid: str) -> tuple[Holder, ...]:
         """Holders of the whole device."""
@@ -77,6 +89,19 @@ class Attribution:
 
 
 EMPTY = Attribution()
+
+
+@dataclass(frozen=True)
+class MappingStatus:
+    """Health of a refreshed mapping, for the exporter's self-metrics.
+
+    ``up``: the last refresh succeeded. ``last_success``: Unix time of the last successful refresh (None
+    before the first). ``unmatched``: (resource name, allocated IDs matching no device) at the last
+    successful refresh, DRA claims as ``dra:<driver>``."""
+
+    up: bool
+    last_success: float | None = None
+    unmatched: tuple[tuple[str, int], ...] = ()
 
 
 class AttributionSource(Protocol):

@@ -86,6 +86,7 @@ PCIE_REPLAY = "accelerator_pcie_replay_errors_total"
 LINK_ERRORS = "accelerator_link_errors_total"
 HEALTH = "accelerator_health"
 ALLOCATED = "accelerator_allocated"
+CONTAINER_MEMORY_USED = "accelerator_container_memory_used_bytes"
 SLICE_INFO = "accelerator_slice_info"
 SLICE_MEMORY_USED = "accelerator_slice_memory_used_bytes"
 SLICE_MEMORY_LIMIT = "accelerator_slice_memory_limit_bytes"
@@ -99,6 +100,8 @@ BACKEND_ERRORS = "xpuwatch_backend_errors_total"
 BACKEND_LAST_SUCCESS = "xpuwatch_backend_last_success_timestamp_seconds"
 BACKEND_DEVICES = "xpuwatch_backend_devices"
 POD_MAPPING_UP = "xpuwatch_pod_mapping_up"
+POD_MAPPING_LAST_SUCCESS = "xpuwatch_pod_mapping_last_success_timestamp_seconds"
+POD_MAPPING_UNMATCHED = "xpuwatch_pod_mapping_unmatched_ids"
 
 NV = "NVIDIA"
 _CORE: tuple[MetricDef, ...] = (
@@ -268,6 +271,16 @@ _CORE: tuple[MetricDef, ...] = (
         "device",
         ("namespace", "pod", "container", "workload_kind", "owner"),
     ),
+    _g(
+        CONTAINER_MEMORY_USED,
+        "bytes",
+        "Device memory held by the processes of one container on the device; processes in no container "
+        '(Xorg, host daemons) or in a container the pod list does not name are summed under container="".',
+        f"{NV}: nvmlDeviceGetComputeRunningProcesses + nvmlDeviceGetGraphicsRunningProcesses usedGpuMemory; "
+        "Ascend: npu-smi info process table Process memory(MB); pid -> container through the host's "
+        "/proc/<pid>/cgroup and the pods' status.containerStatuses (with pod_mapping enabled)",
+        ("namespace", "pod", "container"),
+    ),
     MetricDef(
         SLICE_INFO,
         "info",
@@ -365,6 +378,24 @@ _CORE: tuple[MetricDef, ...] = (
         "1 if the last kubelet PodResources refresh succeeded, else 0.",
         "kubelet PodResources v1 List",
         (),
+        "exporter",
+    ),
+    _g(
+        POD_MAPPING_LAST_SUCCESS,
+        "seconds",
+        "Unix time of the last successful pod mapping refresh; pod labels are kept for pod_mapping.grace "
+        "seconds after it (age: time() - this).",
+        "kubelet PodResources v1 List",
+        (),
+        "exporter",
+    ),
+    _g(
+        POD_MAPPING_UNMATCHED,
+        "",
+        "Allocated device IDs (DRA claim devices as resource dra:<driver>) that matched no exported device "
+        "or slice at the last successful refresh; never attributed by guess.",
+        "kubelet PodResources v1 List: device_ids, dynamic_resources",
+        ("resource",),
         "exporter",
     ),
 )

@@ -29,6 +29,7 @@ from exporter.attribution import (
     TimelineAttributionSource,
 )
 from exporter.capture import capture, redact
+from exporter.cgroup import ProcCgroups, host_proc_root
 from exporter.collector import Collector, families
 from exporter.exposition import ExpositionCache
 from exporter.podmap import DeviceRef, SliceRef
@@ -214,10 +215,21 @@ def assemble(
     pod_source = None
     if settings.pod_mapping.enabled:  # the kubelet is authoritative, also over the simulator's own pods
         pod_source = KubeletAttributionSource(
-            settings.pod_mapping, node, lambda: _device_refs(poller, clocks)
+            settings.pod_mapping, node, lambda: _device_refs(poller, clocks), wall=clocks.wall
         )
         attribution = pod_source
-    collector = Collector(node, poller.view, attribution, clocks.wall)
+    collector = (
+        Collector(
+            node,
+            poller.view,
+            attribution,
+            clocks.wall,
+            pod_source.status,
+            ProcCgroups(host_proc_root(settings.pod_mapping.host_proc)).lookup,
+        )
+        if pod_source is not None
+        else Collector(node, poller.view, attribution, clocks.wall)
+    )
     cache = ExpositionCache(collector, standard=True)
     poller.listeners.append(cache.warm)
     return Assembly(node, poller, collector, cache, attribution, [b for b, _ in backends], pod_source)

@@ -8,7 +8,9 @@ builds the families fresh on each ``collect()``.
 Labelling (the contract): device series carry ``DEVICE_LABELS``, plus ``namespace/pod/container`` when
 exactly one container holds the whole device. ``accelerator_allocated`` has one series per holder of the
 device or of any of its slices. Slice series carry ``SLICE_LABELS`` (``uuid`` is the parent's), plus the
-slice holder's pod labels when exactly one container holds it. A device that is not up exports only
+slice holder's pod labels when exactly one container holds it. ``accelerator_container_memory_used_bytes`` has
+one series per container with processes on the device (``container=""`` for processes of no named container),
+never the device holder's labels. A device that is not up exports only
 ``accelerator_up 0``, ``accelerator_info`` and its allocation. A backend past its staleness bound exports no
 device series at all.
 """
@@ -22,7 +24,8 @@ from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector as _ClientCollector
 
 from exporter import catalog as C
-from exporter.attribution import Attribution, AttributionSource, Holder
+from exporter.attribution import Attribution, AttributionSource, Holder, MappingStatus
+from exporter.cgroup import ContainerRef
 from exporter.poller import BackendView
 from vendors.base import DeviceSample, Slice, merge_samples
 
@@ -100,16 +103,21 @@ def families(
     mapping_up: bool | None,
     defs: Mapping[str, C.MetricDef] | None = None,
     unknown: set[str] | None = None,
+    mapping_status: MappingStatus | None = None,
+    pid_containers: Mapping[int, ContainerRef | None] | None = None,
 ) -> list[Metric]:
     """Render every family for one instant. Pure: same inputs, same families.
 
     ``unknown`` collects vendor metric names a backend returned that no registration declares (not
-    exported; the caller logs them once).
+    exported; the caller logs them once). ``mapping_status`` adds the pod mapping's last success and
+    unmatched IDs; ``pid_containers`` (host PID -> its container, None for none) names the processes of
+    ``DeviceSample.processes``: given (pod mapping on), ``accelerator_container_memory_used_bytes`` is
+    rendered, pids it lacks counting under ``container=""``; None (no Kubernetes), it is not.
     """
     out = _Families(defs if defs is not None else C.by_name())
     views = tuple(views)
     for s in _merged(views):
-        _device(out, node, s, attribution, unknown)
+        _device(out, node, s, attribution, unknown, pid_containers)
     for view in views:
         b = {"backend": view.backend}
         out.add(C.BACKEND_UP, b, 1 if view.up else 0)
@@ -122,6 +130,11 @@ def families(
         out.add(C.BACKEND_DEVICES, b, view.devices)
     if mapping_up is not None:
         out.add(C.POD_MAPPING_UP, {}, 1 if mapping_up else 0)
+    if mapping_status is not None:
+        if mapping_status.last_success is not None:
+            out.add(C.POD_MAPPING_LAST_SUCCESS, {}, mapping_status.last_success)
+        for resource, n in mapping_status.unmatched:
+            out.add(C.POD_MAPPING_UNMATCHED, {"resource": resource}, n)
     return out.result()
 
 
@@ -141,7 +154,12 @@ def _merged(views: Sequence[BackendView]) -> list[DeviceSample]:
 
 
 def _device(
-    out: _Families, node: str, s: DeviceSample, attribution: Attribution, unknown: set[str] | None
+    out: _Families,
+    node: str,
+    s: DeviceSample,
+    attribution: Attribution,
+    unknown: set[str] | None,
+    pid_containers: Mapping[int, ContainerRef | None] | None,
 ) -> None:
     d = s.device
     ident = {"node": node, "vendor": d.vendor, "model": d.model, "device": d.index, "uuid": d.uuid}
@@ -202,6 +220,29 @@ def _device(
             unknown.add(name)
     for sl in s.slices:
         _slice(out, ident, sl, attribution)
+    if s.processes is not None and pid_containers is not None:
+        _containers(out, ident, s, attribution, pid_containers)
+
+
+def _containers(
+    out: _Families,
+    ident: Mapping[str, str],
+    s: DeviceSample,
+    attribution: Attribution,
+    pid_containers: Mapping[int, ContainerRef | None],
+) -> None:
+    """Sum the device's processes per container. A process whose container the pod list does not name
+    (no pod, exited, API enrichment off) is summed under ``container=""``: never dropped, never guessed."""
+    held: dict[tuple[str, str, str], float] = {}
+    for p in s.processes or ():
+        if p.memory_used_bytes is None:
+            continue
+        ref = pid_containers.get(p.pid)
+        h = attribution.for_container(ref.container_id) if ref is not None and ref.container_id else None
+        key = (h.namespace, h.pod, h.container) if h is not None else ("", "", "")
+        held[key] = held.get(key, 0.0) + p.memory_used_bytes
+    for (ns, pod, ctr), used in sorted(held.items()):
+        out.add(C.CONTAINER_MEMORY_USED, {**ident, "namespace": ns, "pod": pod, "container": ctr}, used)
 
 
 def _slice(out: _Families, ident: Mapping[str, str], sl: Slice, attribution: Attribution) -> None:
@@ -233,11 +274,15 @@ class Collector(_ClientCollector):
         views: Callable[[float], Sequence[BackendView]],
         attribution: AttributionSource,
         clock: Callable[[], float],
+        status: Callable[[], MappingStatus | None] | None = None,
+        pid_lookup: Callable[[int], ContainerRef | None] | None = None,
     ) -> None:
         self.node = node
         self._views = views
         self._attribution = attribution
         self._clock = clock
+        self._status = status
+        self._pid_lookup = pid_lookup
         self._defs = C.by_name()
         self._warned: set[str] = set()
 
@@ -245,17 +290,29 @@ class Collector(_ClientCollector):
         """A value that changes whenever ``collect()`` would yield different families."""
         attribution = self._attribution.current()
         views = self._views(self._clock())
-        return (tuple(v.cache_key for v in views), attribution, self._attribution.up())
+        status = self._status() if self._status is not None else None
+        return (tuple(v.cache_key for v in views), attribution, self._attribution.up(), status)
 
     def collect(self) -> Iterator[Metric]:
         unknown: set[str] = set()
+        views = self._views(self._clock())
+        pids: dict[int, ContainerRef | None] | None = None
+        if self._pid_lookup is not None:
+            pids = {}  # a read of /proc/<pid>/cgroup per process on a device, per render
+            for view in views:
+                for s in view.samples:
+                    for p in s.processes or ():
+                        if p.pid not in pids:
+                            pids[p.pid] = self._pid_lookup(p.pid)
         fams = families(
             self.node,
-            self._views(self._clock()),
+            views,
             self._attribution.current(),
             self._attribution.up(),
             self._defs,
             unknown,
+            self._status() if self._status is not None else None,
+            pids,
         )
         for name in sorted(unknown - self._warned):
             log.warning("vendor metric %s is not declared by any backend registration; not exported", name)

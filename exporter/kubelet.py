@@ -2,8 +2,10 @@
 
 The kubelet serves ``v1.PodResourcesLister`` on a unix socket (default
 ``/var/lib/kubelet/pod-resources/kubelet.sock``). ``List`` returns, per pod and container, the device IDs each
-device plugin allocated (``resource_name`` + ``device_ids``). This module only talks gRPC and returns frozen
-records; matching IDs to devices is ``exporter.podmap``'s job.
+device plugin allocated (``resource_name`` + ``device_ids``) and, since Kubernetes 1.27 (KEP-3695), the
+Dynamic Resource Allocation claims (``dynamic_resources``: claim name/namespace and per allocated device the
+driver, pool and device name plus the CDI device names the driver prepared). This module only talks gRPC and
+returns frozen records; matching IDs to devices is ``exporter.podmap``'s job.
 """
 
 from __future__ import annotations
@@ -34,7 +36,38 @@ class ContainerDevices:
     device_ids: tuple[str, ...]
 
 
+@dataclass(frozen=True)
+class ContainerClaim:
+    """One DRA-allocated device used by one container (PodResources v1 ``DynamicResource`` x
+    ``ClaimResource``). ``driver``/``pool``/``device`` name the device in its ResourceSlice (e.g.
+    ``gpu.nvidia.com`` / the node name / ``gpu-0``); ``cdi_devices`` are fully qualified CDI names such as
+    ``k8s.gpu.nvidia.com/device=gpu-0`` or ``k8s.gpu.nvidia.com/claim=<claim uid>-gpu-0``."""
+
+    namespace: str
+    pod: str
+    container: str
+    claim_namespace: str
+    claim_name: str
+    driver: str
+    pool: str
+    device: str
+    cdi_devices: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class PodResources:
+    """One ``List`` answer, flattened: device-plugin allocations and DRA claim devices."""
+
+    devices: tuple[ContainerDevices, ...] = ()
+    claims: tuple[ContainerClaim, ...] = ()
+
+
 def list_allocations(socket_path: str = DEFAULT_SOCKET, timeout: float = 5.0) -> tuple[ContainerDevices, ...]:
+    """The device-plugin allocations of ``list_pod_resources`` (same errors)."""
+    return list_pod_resources(socket_path, timeout).devices
+
+
+def list_pod_resources(socket_path: str = DEFAULT_SOCKET, timeout: float = 5.0) -> PodResources:
     """Call ``PodResourcesLister.List`` once over the unix socket and flatten the answer.
 
     Raises KubeletError when the socket is absent, the kubelet does not answer within ``timeout`` seconds,
@@ -63,8 +96,24 @@ def list_allocations(socket_path: str = DEFAULT_SOCKET, timeout: float = 5.0) ->
     finally:
         channel.close()
     out: list[ContainerDevices] = []
+    claims: list[ContainerClaim] = []
     for pod in resp.pod_resources:
         for ctr in pod.containers:
+            for dyn in ctr.dynamic_resources:
+                for res in dyn.claim_resources:
+                    claims.append(
+                        ContainerClaim(
+                            namespace=pod.namespace,
+                            pod=pod.name,
+                            container=ctr.name,
+                            claim_namespace=dyn.claim_namespace,
+                            claim_name=dyn.claim_name,
+                            driver=res.driver_name,
+                            pool=res.pool_name,
+                            device=res.device_name,
+                            cdi_devices=tuple(c.name for c in res.cdi_devices),
+                        )
+                    )
             for dev in ctr.devices:
                 if dev.device_ids:
                     out.append(
@@ -76,4 +125,4 @@ def list_allocations(socket_path: str = DEFAULT_SOCKET, timeout: float = 5.0) ->
                             device_ids=tuple(dev.device_ids),
                         )
                     )
-    return tuple(out)
+    return PodResources(tuple(out), tuple(claims))

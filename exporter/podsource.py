@@ -1,8 +1,10 @@
 """Pod attribution source for Kubernetes nodes: kubelet PodResources (+ optional API enrichment) on its own timer.
 
 Never in the scrape path: a background thread refreshes every ``interval`` seconds; ``current()`` returns the
-last good mapping. A failed refresh drops pod labels (empty mapping), sets ``up() == False``, logs once per
-outage, and retries with exponential backoff (never a hot loop). Device series are unaffected.
+last good mapping. A failed refresh sets ``up() == False``, logs once per outage, and retries with exponential
+backoff (never a hot loop); the last good mapping is kept for ``grace`` seconds after its refresh (a kubelet
+restart does not make every pod label flap and restart alerts' ``for:`` timers), then dropped (pods may have
+gone meanwhile: a stale holder is worse than none). Device series are unaffected.
 """
 
 from __future__ import annotations
@@ -15,10 +17,18 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from exporter.attribution import EMPTY, Attribution, Holder, slice_key
+from exporter.attribution import EMPTY, Attribution, Holder, MappingStatus, slice_key
 from exporter.build import require_extra
-from exporter.kubelet import DEFAULT_SOCKET, KubeletError, list_allocations
-from exporter.podmap import DEFAULT_RESOURCE_PREFIXES, DeviceRef, SliceRef, match, parse_hami_allocation
+from exporter.kubelet import DEFAULT_SOCKET, ContainerDevices, KubeletError, PodResources, list_pod_resources
+from exporter.podmap import (
+    DEFAULT_RESOURCE_PREFIXES,
+    DeviceRef,
+    DraDeviceRef,
+    SliceRef,
+    dra_devices_of,
+    match,
+    parse_hami_allocation,
+)
 from exporter.workload import DEFAULT_OWNER_LABELS, UNKNOWN, PodMeta, Workload, classify
 
 if TYPE_CHECKING:
@@ -38,6 +48,13 @@ class PodMappingSettings:
     interval_seconds: float = 15.0  # refresh period when healthy
     timeout_seconds: float = 5.0  # deadline of one List call
     max_backoff_seconds: float = 300.0  # refresh period ceiling while failing
+    grace_seconds: float = 300.0
+    """How long the last good mapping outlives failing refreshes (kubelet restarts take seconds to a minute;
+    five minutes covers a kubelet upgrade without keeping holders of pods deleted meanwhile for long)."""
+    host_proc: str | None = None
+    """The host's proc tree, for pid -> container of the processes on a device. None: ``/host/proc`` where it
+    exists (the DaemonSet mounts the host's ``/proc`` there read-only), else ``/proc`` (on the host, or with
+    ``hostPID: true``)."""
     resource_prefixes: tuple[str, ...] = DEFAULT_RESOURCE_PREFIXES
     kube_api: bool = False  # enrich with workload kind/owner from the Kubernetes API
     kube_api_host: str | None = None  # None: in-cluster service account, else kubeconfig
@@ -48,19 +65,26 @@ DevicesFn = Callable[[], tuple[Sequence[DeviceRef], Sequence[SliceRef]]]
 
 
 def build_attribution(
-    allocations: Sequence,  # Sequence[ContainerDevices]
+    resources: PodResources | Sequence[ContainerDevices],
     devices: Sequence[DeviceRef],
     slices: Sequence[SliceRef],
     pods: Sequence[PodMeta] | None,
     settings: PodMappingSettings,
-) -> tuple[Attribution, int]:
-    """Pure: kubelet allocations + known devices (+ pod metadata) -> (Attribution, unmatched device IDs)."""
-    pm = match(allocations, devices, slices, settings.resource_prefixes)
+    dra_devices: Sequence[DraDeviceRef] = (),
+) -> tuple[Attribution, tuple[tuple[str, int], ...]]:
+    """Pure: kubelet allocations and DRA claims + known devices (+ pod metadata, ResourceSlice devices) ->
+    (Attribution, unmatched IDs per resource name)."""
+    if not isinstance(resources, PodResources):
+        resources = PodResources(tuple(resources))
+    pm = match(resources.devices, devices, slices, settings.resource_prefixes, resources.claims, dra_devices)
     workloads: dict[tuple[str, str], Workload] = {}
     hami: dict[str, list[tuple[str, str, str]]] = {}  # device uuid -> [(ns, pod, container)]
+    containers: dict[str, Holder] = {}
     if pods is not None:
         for p in pods:
-            workloads[(p.namespace, p.name)] = classify(p, settings.owner_labels)
+            w = workloads[(p.namespace, p.name)] = classify(p, settings.owner_labels)
+            for cid, cname in p.container_ids.items():
+                containers[cid] = Holder(p.namespace, p.name, cname, w.kind, w.owner)
             if HAMI_ALLOCATED in p.annotations:
                 for i, devs in enumerate(parse_hami_allocation(p.annotations[HAMI_ALLOCATED])):
                     ctr = p.containers[i] if i < len(p.containers) else str(i)
@@ -80,20 +104,45 @@ def build_attribution(
         )
     # HAMi decides the physical GPU in its scheduler, not in the kubelet's device choice: its pod annotation
     # is authoritative for which GPU a share lives on (HAMi docs/develop/protocol.md), so a HAMi pod's
-    # kubelet-side matches are replaced by the annotation's.
+    # kubelet-side matches are replaced by the annotation's. Where HAMi-core's region of that container is
+    # read (vendors/hami.py: slice id "<pod uid>_<container>"), the holder holds that share, not the card.
     known = {d.uuid for d in devices}
+    by_uid = {p.uid: p for p in pods or () if p.uid}
+    on_share: set[tuple[str, str, str, str]] = set()  # (ns, pod, container, card uuid)
+    for sref in slices:
+        uid, sep, ctr = sref.slice_id.partition("_")
+        pod = by_uid.get(uid) if sep else None
+        if pod is not None:
+            table.setdefault(slice_key(sref.parent_uuid, sref.slice_id), []).append(
+                holder(pod.namespace, pod.name, ctr)
+            )
+            on_share.add((pod.namespace, pod.name, ctr, sref.parent_uuid))
     hami_pods = {(ns, pod) for entries in hami.values() for ns, pod, _ in entries}
     if hami_pods:
         for key in list(table):
-            table[key] = [h for h in table[key] if (h.namespace, h.pod) not in hami_pods]
+            if "/" not in key:
+                table[key] = [h for h in table[key] if (h.namespace, h.pod) not in hami_pods]
     for uuid, entries in hami.items():
         if uuid in known:
-            table.setdefault(uuid, []).extend(holder(ns, pod, ctr) for ns, pod, ctr in entries)
-    return Attribution.of(table), pm.unmatched_count
+            table.setdefault(uuid, []).extend(
+                holder(ns, pod, ctr) for ns, pod, ctr in entries if (ns, pod, ctr, uuid) not in on_share
+            )
+    # HAMi split IDs of pods neither the annotation nor a region places: the kubelet's card may be the
+    # wrong one, so they are counted, not attributed.
+    placed = hami_pods | {(ns, pod) for ns, pod, _, _ in on_share}
+    unmatched = dict(pm.unmatched_by_resource)
+    for refs in pm.hami.values():
+        for r in refs:
+            if (r.namespace, r.pod) not in placed:
+                unmatched[r.resource] = unmatched.get(r.resource, 0) + 1
+    return Attribution.of(table, containers), tuple(sorted(unmatched.items()))
 
 
 class KubeletAttributionSource:
-    """AttributionSource refreshed in the background from the kubelet (and optionally the API server)."""
+    """AttributionSource refreshed in the background from the kubelet (and optionally the API server).
+
+    ``clock`` is monotonic (grace and backoff), ``wall`` gives Unix time for ``status().last_success``.
+    """
 
     def __init__(
         self,
@@ -102,11 +151,13 @@ class KubeletAttributionSource:
         devices_fn: DevicesFn,
         clock: Callable[[], float] = time.monotonic,
         api_token: str | None = None,
+        wall: Callable[[], float] = time.time,
     ) -> None:
         self.settings = settings
         self.node = node
         self._devices_fn = devices_fn
         self._clock = clock
+        self._wall = wall
         self._api: ApiAccess | None = None
         require_extra("kubernetes", ("grpc", "google.protobuf"), "pod_mapping.enabled")
         if settings.kube_api:  # the Kubernetes client costs a second to import: only when enabled
@@ -116,7 +167,9 @@ class KubeletAttributionSource:
             self._api = ApiAccess(host=settings.kube_api_host, token=api_token)
         self._attribution = EMPTY
         self._up: bool | None = None
-        self._unmatched = 0
+        self._good_at: float | None = None  # monotonic time of the last successful refresh
+        self._good_wall: float | None = None
+        self._unmatched: tuple[tuple[str, int], ...] = ()
         self._failing = False
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -124,57 +177,83 @@ class KubeletAttributionSource:
         self.refreshes = 0
 
     def current(self) -> Attribution:
+        """The last good mapping while the kubelet answers or for ``grace`` seconds after, else empty."""
         with self._lock:
+            if self._up is False and (
+                self._good_at is None or self._clock() - self._good_at > self.settings.grace_seconds
+            ):
+                return EMPTY
             return self._attribution
 
     def up(self) -> bool | None:
         with self._lock:
             return self._up
 
+    def status(self) -> MappingStatus | None:
+        with self._lock:
+            if self._up is None:
+                return None
+            return MappingStatus(self._up, self._good_wall, self._unmatched)
+
     @property
     def unmatched(self) -> int:
-        return self._unmatched
+        return sum(n for _, n in self._unmatched)
 
     def refresh(self) -> bool:
         """One refresh; returns success. Never raises."""
         self.refreshes += 1
         try:
-            allocations = list_allocations(self.settings.socket, self.settings.timeout_seconds)
+            resources = list_pod_resources(self.settings.socket, self.settings.timeout_seconds)
             pods = None
+            dra: tuple[DraDeviceRef, ...] = ()
             if self._api is not None:
-                from exporter.kubeapi import KubeApiError, list_node_pods
+                from exporter.kubeapi import KubeApiError, list_node_pods, list_node_resource_slices
 
                 try:
                     pods = asyncio.run(list_node_pods(self.node, self._api, self.settings.timeout_seconds))
                 except KubeApiError as exc:  # enrichment is optional: keep pod labels, lose kind/owner
                     log.warning("pod mapping: Kubernetes API enrichment failed: %s", exc)
+                if resources.claims:  # ResourceSlices only matter when some container holds a DRA claim
+                    try:
+                        dra = dra_devices_of(
+                            asyncio.run(
+                                list_node_resource_slices(self.node, self._api, self.settings.timeout_seconds)
+                            )
+                        )
+                    except KubeApiError as exc:
+                        log.warning("pod mapping: DRA ResourceSlices unavailable: %s", exc)
             devices, slices = self._devices_fn()
-            attribution, unmatched = build_attribution(allocations, devices, slices, pods, self.settings)
+            attribution, unmatched = build_attribution(resources, devices, slices, pods, self.settings, dra)
         except KubeletError as exc:
             if not self._failing:
                 log.warning(
-                    "pod mapping unavailable (%s): %s; device metrics continue without pod labels",
+                    "pod mapping unavailable (%s): %s; keeping the last mapping for %gs, device metrics "
+                    "continue",
                     exc.reason,
                     exc,
+                    self.settings.grace_seconds,
                 )
             self._failing = True
             with self._lock:
-                self._attribution, self._up = EMPTY, False
+                self._up = False
             return False
         except Exception:  # never let a bug in enrichment stop the exporter
             log.exception("pod mapping refresh failed unexpectedly")
             self._failing = True
             with self._lock:
-                self._attribution, self._up = EMPTY, False
+                self._up = False
             return False
         if self._failing:
             log.info("pod mapping recovered")
         self._failing = False
         if unmatched and unmatched != self._unmatched:
-            log.warning("pod mapping: %d allocated device IDs match no exported device", unmatched)
-        self._unmatched = unmatched
+            log.warning(
+                "pod mapping: allocated device IDs match no exported device: %s",
+                ", ".join(f"{r}: {n}" for r, n in unmatched),
+            )
         with self._lock:
-            self._attribution, self._up = attribution, True
+            self._attribution, self._up, self._unmatched = attribution, True, unmatched
+            self._good_at, self._good_wall = self._clock(), self._wall()
         return True
 
     def start(self) -> None:

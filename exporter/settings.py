@@ -17,6 +17,8 @@ the key (``backends.nvml.interval: must be a number > 0``). Config file shape::
       socket: /var/lib/kubelet/pod-resources/kubelet.sock
       interval: 15                    # seconds between kubelet List calls
       timeout: 5
+      grace: 300                      # seconds the last good mapping outlives a kubelet outage
+      host_proc: /host/proc           # the host's /proc (pid -> cgroup); default /host/proc if present, else /proc
       resource_prefixes: [nvidia.com/, amd.com/, huawei.com/]   # default: every known vendor
       kube_api: true                  # workload kind/owner from the API server (RBAC: list pods)
       owner_labels: [owner, user]
@@ -196,6 +198,8 @@ _POD_KEYS = {
     "interval",
     "timeout",
     "max_backoff",
+    "grace",
+    "host_proc",
     "resource_prefixes",
     "kube_api",
     "kube_api_host",
@@ -224,6 +228,16 @@ def _pod_mapping(raw: Any) -> PodMappingSettings:
         interval_seconds=num("interval", d.interval_seconds),
         timeout_seconds=num("timeout", d.timeout_seconds),
         max_backoff_seconds=num("max_backoff", d.max_backoff_seconds),
+        grace_seconds=(  # 0: drop pod labels at the first failed refresh
+            d.grace_seconds
+            if section.get("grace") is None
+            else 0.0
+            if section["grace"] == 0 and not isinstance(section["grace"], bool)
+            else _positive(section["grace"], "pod_mapping.grace")
+        ),
+        host_proc=None
+        if section.get("host_proc") is None
+        else _str(section["host_proc"], "pod_mapping.host_proc"),
         resource_prefixes=(
             d.resource_prefixes
             if section.get("resource_prefixes") is None

@@ -14,7 +14,7 @@ The owner is the notebook user, else the first allowlisted owner label present, 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 NOTEBOOK, JOB, SERVICE, UNKNOWN = "notebook", "job", "service", "unknown"
 
@@ -38,6 +38,10 @@ class PodMeta:
     annotations: Mapping[str, str]
     owner_kinds: tuple[str, ...] = ()
     containers: tuple[str, ...] = ()  # container names in spec order (HAMi annotations index them)
+    uid: str = ""  # metadata.uid: the pod UID in the node's cgroup paths (kubepods/pod<uid>)
+    container_ids: Mapping[str, str] = field(default_factory=dict)
+    """Runtime container ID (64 hex, ``containerd://``/``cri-o://``/``docker://`` prefix removed) -> container
+    name, from ``status.containerStatuses`` and ``initContainerStatuses``."""
 
 
 @dataclass(frozen=True)

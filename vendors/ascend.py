@@ -34,7 +34,7 @@ from dataclasses import dataclass, field, replace
 
 from vendors._dcmi import ChipReading, Dcmi
 from vendors._dcmi import find_library as find_dcmi_library
-from vendors.base import BackendError, Device, DeviceSample, ParseError, VendorMetric
+from vendors.base import BackendError, Device, DeviceSample, ParseError, ProcessMemory, VendorMetric
 from vendors.command import CommandRunner, SubprocessRunner
 from vendors.registry import BackendContext, BackendSpec, Detection, OutputFormat, register
 
@@ -712,6 +712,17 @@ def _process_fields(table: InfoTable, row: ChipRow) -> dict[str, float]:
     return {PROCESSES.name: float(len(mine)), PROCESS_MEMORY.name: mem * MIB}
 
 
+def _processes(table: InfoTable, row: ChipRow) -> tuple[ProcessMemory, ...] | None:
+    """The chip's rows of the process table (host PIDs, Process memory(MB) -> bytes); None without a table."""
+    if table.processes is None:
+        return None
+    return tuple(
+        ProcessMemory(p.pid, None if p.memory_mib is None else p.memory_mib * MIB)
+        for p in table.processes
+        if p.npu_id == row.npu_id and p.chip_id == row.chip_id
+    )
+
+
 def sample_chip(
     row: ChipRow,
     table: InfoTable,
@@ -781,6 +792,7 @@ def sample_chip(
         fault_events=faults,
         health={"chip": level == 0},
         vendor_metrics=vendor,
+        processes=_processes(table, row),
     )
 
 

@@ -63,6 +63,16 @@ class Slice:
 
 
 @dataclass(frozen=True)
+class ProcessMemory:
+    """One process holding memory on a device, as the vendor lists it: ``pid`` in the host's PID namespace,
+    ``memory_used_bytes`` None when the vendor lists the process but cannot tell its memory (NVML under
+    some MIG/vGPU configurations reports usedGpuMemory as not available)."""
+
+    pid: int
+    memory_used_bytes: float | None = None
+
+
+@dataclass(frozen=True)
 class DeviceSample:
     """Readings of one device at one poll.
 
@@ -100,6 +110,9 @@ class DeviceSample:
     health: Mapping[str, bool] = field(default_factory=dict)  # subsystem -> ok
     vendor_metrics: Mapping[str, float] = field(default_factory=dict)  # VendorMetric.name -> value
     slices: tuple[Slice, ...] = ()
+    processes: tuple[ProcessMemory, ...] | None = None
+    """Processes holding device memory (None: the vendor cannot list them; (): none running). The exporter
+    maps them to containers for ``accelerator_container_memory_used_bytes``."""
     unread: Mapping[str, str] = field(default_factory=dict)
     """Readings the tool printed but that could not be read this poll: reading name (a field of this class,
     or a column name) -> short reason (``"'xxxxx MiB' is not a number with unit MiB"``). Each costs that one
@@ -178,6 +191,7 @@ _OVERLAY_SCALARS = (
     "remap_pending",
     "remap_failed",
     "pcie_replay_errors",
+    "processes",
 )
 _OVERLAY_MAPPINGS = (
     "temperatures_celsius",
@@ -220,7 +234,7 @@ def overlay(primary: DeviceSample, supplement: DeviceSample) -> DeviceSample:
         extra = getattr(supplement, name)
         if extra:
             changes[name] = {**getattr(primary, name), **extra}
-    if supplement.slices and primary.slices:
+    if supplement.slices:
         by_id = {s.slice_id: s for s in supplement.slices}
         merged = []
         for p in primary.slices:
@@ -231,16 +245,21 @@ def overlay(primary: DeviceSample, supplement: DeviceSample) -> DeviceSample:
             merged.append(
                 replace(p, **{f: getattr(s, f) for f in _SLICE_OVERLAY if getattr(s, f) is not None})
             )
+        # vGPU shares the primary cannot see (HAMi's per-container regions over NVML) are added
+        known = {p.slice_id for p in primary.slices}
+        merged.extend(s for s in supplement.slices if s.kind == "vgpu" and s.slice_id not in known)
         changes["slices"] = tuple(merged)
     return replace(primary, **changes)  # type: ignore[arg-type]
 
 
 def merge_samples(primary: Sequence[DeviceSample], supplement: Sequence[DeviceSample]) -> list[DeviceSample]:
-    """``overlay`` by (vendor, uuid). Supplement samples of devices the primary does not know are appended."""
+    """``overlay`` by (vendor, uuid). Supplement samples of devices the primary does not know are appended,
+    unless the supplement cannot name the device's model (HAMi knows only the GPU UUID): such a supplement
+    adds to devices another backend reads, it never makes one up."""
     by_key = {(s.device.vendor, s.device.uuid): s for s in supplement}
     out = []
     for p in primary:
         s = by_key.pop((p.device.vendor, p.device.uuid), None)
         out.append(p if s is None else overlay(p, s))
-    out.extend(by_key.values())
+    out.extend(s for s in by_key.values() if s.device.model)
     return out

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field, replace
 from types import ModuleType
 from typing import Any
 
-from vendors.base import BackendError, Device, DeviceSample, Slice
+from vendors.base import BackendError, Device, DeviceSample, ProcessMemory, Slice
 from vendors.nvidia_smi import CLOCK_EVENT_REASONS, MIG_MODE, MIG_MODE_METRIC, VENDOR
 from vendors.registry import BackendContext, BackendSpec, Detection, register
 
@@ -363,7 +363,32 @@ class NvmlBackend:
             link_errors=self._nvlink(g, h),
             vendor_metrics=vendor,
             slices=slices,
+            processes=self._processes(g, h),
         )
+
+    def _processes(self, g: _GpuState, h: Any) -> tuple[ProcessMemory, ...] | None:
+        """Compute and graphics processes (nvmlDeviceGetComputeRunningProcesses / ...GraphicsRunningProcesses),
+        one entry per host PID: a process in both lists holds one allocation, reported in both, so the larger
+        value is taken, never the sum. None when neither list can be read (MIG parent without admin rights:
+        NO_PERMISSION)."""
+        lists = [
+            self._call(g, "processes_compute", "nvmlDeviceGetComputeRunningProcesses", h),
+            self._call(g, "processes_graphics", "nvmlDeviceGetGraphicsRunningProcesses", h),
+        ]
+        if all(x is None for x in lists):
+            return None
+        used: dict[int, float | None] = {}
+        for procs in lists:
+            for p in procs or ():
+                raw_pid: Any = getattr(p, "pid", None)
+                if not _valid_count(raw_pid) or raw_pid == 0:
+                    continue
+                pid = int(raw_pid)
+                mem: Any = getattr(p, "usedGpuMemory", None)
+                value = float(mem) if _valid_count(mem, bits=64) else None
+                prev = used.get(pid)
+                used[pid] = value if prev is None else max(prev, value if value is not None else prev)
+        return tuple(ProcessMemory(pid, m) for pid, m in sorted(used.items()))
 
     def _memory(self, g: _GpuState, h: Any) -> tuple[float | None, float | None]:
         nvml = self._nvml

@@ -278,6 +278,7 @@ OPERATIONS = {
     "list_node": ("", "nodes", "list"),
     "patch_node": ("", "nodes", "patch"),
     "list_pod_for_all_namespaces": ("", "pods", "list"),
+    "list_resource_slice": ("resource.k8s.io", "resourceslices", "list"),
     "read_namespaced_pod": ("", "pods", "get"),
     "patch_namespaced_pod": ("", "pods", "patch"),
     "create_namespaced_pod_eviction": ("", "pods/eviction", "create"),

@@ -97,3 +97,32 @@ class FakeKubeApi:
         return web.json_response(
             {"kind": "PodList", "apiVersion": "v1", "metadata": {"resourceVersion": "7"}, "items": items}
         )
+
+
+class FakeResourceSlices:
+    """Kubernetes API stand-in for ``GET /apis/resource.k8s.io/<version>/resourceslices`` (ResourceSliceList,
+    API reference "ResourceSlice v1", field selector ``spec.nodeName``). Serves only ``versions``: others
+    answer 404 NotFound as an API server without that group version does (the client then falls back)."""
+
+    def __init__(self, slices: list[dict[str, Any]], versions: tuple[str, ...] = ("v1",)) -> None:
+        self.slices = slices
+        self.versions = versions
+        self.requests: list[str] = []
+
+    async def list(self, request: web.Request) -> web.Response:
+        self.requests.append(str(request.rel_url))
+        version = request.match_info["version"]
+        if version not in self.versions:
+            return web.json_response(
+                {"kind": "Status", "status": "Failure", "reason": "NotFound", "code": 404}, status=404
+            )
+        key, _, val = request.query.get("fieldSelector", "").partition("=")
+        items = [s for s in self.slices if key != "spec.nodeName" or s["spec"].get("nodeName") == val]
+        return web.json_response(
+            {
+                "kind": "ResourceSliceList",
+                "apiVersion": f"resource.k8s.io/{version}",
+                "metadata": {"resourceVersion": "9"},
+                "items": items,
+            }
+        )

@@ -10,8 +10,22 @@ from pathlib import Path
 
 import pytest
 
-from exporter.kubelet import ContainerDevices, KubeletError, list_allocations
-from exporter.podmap import DeviceRef, HolderRef, SliceRef, match, normalize_pci, parse_hami_allocation
+from exporter.kubelet import (
+    ContainerClaim,
+    ContainerDevices,
+    KubeletError,
+    list_allocations,
+    list_pod_resources,
+)
+from exporter.podmap import (
+    DeviceRef,
+    HolderRef,
+    SliceRef,
+    dra_devices_of,
+    match,
+    normalize_pci,
+    parse_hami_allocation,
+)
 
 from .kubelet_server import KubeletServer
 
@@ -180,3 +194,169 @@ def test_ascend_ids_match_physical_id_then_npu_chip_index() -> None:
         "ascend-0000:c1:00.0-0": (HolderRef("a", "p910", "c", "huawei.com/Ascend910"),),
     }
     assert pm.unmatched_count == 0
+
+
+def test_ids_by_index_are_never_guessed_and_counted_per_resource() -> None:
+    """NVIDIA's plugin reports UUIDs, AMD's PCI addresses: "GPU-1", "nvidia1", "card2", "0" name no device."""
+    allocs = [
+        ContainerDevices("a", "p1", "c", "nvidia.com/gpu", ("GPU-1", "nvidia1", "1")),
+        ContainerDevices("a", "p2", "c", "amd.com/gpu", ("card2", "0")),
+        ContainerDevices("a", "p3", "c", "cambricon.com/mlu", ("0",)),
+        ContainerDevices("a", "p4", "c", "huawei.com/Ascend910", ("Ascend910-3",)),  # Huawei's plugin: index
+    ]
+    pm = match(allocs, DEVICES)
+    assert pm.devices == {"ascend-serial-3": (HolderRef("a", "p4", "c", "huawei.com/Ascend910"),)}
+    assert pm.unmatched_by_resource == (("amd.com/gpu", 2), ("cambricon.com/mlu", 1), ("nvidia.com/gpu", 3))
+    assert pm.unmatched_count == 6
+
+
+# ResourceSlice devices as NVIDIA's DRA driver publishes them (resource.k8s.io/v1: attributes on the device;
+# v1beta1: under "basic"), shapes from kubernetes-sigs/dra-driver-nvidia-gpu issues #563 and #719; UUIDs
+# replaced by the test's own.
+RESOURCE_SLICES = [
+    {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceSlice",
+        "spec": {
+            "driver": "gpu.nvidia.com",
+            "nodeName": "gpu-1",
+            "pool": {"name": "gpu-1", "generation": 1, "resourceSliceCount": 1},
+            "devices": [
+                {
+                    "name": "gpu-1",
+                    "attributes": {
+                        "index": {"int": 1},
+                        "productName": {"string": "NVIDIA A100-SXM4-80GB"},
+                        "type": {"string": "gpu"},
+                        "uuid": {"string": A100_1},
+                    },
+                    "capacity": {"memory": {"value": "80Gi"}},
+                },
+                {
+                    "name": "gpu-0-mig-3g40gb-0",
+                    "attributes": {
+                        "parentUUID": {"string": A100_0},
+                        "type": {"string": "mig"},
+                        "uuid": {"string": MIG_A},
+                    },
+                },
+                {"name": "broken", "attributes": "not a mapping"},
+                {"attributes": {"uuid": {"string": RTX_0}}},  # no name: skipped
+            ],
+        },
+    },
+    {
+        "apiVersion": "resource.k8s.io/v1beta1",
+        "kind": "ResourceSlice",
+        "spec": {
+            "driver": "gpu.nvidia.com",
+            "nodeName": "gpu-1",
+            "pool": {"name": "gpu-1"},
+            "devices": [{"name": "gpu-2", "basic": {"attributes": {"uuid": {"string": RTX_0}}}}],
+        },
+    },
+    "garbage",
+]
+CLAIM_UID = "0f3e2a59-6a8e-4d0a-9c8e-1c2d3e4f5a6b"
+CLAIMS = [
+    ContainerClaim(
+        "ml",
+        "dra-train",
+        "main",
+        "ml",
+        "gpu-claim",
+        "gpu.nvidia.com",
+        "gpu-1",
+        "gpu-1",
+        ("k8s.gpu.nvidia.com/device=gpu-1", f"k8s.gpu.nvidia.com/claim={CLAIM_UID}-gpu-1"),
+    ),
+    ContainerClaim(
+        "ml",
+        "dra-nb",
+        "nb",
+        "ml",
+        "mig-claim",
+        "gpu.nvidia.com",
+        "gpu-1",
+        "gpu-0-mig-3g40gb-0",
+        ("k8s.gpu.nvidia.com/device=gpu-0-mig-3g40gb-0",),
+    ),
+    ContainerClaim(
+        "ml",
+        "dra-share",
+        "a",
+        "ml",
+        "shared",
+        "gpu.nvidia.com",
+        "gpu-1",
+        "gpu-2",
+        ("k8s.gpu.nvidia.com/device=gpu-2",),
+    ),
+    ContainerClaim(
+        "ml",
+        "dra-share",
+        "b",
+        "ml",
+        "shared",
+        "gpu.nvidia.com",
+        "gpu-1",
+        "gpu-2",
+        ("k8s.gpu.nvidia.com/device=gpu-2",),
+    ),
+    # A driver whose CDI device names carry the PCI address: matched without the API.
+    ContainerClaim(
+        "rocm",
+        "r2",
+        "c",
+        "rocm",
+        "c1",
+        "gpu.example.com",
+        "gpu-1",
+        "card-c1",
+        ("vendor.example/gpu=0000:c1:00.0",),
+    ),
+    ContainerClaim(
+        "ml",
+        "ghost",
+        "c",
+        "ml",
+        "g",
+        "gpu.nvidia.com",
+        "gpu-1",
+        "gpu-7",
+        ("k8s.gpu.nvidia.com/device=gpu-7",),
+    ),
+]
+
+
+def test_dra_claims_over_real_grpc_map_through_resource_slices(tmp_path: Path) -> None:
+    srv = KubeletServer(str(tmp_path / "k.sock"), FIXTURE_ALLOCATIONS[:1], CLAIMS)
+    srv.start()
+    try:
+        got = list_pod_resources(srv.socket_path, timeout=5)
+    finally:
+        srv.stop()
+    assert got.claims == tuple(CLAIMS)
+    assert len(got.devices) == 1
+    dra = dra_devices_of(RESOURCE_SLICES)  # type: ignore[arg-type]
+    assert [(d.name, d.uuid) for d in dra] == [
+        ("gpu-1", A100_1),
+        ("gpu-0-mig-3g40gb-0", MIG_A),
+        ("broken", None),
+        ("gpu-2", RTX_0),
+    ]
+    pm = match((), DEVICES, SLICES, claims=got.claims, dra_devices=dra)
+    train = HolderRef("ml", "dra-train", "main", "dra:gpu.nvidia.com")
+    assert pm.devices[A100_1] == (train,)
+    assert pm.slices[(A100_0, "1/0")] == (HolderRef("ml", "dra-nb", "nb", "dra:gpu.nvidia.com"),)
+    assert pm.devices[RTX_0] == (
+        HolderRef("ml", "dra-share", "a", "dra:gpu.nvidia.com"),
+        HolderRef("ml", "dra-share", "b", "dra:gpu.nvidia.com"),
+    )
+    assert pm.devices["amd-0x1234"] == (HolderRef("rocm", "r2", "c", "dra:gpu.example.com"),)
+    assert pm.unmatched_by_resource == (("dra:gpu.nvidia.com", 1),)
+    assert pm.unmatched == ("dra:gpu.nvidia.com=gpu-1/gpu-7",)
+    # Without the API (no ResourceSlices) NVIDIA's "gpu-1" names an index, not an identity: counted.
+    bare = match((), DEVICES, SLICES, claims=got.claims)
+    assert set(bare.devices) == {"amd-0x1234"} and bare.slices == {}
+    assert bare.unmatched_by_resource == (("dra:gpu.nvidia.com", 5),)

@@ -62,9 +62,11 @@ def _wait_for(url: str, pred: Callable[[str], bool], timeout: float = 20) -> str
     raise AssertionError(f"condition not met; last /metrics:\n{body[:3000]}")
 
 
-def _config(tmp_path: Path, sock: str) -> str:
+def _config(tmp_path: Path, sock: str, grace: float = 1.5) -> str:
     cfg = tmp_path / "xpuwatch.yaml"
-    cfg.write_text(f"pod_mapping:\n  enabled: true\n  socket: {sock}\n  interval: 0.2\n  max_backoff: 0.4\n")
+    cfg.write_text(
+        f"pod_mapping:\n  enabled: true\n  socket: {sock}\n  interval: 0.2\n  max_backoff: 0.4\n  grace: {grace}\n"
+    )
     return str(cfg)
 
 
@@ -146,7 +148,11 @@ def test_kubelet_loss_drops_only_pod_labels_and_recovers(
     devices = len(_samples(before, "accelerator_up"))
     kubelet.stop()
     Path(kubelet.socket_path).unlink(missing_ok=True)
-    lost = _wait_for(exp.url, lambda b: _samples(b, "xpuwatch_pod_mapping_up")[0]["__value__"] == "0.0")
+    # Within the grace period (1.5 s here) the kubelet is down but every pod label stays.
+    down = _wait_for(exp.url, lambda b: _samples(b, "xpuwatch_pod_mapping_up")[0]["__value__"] == "0.0")
+    assert _mapped(down)
+    lost = _wait_for(exp.url, lambda b: _samples(b, "accelerator_allocated") == [])
+    assert _samples(lost, "xpuwatch_pod_mapping_up")[0]["__value__"] == "0.0"
     assert len(_samples(lost, "accelerator_up")) == devices
     assert _samples(lost, "accelerator_allocated") == []
     assert all("pod" not in s for s in _samples(lost, "accelerator_up"))

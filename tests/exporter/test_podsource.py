@@ -8,17 +8,20 @@ from pathlib import Path
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
-from exporter.attribution import Holder, slice_key
-from exporter.kubelet import ContainerDevices
+from exporter.attribution import Holder, MappingStatus, slice_key
+from exporter.kubelet import ContainerClaim, ContainerDevices
 from exporter.podmap import DeviceRef, SliceRef
 from exporter.podsource import KubeletAttributionSource, PodMappingSettings
 from vendors.base import Slice
 
-from .kube_api_fake import FakeKubeApi
+from .kube_api_fake import FakeKubeApi, FakeResourceSlices
 from .kubelet_server import KubeletServer
 
-A, B, MIG = "GPU-a", "GPU-b", "MIG-x"
-DEVS = ([DeviceRef("nvidia", A, "0"), DeviceRef("nvidia", B, "1")], [SliceRef(A, "1/0", MIG)])
+A, B, C, MIG = "GPU-a", "GPU-b", "GPU-c", "MIG-x"
+DEVS = (
+    [DeviceRef("nvidia", A, "0"), DeviceRef("nvidia", B, "1"), DeviceRef("nvidia", C, "7")],
+    [SliceRef(A, "1/0", MIG)],
+)
 ALLOCS = [
     ContainerDevices("ml", "jupyter-alice", "notebook", "nvidia.com/mig-1g.10gb", (MIG,)),
     ContainerDevices("ml", "train-0", "main", "nvidia.com/gpu", (B,)),
@@ -54,20 +57,70 @@ def test_refresh_maps_devices_and_slices(tmp_path: Path) -> None:
         srv.stop()
 
 
-def test_socket_loss_drops_labels_then_recovers(tmp_path: Path) -> None:
+class _Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_outage_shorter_than_grace_keeps_labels_longer_drops_them(tmp_path: Path) -> None:
     sock = str(tmp_path / "k.sock")
     srv = KubeletServer(sock, ALLOCS)
     srv.start()
-    src = _source(sock)
+    mono = _Clock()
+    src = KubeletAttributionSource(
+        PodMappingSettings(enabled=True, socket=sock, timeout_seconds=1, grace_seconds=60),
+        "gpu-1",
+        lambda: DEVS,
+        clock=mono,
+        wall=lambda: 1.7e9 + mono.now,
+    )
+    assert src.status() is None  # nothing known before the first refresh
     assert src.refresh() and src.current().for_device(B)
+    assert src.status() == MappingStatus(True, 1.7e9 + 1000.0, ())
     srv.stop()
     Path(sock).unlink(missing_ok=True)
+    mono.now += 30  # the kubelet restarts: 30 s < grace
     assert src.refresh() is False
-    assert src.up() is False and src.current().entries == ()
+    assert src.up() is False
+    assert src.current().for_device(B) == (Holder("ml", "train-0", "main", "unknown", ""),)
+    assert src.status() == MappingStatus(False, 1.7e9 + 1000.0, ())  # age = now - last success = 30 s
+    mono.now += 31  # 61 s since the last good List > 60 s grace: dropped without waiting for a refresh
+    assert src.current().entries == ()
     srv = KubeletServer(sock, ALLOCS)
     srv.start()
     try:
         assert src.refresh() is True and src.up() is True and src.current().for_device(B)
+        assert src.status() == MappingStatus(True, 1.7e9 + 1061.0, ())
+    finally:
+        srv.stop()
+
+
+def test_zero_grace_drops_at_the_first_failure(tmp_path: Path) -> None:
+    sock = str(tmp_path / "k.sock")
+    srv = KubeletServer(sock, ALLOCS)
+    srv.start()
+    src = _source(sock, grace_seconds=0)
+    assert src.refresh()
+    srv.stop()
+    Path(sock).unlink(missing_ok=True)
+    threading.Event().wait(0.01)
+    assert src.refresh() is False and src.current().entries == ()
+
+
+def test_unmatched_ids_are_counted_per_resource(tmp_path: Path) -> None:
+    allocs = [*ALLOCS, ContainerDevices("x", "p", "c", "nvidia.com/gpu", ("GPU-1", "nvidia0"))]
+    srv = KubeletServer(str(tmp_path / "k.sock"), allocs)
+    srv.start()
+    try:
+        src = _source(srv.socket_path)
+        assert src.refresh()
+        status = src.status()
+        assert status is not None and status.unmatched == (("nvidia.com/gpu", 2),)
+        assert src.unmatched == 2
+        assert src.current().for_device(A) == ()  # "nvidia0" is not device 0
     finally:
         srv.stop()
 
@@ -115,14 +168,57 @@ async def test_api_enrichment_sets_kind_owner_and_hami(tmp_path: Path) -> None:
         },
         "spec": {"nodeName": "gpu-1", "containers": [{"name": "notebook"}]},
     }
-    fake = FakeKubeApi("tok", [hami_pod, nb])
+    dra_pod = {
+        "metadata": {"name": "dra-0", "namespace": "ml", "labels": {"owner": "dana"}, "uid": "u-dra"},
+        "spec": {"nodeName": "gpu-1", "containers": [{"name": "main"}]},
+        "status": {
+            "containerStatuses": [
+                {
+                    "name": "main",
+                    "containerID": "containerd://" + "ab" * 32,
+                    "image": "nvcr.io/nvidia/pytorch:24.05-py3",
+                    "imageID": "sha256:" + "cd" * 32,
+                    "ready": True,
+                    "restartCount": 0,
+                }
+            ]
+        },
+    }
+    fake = FakeKubeApi("tok", [hami_pod, nb, dra_pod])
+    rs = FakeResourceSlices(
+        [
+            {
+                "spec": {
+                    "driver": "gpu.nvidia.com",
+                    "nodeName": "gpu-1",
+                    "pool": {"name": "gpu-1"},
+                    "devices": [{"name": "gpu-7", "basic": {"attributes": {"uuid": {"string": C}}}}],
+                }
+            }
+        ],
+        versions=("v1beta1",),  # an older API server: the client falls back from v1
+    )
     app = web.Application()
     app.router.add_get("/api/v1/pods", fake.pods)
+    app.router.add_get("/apis/resource.k8s.io/{version}/resourceslices", rs.list)
     server = TestServer(app, host="127.0.0.1")
     await server.start_server()
     # HAMi's kubelet-side choice (B) is not where the share lives; the annotation says A.
     allocs = [*ALLOCS, ContainerDevices("infer", "share-1", "server", "nvidia.com/gpu", (f"{B}-3",))]
-    srv = KubeletServer(str(tmp_path / "k.sock"), allocs)
+    claims = [
+        ContainerClaim(
+            "ml",
+            "dra-0",
+            "main",
+            "ml",
+            "c",
+            "gpu.nvidia.com",
+            "gpu-1",
+            "gpu-7",
+            ("k8s.gpu.nvidia.com/device=gpu-7",),
+        )
+    ]
+    srv = KubeletServer(str(tmp_path / "k.sock"), allocs, claims)
     srv.start()
     try:
         settings = PodMappingSettings(
@@ -142,6 +238,13 @@ async def test_api_enrichment_sets_kind_owner_and_hami(tmp_path: Path) -> None:
         )
         assert att.for_device(A) == (Holder("infer", "share-1", "server", "service", "erin"),)
         assert att.for_device(B) == (Holder("ml", "train-0", "main", "unknown", ""),)
+        dana = Holder("ml", "dra-0", "main", "unknown", "dana")
+        assert att.for_device(C) == (dana,)  # DRA claim -> ResourceSlice uuid -> the card
+        assert att.for_container("ab" * 32) == dana  # runtime container ID -> container, for processes
+        assert rs.requests[0].startswith(
+            "/apis/resource.k8s.io/v1/resourceslices?fieldSelector=spec.nodeName"
+        )
+        assert rs.requests[-1].startswith("/apis/resource.k8s.io/v1beta1/")
         assert slice_key(A, "x") == "GPU-a/x"
     finally:
         srv.stop()

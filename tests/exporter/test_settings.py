@@ -165,6 +165,19 @@ def test_pod_mapping_section() -> None:
     assert parse({}).pod_mapping.enabled is False
 
 
+def test_pod_mapping_grace_and_host_proc() -> None:
+    d = parse({}).pod_mapping
+    assert (d.grace_seconds, d.host_proc) == (300.0, None)
+    pm = parse({"pod_mapping": {"grace": 0, "host_proc": "/hostfs/proc"}}).pod_mapping
+    assert (pm.grace_seconds, pm.host_proc) == (0.0, "/hostfs/proc")
+    assert parse({"pod_mapping": {"grace": 45.5}}).pod_mapping.grace_seconds == 45.5
+    for bad in (-1, True, "5m"):
+        with pytest.raises(ConfigError, match=r"pod_mapping\.grace"):
+            parse({"pod_mapping": {"grace": bad}})
+    with pytest.raises(ConfigError, match=r"pod_mapping\.host_proc"):
+        parse({"pod_mapping": {"host_proc": ""}})
+
+
 @pytest.mark.parametrize(
     ("doc", "message"),
     [

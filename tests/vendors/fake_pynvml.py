@@ -119,6 +119,11 @@ class FakeGpu:
     nvlinks: dict[int, dict[int, int]] = field(default_factory=dict)  # link -> counter -> value
     mig_mode: int | None = 0  # None = NOT_SUPPORTED
     migs: list[FakeMig] = field(default_factory=list)
+    # Running processes as (pid, usedGpuMemory bytes or None): pynvml returns nvmlProcessInfo objects with
+    # pid/usedGpuMemory/gpuInstanceId/computeInstanceId and sets usedGpuMemory to None where NVML reports
+    # NVML_VALUE_NOT_AVAILABLE. A process that both computes and draws is listed by both calls.
+    compute_processes: list[tuple[int, int | None]] = field(default_factory=list)
+    graphics_processes: list[tuple[int, int | None]] = field(default_factory=list)
     errors: dict[str, int] = field(default_factory=dict)
 
 
@@ -291,6 +296,14 @@ class FakeNvml:
     def nvmlDeviceGetRetiredPagesPendingStatus(self, h: FakeGpu) -> int:
         return self._dev("nvmlDeviceGetRetiredPagesPendingStatus", h).retired_pending
 
+    def nvmlDeviceGetComputeRunningProcesses(self, h: FakeGpu) -> list[SimpleNamespace]:
+        g = self._dev("nvmlDeviceGetComputeRunningProcesses", h)
+        return [_process(pid, mem) for pid, mem in g.compute_processes]
+
+    def nvmlDeviceGetGraphicsRunningProcesses(self, h: FakeGpu) -> list[SimpleNamespace]:
+        g = self._dev("nvmlDeviceGetGraphicsRunningProcesses", h)
+        return [_process(pid, mem) for pid, mem in g.graphics_processes]
+
     def nvmlDeviceGetPcieReplayCounter(self, h: FakeGpu) -> int:
         return self._dev("nvmlDeviceGetPcieReplayCounter", h).pcie_replay
 
@@ -401,3 +414,10 @@ def fleet(n: int = 8) -> list[FakeGpu]:
         )
         for i in range(n)
     ]
+
+
+def _process(pid: int, used: int | None) -> SimpleNamespace:
+    """An nvmlProcessInfo_v3 as pynvml's nvmlStructToFriendlyObject returns it; 0xFFFFFFFF ids = no MIG."""
+    return SimpleNamespace(
+        pid=pid, usedGpuMemory=used, gpuInstanceId=0xFFFFFFFF, computeInstanceId=0xFFFFFFFF
+    )

@@ -22,7 +22,7 @@ from tests.vendors.fake_pynvml import (
     NVMLError,
     fleet,
 )
-from vendors.base import BackendError
+from vendors.base import BackendError, ProcessMemory
 from vendors.nvml import KNOWN_XIDS, OTHER_XID, NvmlBackend, detect
 from vendors.registry import BackendContext, all_specs
 
@@ -400,3 +400,44 @@ def test_any_error_pattern_yields_samples_or_backend_error(errors: list[tuple[in
         for s in samples:
             assert s.up or (s.utilization_ratio is None and s.error)
     b.close()
+
+
+def test_running_processes_one_entry_per_pid_in_bytes() -> None:
+    gpu = FakeGpu(
+        index=0,
+        uuid="GPU-a",
+        compute_processes=[(4242, 8 * 2**30), (4343, None)],  # None: NVML_VALUE_NOT_AVAILABLE
+        graphics_processes=[(1500, 120 * 2**20), (4242, 8 * 2**30)],  # 4242 computes and draws
+    )
+    idle = FakeGpu(index=1, uuid="GPU-b", pci_bus_id="00000000:0F:00.0")
+    b = backend(FakeNvml([gpu, idle]))
+    b.open()
+    try:
+        busy, empty = b.sample()
+    finally:
+        b.close()
+    assert busy.processes == (
+        ProcessMemory(1500, 120 * 2**20),
+        ProcessMemory(4242, 8 * 2**30),  # once, not 16 GiB
+        ProcessMemory(4343, None),
+    )
+    assert empty.processes == ()  # listed and none running: a measured nothing
+
+
+def test_process_lists_without_permission_are_absent() -> None:
+    gpu = FakeGpu(
+        index=0,
+        uuid="GPU-a",
+        compute_processes=[(1, 1)],
+        errors={
+            "nvmlDeviceGetComputeRunningProcesses": NVML_ERROR_NO_PERMISSION,
+            "nvmlDeviceGetGraphicsRunningProcesses": NVML_ERROR_NO_PERMISSION,
+        },
+    )
+    b = backend(FakeNvml([gpu]))
+    b.open()
+    try:
+        (s,) = b.sample()
+    finally:
+        b.close()
+    assert s.up and s.processes is None and s.utilization_ratio == 0.87
