@@ -171,10 +171,11 @@ def check_capture(capture: Path, exp: Mapping[str, Any]) -> list[str]:
             problems.append(f"{name}: device {index}: up={s.up} (error {s.error!r}), expected {not s.up}")
     for index, spec in wanted.items():
         where = f"{name}: device {index}"
-        s = by_index.get(str(index))
-        if s is None:
+        found = by_index.get(str(index))
+        if found is None:
             problems.append(f"{where}: not given (devices: {sorted(by_index)})")
             continue
+        s = found
         spec = spec or {}
         unknown = set(spec) - {"up", "values", "absent", "unread", *DEVICE_FIELDS}
         if unknown:

@@ -48,7 +48,7 @@ REASONS_ALL_INACTIVE = {
 
 def test_every_xml_fixture_has_its_source_note() -> None:
     xmls = sorted(NV.glob("*.xml"))
-    assert len(xmls) == 2
+    assert len(xmls) == 3
     for x in xmls:
         assert (x.parent / (x.name + ".source")).read_text().startswith("SOURCE:")
 
