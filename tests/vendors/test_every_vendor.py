@@ -171,6 +171,17 @@ COMPLETE: dict[str, tuple[str, Expect]] = {
         "nvidia",
         {(TOTAL, "0", ()): 81559 * MIB, (TEMP, "0", CORE): 53.0, (POWER, "0", ()): 433.78},
     ),
+    # nvsmi v13 (595.84): no <power_draw>, only average 8.81 W / instant 8.44 W; the average is the reading.
+    "nvidia/nvidia-smi_q_x_rtx-4000-sff-ada_595.84_v13_avg-instant-power_4procs.xml": (
+        "nvidia",
+        {
+            (UTIL, "0", ()): 0.0,
+            (USED, "0", ()): 3534 * MIB,
+            (TOTAL, "0", ()): 20475 * MIB,
+            (TEMP, "0", CORE): 38.0,
+            (POWER, "0", ()): 8.81,
+        },
+    ),
 }
 
 H = (("subsystem", "chip"),)
@@ -314,7 +325,9 @@ def test_every_fixture_is_covered() -> None:
     on_disk = {
         str(p.relative_to(FIXTURES))
         for p in FIXTURES.glob("*/*")
-        if p.parent.name not in NOT_VENDOR_DIRS and p.suffix not in (".source", ".md")
+        if p.parent.name not in NOT_VENDOR_DIRS
+        and p.suffix not in (".source", ".md")
+        and not p.name.endswith(".expected.yaml")  # expectations of tests/vendors/test_corpus.py
     }
     assert on_disk == set(COMPLETE) | set(EXCERPTS)
 
@@ -389,6 +402,7 @@ CLAIMED_BY: dict[str, str | None] = {
     "nvidia/nvidia-smi_q_x_a100-sxm4-80gb-mig_535.54.03.xml": "nvidia-smi-xml",
     "nvidia/nvidia-smi_query-gpu_h100-80gb-hbm3_590.48.01_load.csv.txt": "nvidia-smi-csv",
     "nvidia/nvidia-smi_query-gpu_h100-mig_590.48.01_load.csv.txt": "nvidia-smi-csv",
+    "nvidia/nvidia-smi_q_x_rtx-4000-sff-ada_595.84_v13_avg-instant-power_4procs.xml": "nvidia-smi-xml",
 }
 
 
