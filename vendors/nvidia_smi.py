@@ -14,6 +14,7 @@ import math
 import re
 import xml.etree.ElementTree as ET
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 from vendors.base import BackendError, Device, DeviceSample, ParseError, Slice, VendorMetric
 from vendors.command import CommandRunner
@@ -658,8 +659,39 @@ def _detect(ctx: BackendContext) -> Detection:
     return Detection(True, f"{binary} found at {path}") if path else Detection(False, f"{binary} not on PATH")
 
 
+class _LookedUp(dict[str, str]):
+    """A CSV row that remembers which columns the mapping looked up (for ``explain_csv``)."""
+
+    def __init__(self, row: Mapping[str, str]) -> None:
+        super().__init__(row)
+        self.read: set[str] = set()
+
+    def get(self, key: str, default: Any = None) -> Any:  # type: ignore[override]
+        self.read.add(key)
+        return super().get(key, default)
+
+
+def explain_csv(text: str) -> list[str]:
+    """The ``--query-gpu`` columns of ``text`` that map to no reading (``xpuwatch inspect --explain``).
+    Raises ParseError like ``parse_nvidia_smi_csv``."""
+    unused: dict[str, None] = {}
+    reasons = ("clocks_event_reasons.", "clocks_throttle_reasons.")
+    for position, row in enumerate(_csv_rows(text)):
+        looked = _LookedUp(row)
+        _csv_sample(looked, str(position))
+        for key in row:
+            if key in looked.read:
+                continue
+            if any(key.startswith(p) and key[len(p) :] in _SMI_REASON_NAMES for p in reasons):
+                continue
+            unused[key] = None
+    return [f"{k}: no reading maps it" for k in unused]
+
+
 XML_FORMAT = OutputFormat(name="nvidia-smi-xml", parse=parse_nvidia_smi_xml, sniff=sniff_xml)
-CSV_FORMAT = OutputFormat(name="nvidia-smi-csv", parse=parse_nvidia_smi_csv, sniff=sniff_csv)
+CSV_FORMAT = OutputFormat(
+    name="nvidia-smi-csv", parse=parse_nvidia_smi_csv, sniff=sniff_csv, explain=explain_csv
+)
 
 MIG_MODE_METRIC = VendorMetric(
     name=MIG_MODE,

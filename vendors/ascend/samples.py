@@ -7,7 +7,7 @@ from collections.abc import Callable, Mapping
 
 from vendors.ascend.card_report import parse_card_report, parse_health
 from vendors.ascend.chip_map import parse_chip_map
-from vendors.ascend.info_table import parse_info_table
+from vendors.ascend.info_table import _HEADER_KEYS, parse_info_table
 from vendors.ascend.records import (
     AICORE_FREQ,
     AICORE_RATED_FREQ,
@@ -315,10 +315,80 @@ sniff_health = _sniff(
     )
 )
 
+# --------------------------------------------------------------------------------------------------------
+# What each output holds that the parsers above do not read (``xpuwatch inspect --explain``)
+
+_IDENTITY_KEYS = frozenset({"NPU ID", "Chip ID", "Chip Count", "Chip Name"})
+_USAGES_READ = frozenset(
+    {
+        "Aicore Usage Rate(%)",
+        "HBM Capacity(MB)",
+        "HBM Usage Rate(%)",
+        "DDR Capacity(MB)",
+        "DDR Usage Rate(%)",
+        "Aicpu Usage Rate(%)",
+        "Ctrlcpu Usage Rate(%)",
+        "Vectorcore Usage Rate(%)",
+        "DDR Bandwidth Usage Rate(%)",
+        "HBM Bandwidth Usage Rate(%)",
+    }
+)
+_COMMON_READ = frozenset(
+    {
+        "Aicore Usage Rate(%)",
+        "Aicore Freq(MHZ)",
+        "Aicore curFreq(MHZ)",
+        "Temperature(C)",
+        "NPU Real-time Power(W)",
+    }
+)
+_INFO_READ = frozenset({"power", "temp", "aicore", "memory", "hbm"})
+
+
+def _unread_keys(what: str, read: frozenset[str]) -> Callable[[str], list[str]]:
+    def explain(text: str) -> list[str]:
+        rep = parse_card_report(text, what)
+        keys: dict[str, str] = {}
+        for block in [*rep.chips.values(), rep.mcu]:
+            for k in block:
+                if k not in read and k not in _IDENTITY_KEYS:
+                    keys.setdefault(k, "no reading of the shared schema or of accelerator_huawei_* maps it")
+        if rep.mcu:
+            keys.pop("Temperature(C)", None)
+            if "Temperature(C)" in rep.mcu:
+                keys["Temperature(C) (mcu block)"] = "the card's MCU temperature, not a chip's"
+        return [f"{k}: {why}" for k, why in keys.items()]
+
+    return explain
+
+
+def explain_info(text: str) -> list[str]:
+    """Main-table header columns the parser does not map (e.g. Hugepages-Usage(page))."""
+    parse_info_table(text)
+    out: dict[str, None] = {}
+    for line in text.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) >= 3 and cells[1] in ("Health", "Bus-Id"):
+            for tok in cells[2].split():
+                if _HEADER_KEYS.get(tok.lower(), tok.lower()) not in _INFO_READ:
+                    out[tok] = None
+    return [f"{k}: no reading of the shared schema maps it" for k in out]
+
+
 FORMATS: tuple[OutputFormat, ...] = (
-    OutputFormat("npu-smi-info", samples_from_info, sniff_info),
-    OutputFormat("npu-smi-info-m", samples_from_chip_map, sniff_chip_map),
-    OutputFormat("npu-smi-usages", samples_from_usages, sniff_usages),
-    OutputFormat("npu-smi-common", samples_from_common, sniff_common),
-    OutputFormat("npu-smi-health", samples_from_health, sniff_health),
+    OutputFormat("npu-smi-info", samples_from_info, sniff_info, explain_info),
+    OutputFormat("npu-smi-info-m", samples_from_chip_map, sniff_chip_map, lambda _t: []),
+    OutputFormat(
+        "npu-smi-usages",
+        samples_from_usages,
+        sniff_usages,
+        _unread_keys("npu-smi info -t usages", _USAGES_READ),
+    ),
+    OutputFormat(
+        "npu-smi-common",
+        samples_from_common,
+        sniff_common,
+        _unread_keys("npu-smi info -t common", _COMMON_READ),
+    ),
+    OutputFormat("npu-smi-health", samples_from_health, sniff_health, lambda _t: []),
 )
