@@ -308,6 +308,21 @@ COMPLETE |= {
         "intel",
         {(UTIL, "7", ()): 0.14, (USED, "7", ()): 512 * MIB, (TEMP, "7", CORE): 38.0, (POWER, "7", ()): 103.0},
     ),
+    # npu-smi 24.1.0, 8 x 910B2: NPU 5 at 92.1 W, 52 C, HBM 3374 / 65536 MB.
+    "ascend/npu-smi_info_910B2_24.1.0_8npu_no_procs.txt": (
+        "huawei",
+        {(POWER, "5-0", ()): 92.1, (TEMP, "5-0", CORE): 52.0, (USED, "5-0", ()): 3374 * MIB},
+    ),
+    # npu-smi 24.1.0 on a 310B4 SoC: Bus-Id NA; 7.7 W, 53 C, 1327 / 3514 MB.
+    "ascend/npu-smi_info_310B4_24.1.0_soc_busid_NA.txt": (
+        "huawei",
+        {
+            (POWER, "0-0", ()): 7.7,
+            (TEMP, "0-0", CORE): 53.0,
+            (USED, "0-0", ()): 1327 * MIB,
+            (TOTAL, "0-0", ()): 3514 * MIB,
+        },
+    ),
 }
 
 # Truncated captures: a clean rejection (exit 1, one clear line per file, no traceback) or partial output.
@@ -435,6 +450,8 @@ CLAIMED_BY: dict[str, str | None] = {
     "nvidia/nvidia-smi_query-gpu_h100-80gb-hbm3_590.48.01_load.csv.txt": "nvidia-smi-csv",
     "nvidia/nvidia-smi_query-gpu_h100-mig_590.48.01_load.csv.txt": "nvidia-smi-csv",
     "nvidia/nvidia-smi_q_x_rtx-4000-sff-ada_595.84_v13_avg-instant-power_4procs.xml": "nvidia-smi-xml",
+    "ascend/npu-smi_info_910B2_24.1.0_8npu_no_procs.txt": "npu-smi-info",
+    "ascend/npu-smi_info_310B4_24.1.0_soc_busid_NA.txt": "npu-smi-info",
     "intel/hl-smi_gaudi3-HL-325L_1.21.0-fw59.2.1_drv1.20.1_8aip.txt": "hl-smi-table",
     "intel/hl-smi_gaudi2-HL-225_1.16.0-fw50.1.2_drv1.16.0_8aip_1proc.txt": "hl-smi-table",
     "intel/hl-smi_gaudi2-HL-225_1.14.0-fw48.0.1_drv1.15.0_8aip.txt": "hl-smi-table",
