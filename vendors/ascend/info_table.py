@@ -13,7 +13,6 @@ from vendors.ascend.records import (
     _int,
     _lines,
     _number,
-    _pair,
     _reject_usage_text,
 )
 from vendors.base import ParseError
@@ -84,6 +83,30 @@ def _process(cells: list[str], cols: tuple[int, int, int, int], n: int) -> Proce
         name="|".join(cells[name_at : name_at + extra + 1]).strip(),
         memory_mib=_number(at(mem_at), "process memory"),
     )
+
+
+def _soft(cell: str | None, what: str, reading: str, unread: dict[str, str]) -> float | None:
+    """A number cell; a garbled or masked one costs this reading only (noted in ``unread``), never the chip."""
+    if cell is None:
+        return None
+    try:
+        return _number(cell, what)
+    except ParseError as exc:
+        unread[reading] = str(exc).removeprefix("npu-smi: ")
+        return None
+
+
+def _soft_pair(
+    vals: dict[str, str], key: str, what: str, readings: tuple[str, str], unread: dict[str, str]
+) -> tuple[float | None, float | None]:
+    """A 'used / total' cell, read like ``_soft``."""
+    if key not in vals:
+        return None, None
+    parts = vals[key].split("/")
+    if len(parts) != 2:
+        unread[readings[0]] = f"{what}: expected 'used / total', got {vals[key][:40]!r}"
+        return None, None
+    return _soft(parts[0], what, readings[0], unread), _soft(parts[1], what, readings[1], unread)
 
 
 def parse_info_table(text: str) -> InfoTable:
@@ -174,10 +197,20 @@ def parse_info_table(text: str) -> InfoTable:
             raise ParseError(f"npu-smi info: line {n}: expected a chip row, got {line[:60]!r}")
         vals = _columns(cells[2], head2, f"line {n}")
         npu_id, name, health, vals1 = npu_row
-        ddr = _pair(vals["memory"], "Memory-Usage") if "memory" in vals else (None, None)
-        hbm = _pair(vals["hbm"], "HBM-Usage") if "hbm" in vals else (None, None)
         if not health or not re.match(r"^[A-Za-z][A-Za-z ]{0,30}$", health):
             raise ParseError(f"npu-smi info: line {n}: bad Health {health[:40]!r}")
+        unread: dict[str, str] = {}
+        has_hbm = "hbm" in vals
+        hbm = _soft_pair(vals, "hbm", "HBM-Usage", ("memory_used_bytes", "memory_total_bytes"), unread)
+        ddr_names = (
+            (
+                "vendor_metrics.accelerator_huawei_ddr_memory_used_bytes",
+                "vendor_metrics.accelerator_huawei_ddr_memory_total_bytes",
+            )
+            if has_hbm
+            else ("memory_used_bytes", "memory_total_bytes")
+        )
+        ddr = _soft_pair(vals, "memory", "Memory-Usage", ddr_names, unread)
         chips.append(
             ChipRow(
                 npu_id=npu_id,
@@ -185,14 +218,16 @@ def parse_info_table(text: str) -> InfoTable:
                 device_id=_int(ids[1], "Device") if len(ids) == 2 else None,
                 name=name,
                 health=health,
-                power_watts=_number(vals1["power"], "Power(W)") if "power" in vals1 else None,
-                temperature_celsius=_number(vals1["temp"], "Temp(C)") if "temp" in vals1 else None,
+                power_watts=_soft(vals1.get("power"), "Power(W)", "power_watts", unread),
+                temperature_celsius=_soft(vals1.get("temp"), "Temp(C)", "temperatures_celsius.core", unread),
                 bus_id=cells[1].lower() if _BUS_ID.match(cells[1]) else None,
-                aicore_percent=_number(vals["aicore"], "AICore(%)") if "aicore" in vals else None,
+                aicore_percent=_soft(vals.get("aicore"), "AICore(%)", "utilization_ratio", unread),
                 ddr_used_mib=ddr[0],
                 ddr_total_mib=ddr[1],
                 hbm_used_mib=hbm[0],
                 hbm_total_mib=hbm[1],
+                hbm_column=has_hbm,
+                unread=unread,
             )
         )
         open_pair = False

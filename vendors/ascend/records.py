@@ -164,6 +164,9 @@ class ChipRow:
     ddr_total_mib: float | None
     hbm_used_mib: float | None
     hbm_total_mib: float | None
+    hbm_column: bool = False  # the table has an HBM-Usage column (then HBM, not DDR, is the chip's memory)
+    unread: Mapping[str, str] = field(default_factory=dict)
+    """Cells printed but unreadable (reading name -> reason); each costs that reading, never the chip."""
 
     @property
     def index(self) -> str:

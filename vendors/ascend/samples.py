@@ -122,7 +122,8 @@ def sample_chip(
     given, 1 per error code in ``health``; temperature memory = ``memory_temperature_celsius`` (HBM, DCMI
     only). Raises ParseError on a malformed number in a block.
     """
-    hbm_main = bool(row.hbm_total_mib)
+    # An unreadable HBM total still means the chip's memory is its HBM (never fall back to DDR then).
+    hbm_main = bool(row.hbm_total_mib) or (row.hbm_column and "memory_total_bytes" in row.unread)
     used, total = (row.hbm_used_mib, row.hbm_total_mib) if hbm_main else (row.ddr_used_mib, row.ddr_total_mib)
     vendor: dict[str, float] = {}
     if row.ddr_total_mib:
@@ -170,6 +171,7 @@ def sample_chip(
         fault_events=faults,
         health={"chip": level == 0},
         vendor_metrics=vendor,
+        unread=dict(row.unread),
     )
 
 
