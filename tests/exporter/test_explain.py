@@ -5,13 +5,15 @@ from __future__ import annotations
 import subprocess
 import sys
 
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from prometheus_client.parser import text_string_to_metric_families
 
 from exporter.cli import inspect_files
 from exporter.explain import explain
 from tests.conftest import FIXTURES
 from tests.exporter.conftest import ROOT, cli_env
-from vendors.base import Device, DeviceSample
+from vendors.base import Device, DeviceSample, ParseError
 from vendors.nvidia_smi import explain_csv
 from vendors.registry import OutputFormat, all_formats
 
@@ -104,3 +106,30 @@ def test_inspect_explain_cli_keeps_stdout_a_valid_exposition() -> None:
     fams = {f.name: f for f in text_string_to_metric_families(res.stdout)}
     (util,) = [s for s in fams["accelerator_utilization_ratio"].samples if s.labels["device"] == "1-1"]
     assert util.value == 0.0
+
+
+FORMATS_WITH_HOOKS = sorted(n for n, f in all_formats().items() if f.explain is not None)
+SAMPLES = {
+    "hl-smi-table": FIXTURES / "intel" / "hl-smi_gaudi3-HL-325L_1.21.0-fw59.2.1_drv1.20.1_8aip.txt",
+    "hl-smi-csv": FIXTURES / "intel" / "hl-smi_Q_csv_nounits_gaudi1-HL-205_1.18.0-fw53.1.1_8aip.csv.txt",
+    "nvidia-smi-csv": FIXTURES / "nvidia" / "nvidia-smi_query-gpu_h100-80gb-hbm3_590.48.01_load.csv.txt",
+    "npu-smi-info": FIXTURES / "ascend" / "npu-smi_info_910A_22.0.3.1_8npu.txt",
+    "npu-smi-usages": FIXTURES / "ascend" / "npu-smi_info_-t_usages_-i_1_310P.txt",
+    "npu-smi-common": FIXTURES / "ascend" / "npu-smi_info_-t_common_-i_0_910B.txt",
+}
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.sampled_from(FORMATS_WITH_HOOKS), st.data())
+def test_fuzz_explain_hooks_raise_only_parse_error(name: str, data: st.DataObject) -> None:
+    path = SAMPLES.get(name)
+    text = path.read_text() if path else ""
+    i = data.draw(st.integers(0, len(text)))
+    text = text[:i] + data.draw(st.text(max_size=20)) + text[i + data.draw(st.integers(0, 30)) :]
+    hook = all_formats()[name].explain
+    assert hook is not None
+    try:
+        lines = list(hook(text))
+    except ParseError:
+        return
+    assert all(isinstance(x, str) for x in lines)
