@@ -12,7 +12,7 @@ Expectations format (BRIEF, issue 11 item 7)::
         values:                   # DeviceSample field -> value; mapping fields dotted (temperatures_celsius.core)
           power_watts: 87.0
         absent: [power_limit_watts]   # readings that must NOT be given
-        unread: [memory_used_bytes]   # readings that must be in DeviceSample.unread
+        unread: [memory_used_bytes]   # readings that must be in DeviceSample.unread (and no other may be)
 
 Adding a user's capture is the capture, its ``.source`` note and this file. A capture without
 expectations fails ``test_every_capture_has_expectations`` unless it is in ``NOT_CAPTURES`` with a reason.
@@ -205,6 +205,13 @@ def check_capture(capture: Path, exp: Mapping[str, Any]) -> list[str]:
         for key in spec.get("unread") or ():
             if key not in s.unread:
                 problems.append(f"{where}: {key} not in unread (unread: {dict(s.unread)})")
+    for index, s in by_index.items():
+        listed = set((wanted.get(index) or {}).get("unread") or ())
+        for key, why in s.unread.items():
+            if key not in listed:
+                problems.append(
+                    f"{name}: device {index}: {key} printed but not read ({why}), not in 'unread'"
+                )
     return problems
 
 
@@ -250,3 +257,17 @@ def test_checker_names_capture_device_and_field(tmp_path: Path) -> None:
         assert part in joined, joined
     assert check_capture(capture, {"format": "nvidia-smi-xml", "devices": 1, "device": {"0": {"up": False}}})
     assert check_capture(capture, {"format": "no-such-format", "devices": 1})[0].endswith(")")
+
+
+def test_checker_fails_on_an_unread_cell_not_listed(tmp_path: Path) -> None:
+    src = FIXTURES / "nvidia" / "nvidia-smi_q_x_tesla-t4_515.105.01.xml"
+    capture = tmp_path / "garbled.xml"
+    capture.write_text(src.read_text().replace("<gpu_temp>40 C", "<gpu_temp>xx C"))
+    exp: dict[str, Any] = {"format": "nvidia-smi-xml", "devices": 1}
+    (problem,) = check_capture(capture, exp)
+    assert problem == (
+        "garbled.xml: device 0: temperatures_celsius.core printed but not read "
+        "(''xx C' is not a number in C'), not in 'unread'"
+    )
+    exp["device"] = {"0": {"unread": ["temperatures_celsius.core"], "absent": ["temperatures_celsius.core"]}}
+    assert check_capture(capture, exp) == []
