@@ -267,7 +267,7 @@ def test_checker_fails_on_an_unread_cell_not_listed(tmp_path: Path) -> None:
     (problem,) = check_capture(capture, exp)
     assert problem == (
         "garbled.xml: device 0: temperatures_celsius.core printed but not read "
-        "(''xx C' is not a number in C'), not in 'unread'"
+        "('xx C' is not a number in C), not in 'unread'"
     )
     exp["device"] = {"0": {"unread": ["temperatures_celsius.core"], "absent": ["temperatures_celsius.core"]}}
     assert check_capture(capture, exp) == []
