@@ -153,10 +153,9 @@ def _cells_of(line: str) -> list[str]:
     return [c.strip() for c in line.strip().strip("|").split("|")]
 
 
-def _columns(header: str, values: str) -> tuple[dict[str, str], str | None]:
-    """Values of one table cell by header phrase. When the count does not match (a garbled cell), returns
-    what could be paired and a reason."""
-    names = _PHRASE_RE.findall(header)
+def _columns(names: list[str], values: str) -> tuple[dict[str, str], str | None]:
+    """Values of one table cell by its header phrases. When the count does not match (a garbled cell),
+    returns what could be paired and a reason."""
     if len(names) == 1:  # the whole cell is that column's value, however garbled
         return {names[0]: values.strip()}, None
     vals = _VALUE_RE.findall(values)
@@ -208,16 +207,18 @@ def parse_table(text: str) -> list[DeviceSample]:
         raise ParseError("hl-smi: device table truncated (a device's second row is missing)")
     out: list[DeviceSample] = []
     seen: set[str] = set()
+    names1 = [_PHRASE_RE.findall(c) for c in h1]
+    names2 = [_PHRASE_RE.findall(c) for c in h2]
     for r1, r2 in zip(rows[0::2], rows[1::2], strict=True):
         cells = _Cells()
         first: dict[str, str] = {}
         second: dict[str, str] = {}
-        for h, v, into in ((h1, r1, first), (h2, r2, second)):
+        for h, v, into in ((names1, r1, first), (names2, r2, second)):
             for hc, vc in zip(h, v, strict=True):
                 got, why = _columns(hc, vc)
                 into.update(got)
                 if why:
-                    for name in _PHRASE_RE.findall(hc):
+                    for name in hc:
                         for reading in _COLUMN_READINGS.get(name, ()):
                             cells.unread[reading] = why
         index = first.get("AIP", "")
