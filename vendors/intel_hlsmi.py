@@ -293,7 +293,10 @@ def explain_table(text: str) -> list[str]:
 def sniff_csv(text: str) -> bool:
     """A ``--query-aip`` CSV with its header (an AIP-only field name in the first line)."""
     first = text.lstrip().split("\n", 1)[0]
-    return "," in first and (".aip" in first or ("bus_id" in first and "memory.used" in first))
+    if "," not in first:
+        return False
+    fields = {re.sub(r"\s*\[[^\]]*\]$", "", f.strip()) for f in first.split(",")}
+    return any(f.endswith(".aip") for f in fields) or {"bus_id", "memory.used"} <= fields
 
 
 def parse_csv(text: str, fields: Sequence[str] | None = None) -> list[DeviceSample]:

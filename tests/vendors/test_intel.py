@@ -125,6 +125,7 @@ def test_formats_are_registered_and_told_apart() -> None:
     ixsmi = (FIXTURES / "iluvatar" / "ixsmi_BI-V150_4.3.0.txt").read_text()
     nv_csv = (FIXTURES / "nvidia" / "nvidia-smi_query-gpu_h100-80gb-hbm3_590.48.01_load.csv.txt").read_text()
     assert not sniff_table(ixsmi) and not sniff_csv(nv_csv)
+    assert not sniff_csv("index, name, pci.bus_id, memory.used [MiB]\n0, BI-V150, 00000000:13:00.0, 64 MiB\n")
 
 
 # --------------------------------------------------------------------------------------------------------
