@@ -14,6 +14,9 @@ Expectations format (BRIEF, issue 11 item 7)::
         absent: [power_limit_watts]   # readings that must NOT be given
         unread: [memory_used_bytes]   # readings that must be in DeviceSample.unread (and no other may be)
 
+A diagnostic dump of several tool calls (each command line at column 0, its output indented) has
+``blocks: {"<command line as printed>": {format: ..., devices: ..., device: ...}}`` instead.
+
 Adding a user's capture is the capture, its ``.source`` note and this file. A capture without
 expectations fails ``test_every_capture_has_expectations`` unless it is in ``NOT_CAPTURES`` with a reason.
 """
@@ -42,16 +45,10 @@ NOT_CAPTURES: dict[str, str] = {
     "amd/device-metrics-exporter_scrape_mi300x-vf_issue171_excerpt.prom": (
         "another exporter's /metrics scrape, kept to compare metric names; no backend reads it"
     ),
-    "ascend/npu-smi_info_910A_23.0.5_m_board_usages_health_OK.txt": (
-        "a diagnostic dump of five npu-smi calls; test_ascend.py splits it and checks each block"
-    ),
-    "ascend/npu-smi_info_-t_health_Alarm_with_error_codes.txt": (
-        "a diagnostic dump of two npu-smi calls (a failed -t board, a -t health); test_ascend.py checks each"
-    ),
 }
 # Captures whose expectations other helpers of issue 11 write on their own branches ("hyamd": AMD, Hygon;
 # "tables": Cambricon, Enflame, Iluvatar, Kunlunxin, MetaX, Moore Threads). Checked like any other once their
-# .expected.yaml exists; test_awaiting_list_is_current fails then, to have the entry removed.
+# .expected.yaml exists; test_skip_lists_are_current fails then, to have the entry removed.
 AWAITING: dict[str, str] = {
     name: "expectations from the issue 11 helper of this vendor"
     for name in (
@@ -149,15 +146,44 @@ def same(got: Any, want: Any) -> bool:
     return bool(got == want)
 
 
+def dump_blocks(text: str) -> dict[str, str]:
+    """A diagnostic dump (a command line at column 0, then that command's indented output, repeated) ->
+    {command line: output}."""
+    blocks: dict[str, str] = {}
+    cmd: str | None = None
+    for line in text.splitlines(keepends=True):
+        if line.startswith("/"):
+            cmd = line.strip()
+            blocks[cmd] = ""
+        elif cmd is not None:
+            blocks[cmd] += line
+    return blocks
+
+
 def check_capture(capture: Path, exp: Mapping[str, Any]) -> list[str]:
     """Every mismatch between what the capture parses to and its expectations, one line each, naming the
-    capture, the device and the field."""
-    name = _rel(capture)
+    capture, the device and the field. A diagnostic dump of several tool calls has ``blocks:`` instead:
+    {command line as printed: the expectations of that call's output}."""
+    text = capture.read_text(encoding="utf-8")
+    if "blocks" in exp:
+        found = dump_blocks(text)
+        problems: list[str] = []
+        for cmd, sub in (exp.get("blocks") or {}).items():
+            if cmd not in found:
+                problems.append(f"{_rel(capture)}: no block {cmd!r} (blocks: {sorted(found)})")
+                continue
+            problems += check_text(f"{_rel(capture)} [{cmd}]", found[cmd], sub)
+        return problems
+    return check_text(_rel(capture), text, exp)
+
+
+def check_text(name: str, text: str, exp: Mapping[str, Any]) -> list[str]:
+    """``check_capture`` for one tool output ``text``, reported under ``name``."""
     fmt_name = exp.get("format")
     formats = all_formats()
     if fmt_name not in formats:
         return [f"{name}: format {fmt_name!r} is not registered (known: {', '.join(sorted(formats))})"]
-    samples = list(formats[fmt_name].parse(capture.read_text(encoding="utf-8")))
+    samples = list(formats[fmt_name].parse(text))
     problems: list[str] = []
     if len(samples) != exp.get("devices"):
         problems.append(f"{name}: {len(samples)} devices, expected {exp.get('devices')}")
@@ -271,3 +297,19 @@ def test_checker_fails_on_an_unread_cell_not_listed(tmp_path: Path) -> None:
     )
     exp["device"] = {"0": {"unread": ["temperatures_celsius.core"], "absent": ["temperatures_celsius.core"]}}
     assert check_capture(capture, exp) == []
+
+
+def test_checker_reads_dump_blocks() -> None:
+    dump = FIXTURES / "ascend" / "npu-smi_info_-t_health_Alarm_with_error_codes.txt"
+    cmd = "/usr/local/bin/npu-smi info -i 0 -c 0 -t health"
+    assert set(dump_blocks(dump.read_text())) == {"/usr/local/bin/npu-smi info -i 0 -t board", cmd}
+    wrong = {
+        "blocks": {
+            cmd: {"format": "npu-smi-health", "devices": 1, "device": {"": {"values": {"health.chip": True}}}}
+        }
+    }
+    assert check_capture(dump, wrong) == [
+        f"ascend/{dump.name} [{cmd}]: device : health.chip is False, expected True"
+    ]
+    (missing,) = check_capture(dump, {"blocks": {"/usr/local/bin/npu-smi info -m": {}}})
+    assert missing.startswith(f"ascend/{dump.name}: no block '/usr/local/bin/npu-smi info -m'")
