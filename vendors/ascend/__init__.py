@@ -2,7 +2,7 @@
 
 Vendor key ``huawei``, backend ``ascend``. Everything but ``backend`` is a pure function of the tool's
 text, so ``xpuwatch inspect`` and capture/replay run the same code as the live exporter. The optional
-DCMI source (``vendors/_dcmi.py``, libdcmi.so through ctypes) is mapped into the same shapes first.
+DCMI source (``vendors/ascend/libdcmi.py``, libdcmi.so through ctypes) is mapped into the same shapes first.
 
 Sources (field names and layouts): the ``npu-smi`` outputs under ``tests/fixtures/ascend/`` (driver
 generations 20.2.0, 21.0.4, 22.0.3.1, 23.0.3, 23.0.5, 24.1.RC2, 25.0.rc1.1; Atlas 300 (310), 300I Duo (310P),
