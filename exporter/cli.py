@@ -31,6 +31,7 @@ from exporter.attribution import (
 from exporter.capture import capture, redact
 from exporter.cgroup import ProcCgroups, host_proc_root
 from exporter.collector import Collector, families
+from exporter.explain import explain
 from exporter.exposition import ExpositionCache
 from exporter.podmap import DeviceRef, SliceRef
 from exporter.podsource import KubeletAttributionSource
@@ -101,6 +102,11 @@ def add_commands(sub: Any) -> None:
     ins.add_argument("--format", help="output format name (default: detect); see --list-formats")
     ins.add_argument("--list-formats", action="store_true", help="list the formats inspect understands")
     ins.add_argument("--node-name", default=None, help="node label (default: $NODE_NAME, else 'inspect')")
+    ins.add_argument(
+        "--explain",
+        action="store_true",
+        help="append, as # comments, per device what was not read and why, and the columns not used",
+    )
     ins.set_defaults(func=run_inspect)
 
     doc = sub.add_parser("metrics-doc", help="write docs/metrics.md from the metric catalog")
@@ -421,8 +427,11 @@ class _Static(_ClientCollector):
         return iter(self._fams)
 
 
-def inspect_files(paths: Sequence[str], fmt_name: str | None, node: str) -> tuple[bytes, list[str]]:
-    """(exposition, errors): parse each file with its format and render the device series."""
+def inspect_files(
+    paths: Sequence[str], fmt_name: str | None, node: str, explained: list[str] | None = None
+) -> tuple[bytes, list[str]]:
+    """(exposition, errors): parse each file with its format and render the device series. With
+    ``explained`` (a list), each parsed file's ``exporter.explain`` lines are appended to it."""
     formats = all_formats()
     errors: list[str] = []
     views: list[BackendView] = []
@@ -453,6 +462,8 @@ def inspect_files(paths: Sequence[str], fmt_name: str | None, node: str) -> tupl
         except ParseError as exc:
             errors.append(f"{path}: not valid {fmt.name}: {exc}")
             continue
+        if explained is not None:
+            explained.extend(explain(path, fmt, text, samples))
         views.append(BackendView(fmt.name, True, samples, len(samples), None, None, {}, 0, True))
     fams = [f for f in families(node, views, EMPTY, None) if not f.name.startswith("xpuwatch_")]
     registry = CollectorRegistry(auto_describe=False)
@@ -475,10 +486,13 @@ def run_inspect(args: argparse.Namespace) -> int:
     if not args.files:
         return _fail("inspect: give one or more FILEs (or --list-formats)")
     node = args.node_name or os.environ.get("NODE_NAME") or "inspect"
-    body, errors = inspect_files(args.files, args.format, node)
+    explained: list[str] | None = [] if args.explain else None
+    body, errors = inspect_files(args.files, args.format, node, explained)
     for e in errors:
         print(f"xpuwatch inspect: {e}", file=sys.stderr)
     sys.stdout.write(body.decode("utf-8"))
+    if explained:
+        sys.stdout.write("\n".join(explained) + "\n")
     return 1 if errors else 0
 
 

@@ -147,7 +147,7 @@ def match(
     by_serial = {d.serial.lower(): d for d in devices if d.serial}
     by_pci = {p: d for d in devices if d.pci_bus_id and (p := normalize_pci(d.pci_bus_id))}
     by_vendor_index = {(d.vendor, d.index): d for d in devices if d.vendor in INDEX_RESOURCES.values()}
-    # Huawei's plugin names chips by physical id; npu-smi prints it on 310/310P (vendors/ascend.py sets the
+    # Huawei's plugin names chips by physical id; npu-smi prints it on 310/310P (vendors/ascend/samples.py sets the
     # alias). Where it does not (910A/910B: one chip per NPU), NPU n chip 0 is the documented default mapping.
     for d in devices:
         if d.vendor not in INDEX_RESOURCES.values():

@@ -40,6 +40,13 @@ def render_markdown(defs: Iterable[MetricDef] | None = None) -> str:
         "`accelerator_allocated`. A backend whose data is older than its staleness bound",
         "(default 2 x interval + timeout) exports no device series and `xpuwatch_backend_up 0`.",
         "",
+        "Device label convention: `device` is the vendor-local index as the vendor's own tool prints it, so it",
+        "can be typed back into that tool: `0` for `nvidia-smi -i 0` / `amd-smi -g 0` and the other GPU tools;",
+        'Ascend chips are `"<NPU ID>-<Chip ID>"` (`npu-smi info -t common -i 6` chip 1 is `6-1`; a 910B with',
+        "one chip per NPU labels NPU 3 as `3-0`). The simulated fleet (`--simulate`) labels its devices the same",
+        "way. `uuid` is the vendor's stable id (Ascend: `ascend-<pci bus id>-<chip>`, npu-smi prints no chip id",
+        "that survives a restart).",
+        "",
     ]
     for scope, title, labels in _SCOPES:
         rows = [d for d in defs if d.scope == scope]

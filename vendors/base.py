@@ -28,7 +28,7 @@ class Device:
     stable across restarts (serial, PCI bus id) and says so in its docstring.
     """
 
-    vendor: str  # lower-case vendor key: nvidia, amd, huawei, hygon, cambricon, kunlunxin, metax, mthreads, iluvatar, enflame
+    vendor: str  # lower-case vendor key: nvidia, amd, huawei, hygon, cambricon, kunlunxin, metax, mthreads, iluvatar, enflame, intel
     model: str  # marketing model as the vendor reports it, e.g. "NVIDIA A100-SXM4-80GB", "Ascend910B"
     index: str
     uuid: str

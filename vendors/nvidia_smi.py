@@ -13,7 +13,8 @@ import io
 import math
 import re
 import xml.etree.ElementTree as ET
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 from vendors.base import BackendError, Device, DeviceSample, ParseError, Slice, VendorMetric
 from vendors.command import CommandRunner
@@ -259,7 +260,65 @@ def _gpu_sample(gpu: ET.Element, index: str, driver: str | None) -> DeviceSample
         pcie_replay_errors=count(_t(gpu, "pci/replay_counter")),
         vendor_metrics={} if mig_enabled is None else {MIG_MODE: 1.0 if mig_enabled else 0.0},
         slices=slices,
+        unread=_unread(lambda p: _t(gpu, p), _XML_CELLS),
     )
+
+
+# Reading -> (the cells that may give it, unit). A cell that is printed (not a placeholder) but does not read
+# as a number in its unit costs that reading: it goes to DeviceSample.unread when no other cell gave it.
+_XML_CELLS: tuple[tuple[str, tuple[str, ...], str], ...] = (
+    ("utilization_ratio", ("utilization/gpu_util",), "%"),
+    ("memory_bandwidth_utilization_ratio", ("utilization/memory_util",), "%"),
+    ("memory_used_bytes", ("fb_memory_usage/used",), "MiB"),
+    ("memory_total_bytes", ("fb_memory_usage/total",), "MiB"),
+    ("temperatures_celsius.core", ("temperature/gpu_temp",), "C"),
+    ("temperatures_celsius.memory", ("temperature/memory_temp",), "C"),
+    (
+        "power_watts",
+        tuple(
+            f"{sect}/{f}"
+            for sect in ("gpu_power_readings", "power_readings")
+            for f in ("power_draw", "average_power_draw", "power_draw_average", "instant_power_draw")
+        ),
+        "W",
+    ),
+    ("clocks_hertz.graphics", ("clocks/graphics_clock",), "MHz"),
+    ("clocks_hertz.sm", ("clocks/sm_clock",), "MHz"),
+    ("clocks_hertz.memory", ("clocks/mem_clock",), "MHz"),
+)
+_CSV_CELLS: tuple[tuple[str, tuple[str, ...], str], ...] = (
+    ("utilization_ratio", ("utilization.gpu",), "%"),
+    ("memory_bandwidth_utilization_ratio", ("utilization.memory",), "%"),
+    ("memory_used_bytes", ("memory.used",), "MiB"),
+    ("memory_total_bytes", ("memory.total",), "MiB"),
+    ("temperatures_celsius.core", ("temperature.gpu",), "C"),
+    ("temperatures_celsius.memory", ("temperature.memory",), "C"),
+    ("power_watts", ("power.draw", "power.draw.average"), "W"),
+    ("power_limit_watts", ("enforced.power.limit", "power.limit"), "W"),
+)
+
+
+def _unread(
+    get: Callable[[str], str | None], cells: Sequence[tuple[str, tuple[str, ...], str]]
+) -> dict[str, str]:
+    """Readings whose printed cells all fail to read as non-negative numbers in their unit (placeholders
+    such as ``N/A`` are not failures; a bare number, as ``csv,nounits`` prints, reads)."""
+    out: dict[str, str] = {}
+    for reading, paths, unit in cells:
+        bad: str | None = None
+        for path in paths:
+            v = get(path)
+            if is_absent(v):
+                continue
+            t = (v or "").strip()
+            q = quantity(t, unit)
+            if q is not None and q >= 0:
+                bad = None
+                break
+            bad = bad or t
+        if bad is not None:
+            out[reading] = f"{bad[:40]!r} is not a number in {unit}"
+    return out
 
 
 def _first(gpu: ET.Element, paths: Sequence[str], unit: str) -> float | None:
@@ -574,6 +633,7 @@ def _csv_sample(row: Mapping[str, str], position: str) -> DeviceSample:
         remap_pending=pending,
         remap_failed=failed,
         vendor_metrics={} if mig is None else {MIG_MODE: 1.0 if mig else 0.0},
+        unread=_unread(row.get, _CSV_CELLS),
     )
 
 
@@ -658,8 +718,39 @@ def _detect(ctx: BackendContext) -> Detection:
     return Detection(True, f"{binary} found at {path}") if path else Detection(False, f"{binary} not on PATH")
 
 
+class _LookedUp(dict[str, str]):
+    """A CSV row that remembers which columns the mapping looked up (for ``explain_csv``)."""
+
+    def __init__(self, row: Mapping[str, str]) -> None:
+        super().__init__(row)
+        self.read: set[str] = set()
+
+    def get(self, key: str, default: Any = None) -> Any:  # type: ignore[override]
+        self.read.add(key)
+        return super().get(key, default)
+
+
+def explain_csv(text: str) -> list[str]:
+    """The ``--query-gpu`` columns of ``text`` that map to no reading (``xpuwatch inspect --explain``).
+    Raises ParseError like ``parse_nvidia_smi_csv``."""
+    unused: dict[str, None] = {}
+    reasons = ("clocks_event_reasons.", "clocks_throttle_reasons.")
+    for position, row in enumerate(_csv_rows(text)):
+        looked = _LookedUp(row)
+        _csv_sample(looked, str(position))
+        for key in row:
+            if key in looked.read:
+                continue
+            if any(key.startswith(p) and key[len(p) :] in _SMI_REASON_NAMES for p in reasons):
+                continue
+            unused[key] = None
+    return [f"{k}: no reading maps it" for k in unused]
+
+
 XML_FORMAT = OutputFormat(name="nvidia-smi-xml", parse=parse_nvidia_smi_xml, sniff=sniff_xml)
-CSV_FORMAT = OutputFormat(name="nvidia-smi-csv", parse=parse_nvidia_smi_csv, sniff=sniff_csv)
+CSV_FORMAT = OutputFormat(
+    name="nvidia-smi-csv", parse=parse_nvidia_smi_csv, sniff=sniff_csv, explain=explain_csv
+)
 
 MIG_MODE_METRIC = VendorMetric(
     name=MIG_MODE,

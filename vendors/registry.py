@@ -47,12 +47,15 @@ class OutputFormat:
     """A vendor tool output that ``xpuwatch inspect`` can turn into samples.
 
     ``parse`` raises only ``vendors.base.ParseError``; ``sniff`` says whether a text looks like this format
-    (used when ``--format`` is not given) and never raises.
+    (used when ``--format`` is not given) and never raises. ``explain`` (optional) lists the columns/keys
+    the text holds that ``parse`` does not read, one ``"<column>: <why>"`` line each, for
+    ``xpuwatch inspect --explain``.
     """
 
     name: str  # e.g. "nvidia-smi-xml", "npu-smi-info"
     parse: Callable[[str], Sequence[DeviceSample]]
     sniff: Callable[[str], bool]
+    explain: Callable[[str], Sequence[str]] | None = None
 
 
 @dataclass(frozen=True)

@@ -9,8 +9,8 @@ dataclasses (pure, raises ``ScenarioError`` naming the key). Readings are a pure
 Default fleet on node ``sim-node-1`` (12 devices): nvidia 0-1 "NVIDIA A100-SXM4-80GB" (0 in MIG mode with
 3g.40gb, 2g.20gb and 1g.10gb instances), nvidia 2-3 "NVIDIA GeForce RTX 4090" (3 shared by two HAMi vGPU
 shares), amd 0-3 "AMD Instinct MI250X" (two MI250X packages = four GCDs, each its own device as rocm-smi and
-amd-smi list them; package power is reported on the first GCD of each package only), huawei 0-3
-"Ascend910B". The default timeline shows every profile and has no faults.
+amd-smi list them; package power is reported on the first GCD of each package only), huawei 0-0..3-0
+"Ascend910B" (labelled as the npu-smi parser labels chips: ``"<NPU>-<chip>"``, uuid ``ascend-<bus id>-<chip>``). The default timeline shows every profile and has no faults.
 
 Per-model capabilities follow what the real vendor interfaces report: DCGM profiling ratios (SM active,
 occupancy, tensor) only on the A100; no device-level GPU-Util on a MIG-enabled A100 (NVML answers
@@ -447,7 +447,7 @@ class _SimDevice:
 def _uuid_for(vendor: str, seed: int, node: str, index: int) -> str:
     h = _hex("uuid", seed, node, vendor, index)
     core = f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:32]}"
-    return {"nvidia": f"GPU-{core}", "amd": f"0x{h[:16]}", "huawei": f"NPU-{core}"}.get(vendor, core)
+    return {"nvidia": f"GPU-{core}", "amd": f"0x{h[:16]}"}.get(vendor, core)
 
 
 _DRIVERS = {"nvidia": "550.54.15", "amd": "6.7.0", "huawei": "24.1.rc2"}
@@ -464,12 +464,20 @@ def fleet_devices(scenario: Scenario) -> tuple[_SimDevice, ...]:
             idx = next_index.get(entry.vendor, 0)
             next_index[entry.vendor] = idx + 1
             bus = len(out)
+            pci = f"00000000:{(0x10 + bus) % 256:02X}:00.0"
+            uuid = _uuid_for(entry.vendor, scenario.seed, scenario.node, idx)
+            index = str(idx)
+            if entry.vendor == "huawei":
+                # As the npu-smi parser labels a chip (vendors/ascend): index "<NPU>-<chip>" (one chip per
+                # 910B NPU), uuid from the lower-case bus id in npu-smi's 4-digit-domain form.
+                pci = f"0000:{(0x10 + bus) % 256:02x}:00.0"
+                index, uuid = f"{idx}-0", f"ascend-{pci}-0"
             dev = Device(
                 vendor=entry.vendor,
                 model=entry.model,
-                index=str(idx),
-                uuid=_uuid_for(entry.vendor, scenario.seed, scenario.node, idx),
-                pci_bus_id=f"00000000:{(0x10 + bus) % 256:02X}:00.0",
+                index=index,
+                uuid=uuid,
+                pci_bus_id=pci,
                 driver_version=_DRIVERS.get(entry.vendor),
                 serial=str(int(_hex("serial", scenario.seed, scenario.node, entry.vendor, idx)[:12], 16)),
             )

@@ -52,7 +52,7 @@ FAULTS = [
     # performance: an application-class XID in alice's notebook
     {"at": FAULT_AT, "device": "nvidia/2", "fault": "xid:13"},
     # an idle Ascend falls off the bus
-    {"at": FAULT_AT, "device": "huawei/3", "fault": "lost"},
+    {"at": FAULT_AT, "device": "huawei/3-0", "fault": "lost"},
     # the vGPU-shared RTX 4090 overheats and throttles
     {"at": FAULT_AT, "device": "nvidia/3", "fault": "overheat"},
 ]
@@ -331,7 +331,7 @@ def test_fault_scenario_shows_on_the_health_dashboard(
         return _rows(_result(prom, variables, "xpuwatch-health", title), *labels)
 
     assert rows("Lost devices") == [("1",)]
-    assert rows("Devices lost", "vendor", "device") == [("huawei", "3", "0")]
+    assert rows("Devices lost", "vendor", "device") == [("huawei", "3-0", "0")]
     assert rows("Devices with uncorrectable ECC in the last 1h") == [("1",)]
     assert rows("Health checks failing", "vendor", "device", "subsystem") == [("nvidia", "1", "memory", "0")]
     faults = [r[:3] for r in rows("Driver faults by code", "vendor", "device", "code")]

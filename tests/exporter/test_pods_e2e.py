@@ -116,7 +116,10 @@ def test_pod_labels_on_exact_devices_and_slices(
             (RTX_SHARED, "ts-a"),
             (RTX_SHARED, "ts-b"),
             (AMD_0, "bench-0"),
-            (next(u for u, s in up.items() if s["vendor"] == "huawei" and s["device"] == "2"), "pretrain-0"),
+            (
+                next(u for u, s in up.items() if s["vendor"] == "huawei" and s["device"] == "2-0"),
+                "pretrain-0",
+            ),
         ]
     )
     slices = {

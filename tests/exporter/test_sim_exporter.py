@@ -42,9 +42,9 @@ timeline:
   - {at: 0, device: "nvidia/0", profile: training}
 """,
     )
-    assert by_device(m, "accelerator_up") == {"nvidia/0": 1.0, "nvidia/1": 0.0, "huawei/0": 1.0}
-    assert set(by_device(m, "accelerator_utilization_ratio")) == {"nvidia/0", "huawei/0"}
-    assert set(by_device(m, "accelerator_info")) == {"nvidia/0", "nvidia/1", "huawei/0"}
+    assert by_device(m, "accelerator_up") == {"nvidia/0": 1.0, "nvidia/1": 0.0, "huawei/0-0": 1.0}
+    assert set(by_device(m, "accelerator_utilization_ratio")) == {"nvidia/0", "huawei/0-0"}
+    assert set(by_device(m, "accelerator_info")) == {"nvidia/0", "nvidia/1", "huawei/0-0"}
     faults = {(dict(k)["device"], dict(k)["code"]): v for k, v in m["accelerator_fault_events_total"].items()}
     # A lost device exports no readings, but its fault counters survive: the XID 79 that lost it is counted.
     assert faults[("0", "79")] == 0.0 and faults[("1", "79")] == 1.0
@@ -56,7 +56,7 @@ def test_hung_sim_backend_times_out_and_is_down(tmp_path: Path) -> None:
         tmp_path,
         """
 devices: [{model: Ascend910B}]
-timeline: [{at: 0, device: "0", fault: hung_backend}]
+timeline: [{at: 0, device: "0-0", fault: hung_backend}]
 """,
         timeout=0.2,
     )

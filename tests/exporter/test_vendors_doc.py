@@ -51,6 +51,7 @@ def test_vendor_metric_table_matches_the_golden() -> None:
         "mthreads",
         "iluvatar",
         "enflame",
+        "intel",
     ]
     golden = _golden_keys()
     checked = 0

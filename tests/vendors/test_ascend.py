@@ -1086,3 +1086,31 @@ def test_capture_and_replay_give_the_same_samples(fake_tool: Path, tmp_path: Pat
     replayed = make_backend(ReplayRunner(results)).sample()
     assert replayed == recorded
     assert by_index(replayed)["6-1"].vendor_metrics[ascend.PROCESS_MEMORY.name] == 6612 * MIB
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "reading", "kept"),
+    [
+        ("| 89.9        53 ", "| xx.x        53 ", "power_watts", ("memory_used_bytes", 3317 * MIB)),
+        ("| 89.9        53 ", "| 89.9        ## ", "temperatures_celsius.core", ("power_watts", 89.9)),
+        (
+            "| 0           0    / 0          3317",
+            "| ?           0    / 0          3317",
+            "utilization_ratio",
+            ("power_watts", 89.9),
+        ),
+        ("3317 / 65536", "xxxx / 65536", "memory_used_bytes", ("memory_total_bytes", 65536 * MIB)),
+        ("3317 / 65536", "3317 / xxxxx", "memory_total_bytes", ("memory_used_bytes", 3317 * MIB)),
+    ],
+)
+def test_a_masked_cell_costs_that_reading_only(
+    old: str, new: str, reading: str, kept: tuple[str, float]
+) -> None:
+    """Issue 11 item 2: one unreadable cell never takes the chip (or the table) down."""
+    text = fixture("npu-smi_info_910B2C_23.0.3_no_procs.txt")
+    assert old in text
+    s0, s1 = ascend.samples_from_info(text.replace(old, new, 1))
+    assert s0.up and reading in s0.unread, s0.unread
+    assert getattr(s0, kept[0]) == kept[1]
+    assert getattr(s0, reading.split(".")[0]) in (None, {})
+    assert s1.up and s1.unread == {} and s1.power_watts == 93.8

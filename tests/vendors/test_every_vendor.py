@@ -211,6 +211,17 @@ COMPLETE: dict[str, tuple[str, Expect]] = {
         "nvidia",
         {(TOTAL, "0", ()): 81559 * MIB, (TEMP, "0", CORE): 53.0, (POWER, "0", ()): 433.78},
     ),
+    # nvsmi v13 (595.84): no <power_draw>, only average 8.81 W / instant 8.44 W; the average is the reading.
+    "nvidia/nvidia-smi_q_x_rtx-4000-sff-ada_595.84_v13_avg-instant-power_4procs.xml": (
+        "nvidia",
+        {
+            (UTIL, "0", ()): 0.0,
+            (USED, "0", ()): 3534 * MIB,
+            (TOTAL, "0", ()): 20475 * MIB,
+            (TEMP, "0", CORE): 38.0,
+            (POWER, "0", ()): 8.81,
+        },
+    ),
 }
 
 H = (("subsystem", "chip"),)
@@ -305,6 +316,53 @@ COMPLETE |= {
     "ascend/npu-smi_info_-m_310_with_mcu.txt": ("huawei", {(catalog.UP, "6-1", ()): 1.0}),
     "ascend/npu-smi_info_-m_910A.txt": ("huawei", {(catalog.UP, "1-0", ()): 1.0}),
     "ascend/npu-smi_info_-m_910B_with_mcu.txt": ("huawei", {(catalog.UP, "1-0", ()): 1.0}),
+    # hl-smi (Gaudi 3): AIP 3 at 40C, 228W / 900W, 672MiB / 131072MiB, AIP-Util 0%.
+    "intel/hl-smi_gaudi3-HL-325L_1.21.0-fw59.2.1_drv1.20.1_8aip.txt": (
+        "intel",
+        {
+            (UTIL, "3", ()): 0.0,
+            (USED, "3", ()): 672 * MIB,
+            (TOTAL, "3", ()): 131072 * MIB,
+            (TEMP, "3", CORE): 40.0,
+            (POWER, "3", ()): 228.0,
+            (LIMIT, "3", ()): 900.0,
+        },
+    ),
+    # hl-smi (Gaudi 2, 1.16.0): AIP 6 holds a Ray Serve replica: 27098MiB used, 101W / 600W, 26C.
+    "intel/hl-smi_gaudi2-HL-225_1.16.0-fw50.1.2_drv1.16.0_8aip_1proc.txt": (
+        "intel",
+        {(USED, "6", ()): 27098 * MIB, (POWER, "6", ()): 101.0, (TEMP, "6", CORE): 26.0},
+    ),
+    # hl-smi (Gaudi 2, 1.14.0 tool on driver 1.15.0): AIP 5 at 26835MiB, 111W / 600W.
+    "intel/hl-smi_gaudi2-HL-225_1.14.0-fw48.0.1_drv1.15.0_8aip.txt": (
+        "intel",
+        {(USED, "5", ()): 26835 * MIB, (POWER, "5", ()): 111.0, (LIMIT, "5", ()): 600.0},
+    ),
+    # hl-smi (Gaudi 2, 1.12.1): AIP 6 at 2% AIP-Util, 98W.
+    "intel/hl-smi_gaudi2-HL-225_1.12.1-fw46.0.5_drv1.12.1_8aip.txt": (
+        "intel",
+        {(UTIL, "6", ()): 0.02, (POWER, "6", ()): 98.0, (TEMP, "6", CORE): 27.0},
+    ),
+    # hl-smi -Q ... -f csv,nounits (Gaudi HL-205): row 7 at 103 W, 38 C, 14 %, 512 / 32768 MiB.
+    "intel/hl-smi_Q_csv_nounits_gaudi1-HL-205_1.18.0-fw53.1.1_8aip.csv.txt": (
+        "intel",
+        {(UTIL, "7", ()): 0.14, (USED, "7", ()): 512 * MIB, (TEMP, "7", CORE): 38.0, (POWER, "7", ()): 103.0},
+    ),
+    # npu-smi 24.1.0, 8 x 910B2: NPU 5 at 92.1 W, 52 C, HBM 3374 / 65536 MB.
+    "ascend/npu-smi_info_910B2_24.1.0_8npu_no_procs.txt": (
+        "huawei",
+        {(POWER, "5-0", ()): 92.1, (TEMP, "5-0", CORE): 52.0, (USED, "5-0", ()): 3374 * MIB},
+    ),
+    # npu-smi 24.1.0 on a 310B4 SoC: Bus-Id NA; 7.7 W, 53 C, 1327 / 3514 MB.
+    "ascend/npu-smi_info_310B4_24.1.0_soc_busid_NA.txt": (
+        "huawei",
+        {
+            (POWER, "0-0", ()): 7.7,
+            (TEMP, "0-0", CORE): 53.0,
+            (USED, "0-0", ()): 1327 * MIB,
+            (TOTAL, "0-0", ()): 3514 * MIB,
+        },
+    ),
 }
 
 # Truncated captures: a clean rejection (exit 1, one clear line per file, no traceback) or partial output.
@@ -440,6 +498,14 @@ CLAIMED_BY: dict[str, str | None] = {
     "nvidia/nvidia-smi_q_x_a100-sxm4-80gb-mig_535.54.03.xml": "nvidia-smi-xml",
     "nvidia/nvidia-smi_query-gpu_h100-80gb-hbm3_590.48.01_load.csv.txt": "nvidia-smi-csv",
     "nvidia/nvidia-smi_query-gpu_h100-mig_590.48.01_load.csv.txt": "nvidia-smi-csv",
+    "nvidia/nvidia-smi_q_x_rtx-4000-sff-ada_595.84_v13_avg-instant-power_4procs.xml": "nvidia-smi-xml",
+    "ascend/npu-smi_info_910B2_24.1.0_8npu_no_procs.txt": "npu-smi-info",
+    "ascend/npu-smi_info_310B4_24.1.0_soc_busid_NA.txt": "npu-smi-info",
+    "intel/hl-smi_gaudi3-HL-325L_1.21.0-fw59.2.1_drv1.20.1_8aip.txt": "hl-smi-table",
+    "intel/hl-smi_gaudi2-HL-225_1.16.0-fw50.1.2_drv1.16.0_8aip_1proc.txt": "hl-smi-table",
+    "intel/hl-smi_gaudi2-HL-225_1.14.0-fw48.0.1_drv1.15.0_8aip.txt": "hl-smi-table",
+    "intel/hl-smi_gaudi2-HL-225_1.12.1-fw46.0.5_drv1.12.1_8aip.txt": "hl-smi-table",
+    "intel/hl-smi_Q_csv_nounits_gaudi1-HL-205_1.18.0-fw53.1.1_8aip.csv.txt": "hl-smi-csv",
 }
 
 

@@ -48,7 +48,7 @@ REASONS_ALL_INACTIVE = {
 
 def test_every_xml_fixture_has_its_source_note() -> None:
     xmls = sorted(NV.glob("*.xml"))
-    assert len(xmls) == 2
+    assert len(xmls) == 3
     for x in xmls:
         assert (x.parent / (x.name + ".source")).read_text().startswith("SOURCE:")
 
@@ -462,3 +462,24 @@ def test_real_subprocess_usage_text_is_a_parse_error(tmp_path: Path) -> None:
     with pytest.raises(ParseError) as err:
         b.sample()
     assert err.value.reason == "parse"
+
+
+@pytest.mark.parametrize(
+    ("path", "old", "new", "reading"),
+    [
+        (T4, "<gpu_temp>40 C", "<gpu_temp>xx C", "temperatures_celsius.core"),
+        (T4, "<used>1032 MiB", "<used>xxxxx MiB", "memory_used_bytes"),
+        (T4, "<power_draw>26.78 W", "<power_draw>-- W", "power_watts"),
+        (T4, "<gpu_util>0 %", "<gpu_util>abc %", "utilization_ratio"),
+        (H100_CSV, "19818 MiB", "xxxxx MiB", "memory_used_bytes"),
+    ],
+)
+def test_a_garbled_cell_is_unread_and_the_gpu_stays_up(path: Path, old: str, new: str, reading: str) -> None:
+    text = path.read_text()
+    assert old in text
+    parse = parse_nvidia_smi_xml if path.suffix == ".xml" else parse_nvidia_smi_csv
+    (s,) = parse(text.replace(old, new, 1))
+    assert s.up and set(s.unread) == {reading}
+    assert s.power_watts is not None or reading == "power_watts"
+    (clean,) = parse(text)
+    assert clean.unread == {}

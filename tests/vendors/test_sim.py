@@ -33,10 +33,10 @@ def test_default_fleet_is_twelve_devices_of_four_models() -> None:
         ("amd", "1", "AMD Instinct MI250X"),
         ("amd", "2", "AMD Instinct MI250X"),
         ("amd", "3", "AMD Instinct MI250X"),
-        ("huawei", "0", "Ascend910B"),
-        ("huawei", "1", "Ascend910B"),
-        ("huawei", "2", "Ascend910B"),
-        ("huawei", "3", "Ascend910B"),
+        ("huawei", "0-0", "Ascend910B"),
+        ("huawei", "1-0", "Ascend910B"),
+        ("huawei", "2-0", "Ascend910B"),
+        ("huawei", "3-0", "Ascend910B"),
     ]
     assert all(s.up for s in samples)
     assert DEFAULT.node == "sim-node-1" and DEFAULT.seed == 42
@@ -81,7 +81,7 @@ def test_capabilities_follow_the_vendor_interfaces() -> None:
     s = by_key(sim.simulate(DEFAULT, 0))
     assert s["nvidia/1"].sm_active_ratio is not None and s["nvidia/2"].sm_active_ratio is None
     assert s["nvidia/2"].ecc_errors == {}  # RTX 4090: no ECC
-    assert s["huawei/0"].power_limit_watts is None  # npu-smi reports no cap
+    assert s["huawei/0-0"].power_limit_watts is None  # npu-smi reports no cap
     assert s["amd/0"].power_watts is not None and s["amd/1"].power_watts is None  # MI250X: GCD 0 of package
     assert s["nvidia/1"].memory_total_bytes == 81920 * 2**20
     assert set(s["nvidia/1"].fault_events) == set(sim.NVIDIA_XIDS)
@@ -118,7 +118,7 @@ def test_pods_from_the_default_timeline() -> None:
     assert mig[2].uuid not in pods  # a free MIG instance
     rtx = s["nvidia/3"].device.uuid
     assert pods[f"{rtx}/0"][0].pod == "ocr-api-5d8f7-9qz2m"
-    assert len(pods[s["huawei/1"].device.uuid]) == 2  # two containers share one NPU
+    assert len(pods[s["huawei/1-0"].device.uuid]) == 2  # two containers share one NPU
     assert s["amd/2"].device.uuid not in pods
 
 
@@ -185,8 +185,8 @@ def test_hung_backend_blocks_sample_until_cleared_or_closed() -> None:
         """
 devices: [{vendor: huawei, model: Ascend910B}]
 timeline:
-  - {at: 5, device: "0", fault: hung_backend}
-  - {at: 9, device: "0", fault: clear}
+  - {at: 5, device: "0-0", fault: hung_backend}
+  - {at: 9, device: "0-0", fault: clear}
 """
     )
     clock = Clock(1000.0)
@@ -275,11 +275,11 @@ def test_device_selectors() -> None:
         """
 timeline:
   - {at: 0, device: "1", vendor: amd, profile: compute_bound}
-  - {at: 0, device: "huawei/3", profile: training}
+  - {at: 0, device: "huawei/3-0", profile: training}
 """
     )
     s = by_key(sim.simulate(sc, 0))
-    assert s["amd/1"].utilization_ratio > 0.95 and s["huawei/3"].utilization_ratio > 0.9
+    assert s["amd/1"].utilization_ratio > 0.95 and s["huawei/3-0"].utilization_ratio > 0.9
     assert s["nvidia/1"].utilization_ratio == 0.0  # the default timeline was replaced: idle
 
 
