@@ -25,6 +25,7 @@ import logging
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from vendors import smi_tool
 from vendors.base import Backend, BackendError, Device, DeviceSample
 from vendors.intel_hlsmi import (
     CSV_FIELDS,
@@ -265,5 +266,6 @@ SPEC = register(
             OutputFormat("hl-smi-csv", parse_csv, sniff_csv, explain_csv),
         ),
         priority=82,
+        options={**smi_tool.OPTIONS, "source": "string", "mode": "string"},
     )
 )

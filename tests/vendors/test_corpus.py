@@ -36,7 +36,7 @@ from vendors.base import DeviceSample
 from vendors.registry import all_formats
 
 # Fixture folders that hold no vendor tool outputs (alert/relay payloads, capture bundles).
-NOT_VENDOR_DIRS = {"alertmanager", "bundles", "feishu", "wecom"}
+NOT_VENDOR_DIRS = {"alertmanager", "bundles", "dingtalk", "feishu", "wecom"}
 # Companion files that are not captures.
 COMPANION_SUFFIXES = (".source", ".expected.yaml", ".md")
 # Files in vendor folders that are not complete outputs of a tool a backend reads, with the reason.
@@ -49,22 +49,7 @@ NOT_CAPTURES: dict[str, str] = {
 # Captures whose expectations other helpers of issue 11 write on their own branches ("hyamd": AMD, Hygon;
 # "tables": Cambricon, Enflame, Iluvatar, Kunlunxin, MetaX, Moore Threads). Checked like any other once their
 # .expected.yaml exists; test_skip_lists_are_current fails then, to have the entry removed.
-AWAITING: dict[str, str] = {
-    name: "expectations from the issue 11 helper of this vendor"
-    for name in (
-        "amd/amd-smi_metric_-p_json_rocm6.1.json",
-        "amd/amd-smi_monitor_-q_rocm6.2.txt",
-        "amd/rocm-smi_json_rx7800xt_rocm6.2.4.json",
-        "cambricon/cnmon_MLU370-X8_v5.10.13.txt",
-        "enflame/efsmi_S60_1.2.0.301.txt",
-        "hygon/rocm-smi_json_hygon_dcu_dtk24.04.3.json",
-        "hygon/rocm-smi_table_dcu_dtk23.10.1.txt",
-        "iluvatar/ixsmi_BI-V150_4.3.0.txt",
-        "kunlunxin/xpu-smi_P800_drv5.0.21.21.txt",
-        "kunlunxin/xpu_smi_R300_rt4.31_drv4.0.txt",
-        "metax/mx-smi_C550_2.2.4.txt",
-    )
-}
+AWAITING: dict[str, str] = {}  # captures whose expectations are still being written (none now)
 
 DEVICE_FIELDS = ("model", "uuid", "pci_bus_id", "driver_version", "serial")
 MAPPING_FIELDS = (

@@ -404,7 +404,7 @@ def _values(exposition: str) -> dict[tuple[str, str, tuple[tuple[str, str], ...]
 
 
 # Fixture folders that hold no vendor tool output: capture bundles, and the relay's webhook/bot bodies.
-NOT_VENDOR_DIRS = {"bundles", "alertmanager", "wecom", "feishu"}
+NOT_VENDOR_DIRS = {"bundles", "alertmanager", "dingtalk", "wecom", "feishu"}
 
 
 def test_every_fixture_is_covered() -> None:
