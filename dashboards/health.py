@@ -11,7 +11,7 @@ from __future__ import annotations
 from dashboards.board import Board
 from dashboards.layout import Row
 from dashboards.panel import Panel, Query, Threshold
-from dashboards.sources import AGGREGATED, DEVICE_ID, RECORDS, SPEC, selector
+from dashboards.sources import DEVICE_ID, RECORDS, SPEC, selector
 from exporter import catalog as c
 
 UID = "xpuwatch-health"
@@ -46,7 +46,7 @@ failing_count = Panel(
 ecc_devices = Panel(
     f"Devices with uncorrectable ECC in the last {SPEC.rec('ecc_status_window')}",
     "stat",
-    (Query(f"sum({selector(RECORDS.ecc_uncorrected, AGGREGATED)} > bool 0)", instant=True),),
+    (Query(f"sum({selector(RECORDS.ecc_uncorrected)} > bool 0)", instant=True),),
     "Devices whose uncorrected ECC counter rose within the recorded window.",
     width=6,
     height=4,
@@ -96,7 +96,7 @@ health = Panel(
     "bargauge",
     (
         Query(
-            f"avg by (vendor, subsystem) ({selector(c.HEALTH)})",
+            f"avg by (cluster, vendor, subsystem) ({selector(c.HEALTH)})",
             "{{vendor}} {{subsystem}}",
             instant=True,
         ),
@@ -113,7 +113,7 @@ health = Panel(
 ecc_status = Panel(
     f"Uncorrectable ECC errors, last {SPEC.rec('ecc_status_window')}",
     "table",
-    (Query(selector(RECORDS.ecc_uncorrected, AGGREGATED), instant=True, table=True),),
+    (Query(selector(RECORDS.ecc_uncorrected), instant=True, table=True),),
     "Per device: uncorrected ECC errors within the window (recording rule); -1 where the device reports no "
     "ECC counters (not 0: not reported is not healthy).",
     width=12,
@@ -129,7 +129,7 @@ ecc_rate = Panel(
     "timeseries",
     (
         Query(
-            f"sum by (node, device, type) (increase({selector(c.ECC_ERRORS)}[$__rate_interval]))",
+            f"sum by (cluster, node, device, type) (increase({selector(c.ECC_ERRORS)}[$__rate_interval]))",
             "{{node}} {{device}} {{type}}",
         ),
     ),
@@ -177,7 +177,7 @@ temperature = Panel(
     "timeseries",
     (
         Query(
-            f"max by (node, device, sensor) ({selector(c.TEMPERATURE)})",
+            f"max by (cluster, node, device, sensor) ({selector(c.TEMPERATURE)})",
             "{{node}} {{device}} {{sensor}}",
         ),
     ),
@@ -235,11 +235,11 @@ links = Panel(
     "timeseries",
     (
         Query(
-            f"sum by (node, device) (increase({selector(c.PCIE_REPLAY)}[$__rate_interval]))",
+            f"sum by (cluster, node, device) (increase({selector(c.PCIE_REPLAY)}[$__rate_interval]))",
             "{{node}} {{device}} PCIe replays",
         ),
         Query(
-            f"sum by (node, device) (increase({selector(c.LINK_ERRORS)}[$__rate_interval]))",
+            f"sum by (cluster, node, device) (increase({selector(c.LINK_ERRORS)}[$__rate_interval]))",
             "{{node}} {{device}} link errors",
         ),
     ),
