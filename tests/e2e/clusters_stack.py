@@ -46,6 +46,11 @@ PER_CLUSTER_GROUPS = (GROUP_RECORDING, GROUP_HARDWARE)
 GLOBAL_GROUPS = (GROUP_PERFORMANCE,)
 
 
+# The federation matcher docs/deploy.md gives: every recording rule (named level:metric:operation with the
+# levels of alerts/rules.py) plus the device identity and liveness series, not the raw per-device readings.
+FEDERATE_MATCH = '{__name__=~"device:.+|slice:.+|node:.+|vendor_model:.+|instance_node:.+|accelerator_up|accelerator_info"}'
+
+
 def missing_binaries() -> list[str]:
     return [b for b in BINARIES if not shutil.which(b)]
 

@@ -14,6 +14,7 @@ says; the global alert reaches the Alertmanager from vmalert once per cluster.
 from __future__ import annotations
 
 import json
+import re
 import time
 import urllib.parse
 import urllib.request
@@ -37,7 +38,7 @@ from tests.dashboards.test_prometheus import (
     grafana_regex_escape,
     substitute,
 )
-from tests.e2e.clusters_stack import PER_CLUSTER_GROUPS, Stack, missing_binaries, stack
+from tests.e2e.clusters_stack import FEDERATE_MATCH, PER_CLUSTER_GROUPS, Stack, missing_binaries, stack
 
 CLUSTERS = {"a": 11, "b": 12}  # cluster -> sim seed
 
@@ -204,3 +205,19 @@ def test_global_alert_reaches_alertmanager_from_vmalert_once_per_cluster(cluster
         if a["labels"].get("category") == "hardware"
     }
     assert {("AcceleratorEccUncorrectable", "a"), ("AcceleratorEccUncorrectable", "b")} <= hardware
+
+
+def test_the_documented_federation_matcher_takes_every_recording_rule_and_no_raw_reading(
+    clusters: Stack,
+) -> None:
+    """docs/deploy.md's /federate matcher against a real Prometheus: all recorded names, identity and
+    liveness, nothing else (the old `level:.*` matched no recording rule)."""
+    url = f"{clusters.prometheus['a'].base}/federate?" + urllib.parse.urlencode({"match[]": FEDERATE_MATCH})
+    with urllib.request.urlopen(url, timeout=10) as r:
+        text = r.read().decode()
+    names = {m for m in re.findall(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)[{ ]", text, re.M)}
+    recorded = {name.split("{")[0] for name, _ in _recording_exprs()}
+    assert names == recorded | {c.UP, c.INFO}
+    assert 'cluster="a"' in text  # federation adds the external label
+    deploy = (Path(__file__).resolve().parents[2] / "docs" / "deploy.md").read_text("utf-8")
+    assert FEDERATE_MATCH in deploy
