@@ -23,8 +23,8 @@ from pathlib import Path
 
 from benchmarks.dashboard_queries import scenario
 from tests.dashboards.test_prometheus import Prom, _dashboards, _get, _targets, substitute
-from tests.e2e.test_clusters_vm import _variables
 from tests.e2e.clusters_stack import stack
+from tests.e2e.test_clusters_vm import _variables
 
 WARMUP_S = 90
 
