@@ -84,6 +84,18 @@ class Records:
     node_devices: str
     instance_node: str
     ecc_uncorrected: str
+    # Pre-aggregated for the fleet dashboards (per pool and per node): a refresh reads a few series per
+    # node instead of every device's (docs/dashboards.md, benchmarks/dashboard_queries.py).
+    pool_devices: str
+    node_p95_avg: str
+    node_p95_min: str
+    node_p95_max: str
+    node_temperature: str
+    node_throttled: str
+    node_ecc: str
+    node_faults: str
+    node_pcie_replays: str
+    node_link_errors: str
 
 
 def _eq(label: str, value: str, op: str = "=") -> str:
@@ -109,6 +121,7 @@ def recorded(spec: Spec, name: str, extra: str = "") -> str:
 
 def records(spec: Spec) -> Records:
     """The recording-rule names; windows from the spec appear in the names (``p95_1h``)."""
+    w = spec.rec("dashboard_window")
     return Records(
         utilization_p95=f"device:{c.UTILIZATION}:p95_{spec.rec('p95_window')}",
         pool_utilization=f"vendor_model:{c.UTILIZATION}:avg",
@@ -121,6 +134,16 @@ def records(spec: Spec) -> Records:
         node_devices=f"node:{c.UP}:count",
         instance_node=f"instance_node:{c.UP}:count",
         ecc_uncorrected=f"device:{c.ECC_ERRORS.removesuffix('_total')}:uncorrected_increase_{spec.rec('ecc_status_window')}",
+        pool_devices=f"vendor_model:{c.UP}:count",
+        node_p95_avg=f"node:{c.UTILIZATION}_p95_{spec.rec('p95_window')}:avg",
+        node_p95_min=f"node:{c.UTILIZATION}_p95_{spec.rec('p95_window')}:min",
+        node_p95_max=f"node:{c.UTILIZATION}_p95_{spec.rec('p95_window')}:max",
+        node_temperature=f"node:{c.TEMPERATURE}:max",
+        node_throttled=f"node:{c.CLOCK_THROTTLED}:count",
+        node_ecc=f"node:{c.ECC_ERRORS.removesuffix('_total')}:increase_{w}",
+        node_faults=f"node:{c.FAULT_EVENTS.removesuffix('_total')}:increase_{w}",
+        node_pcie_replays=f"node:{c.PCIE_REPLAY.removesuffix('_total')}:increase_{w}",
+        node_link_errors=f"node:{c.LINK_ERRORS.removesuffix('_total')}:increase_{w}",
     )
 
 
@@ -187,7 +210,32 @@ def recording_rules(spec: Spec) -> tuple[RecordingRule, ...]:
             f"or {_ON_DEV}\n  (-1 * group by ({DEVICE_ID}) ({s(c.UP)}))\n",
         ),
     ]
-    return tuple(out)
+    return tuple(out) + dashboard_rules(spec)
+
+
+def dashboard_rules(spec: Spec) -> tuple[RecordingRule, ...]:
+    """Per-pool and per-node aggregates the fleet dashboards draw (raw series stay on the device dashboard)."""
+    r, w = records(spec), spec.rec("dashboard_window")
+    node = f"{CLUSTER}, node"
+    p95 = recorded(spec, r.utilization_p95)
+
+    def increase(metric: str, by: str) -> str:
+        return f"sum by ({by}) (increase({series(spec, metric)}[{w}]))"
+
+    return (
+        RecordingRule(
+            r.pool_devices, f"count by ({_POOL}) (count by ({_POOL}, node, uuid) ({series(spec, c.UP)}))"
+        ),
+        RecordingRule(r.node_p95_avg, f"avg by ({node}) ({p95})"),
+        RecordingRule(r.node_p95_min, f"min by ({node}) ({p95})"),
+        RecordingRule(r.node_p95_max, f"max by ({node}) ({p95})"),
+        RecordingRule(r.node_temperature, f"max by ({node}, sensor) ({series(spec, c.TEMPERATURE)})"),
+        RecordingRule(r.node_throttled, f"sum by ({node}, reason) ({series(spec, c.CLOCK_THROTTLED)})"),
+        RecordingRule(r.node_ecc, increase(c.ECC_ERRORS, f"{node}, type")),
+        RecordingRule(r.node_faults, increase(c.FAULT_EVENTS, f"{node}, vendor, code")),
+        RecordingRule(r.node_pcie_replays, increase(c.PCIE_REPLAY, node)),
+        RecordingRule(r.node_link_errors, increase(c.LINK_ERRORS, node)),
+    )
 
 
 # ----------------------------------------------------------------------------------------- alert bodies

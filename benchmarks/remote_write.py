@@ -5,7 +5,8 @@ Run from the repository root: ``PYTHONPATH=$PWD python benchmarks/remote_write.p
 (two Debian Prometheus servers remote-writing into Debian's VictoriaMetrics single node, vmalert, a real
 Alertmanager) with the fleet of benchmarks/dashboard_queries.py in each cluster at 5 s scrapes and rule
 evaluation, waits ``WARMUP_S``, then prints per cluster the head series and the samples/s sent
-(Prometheus' own ``prometheus_tsdb_head_series`` and ``rate(prometheus_remote_storage_samples_total[1m])``),
+(Prometheus' own ``prometheus_tsdb_head_series`` and the increase of ``prometheus_remote_storage_samples_total``
+over ``RATE_S``, read from its /metrics),
 the series VictoriaMetrics holds, and the median time (5 runs) of a full refresh of every dashboard with the
 cluster variable on ``a``: against VictoriaMetrics and against cluster a's own Prometheus (where the
 variable is All: the cluster label is external there). Nothing is
@@ -14,11 +15,13 @@ asserted.
 
 from __future__ import annotations
 
+import re
 import statistics
 import sys
 import tempfile
 import time
 import urllib.parse
+import urllib.request
 from pathlib import Path
 
 from benchmarks.dashboard_queries import scenario
@@ -27,12 +30,20 @@ from tests.e2e.clusters_stack import stack
 from tests.e2e.test_clusters_vm import _variables
 
 WARMUP_S = 90
+RATE_S = 30
 
 
 def _scalar(api: Prom, expr: str) -> float:
     out = _get(f"{api.base}/api/v1/query?" + urllib.parse.urlencode({"query": expr}))
     result = out["data"]["result"]
     return float(result[0]["value"][1]) if result else float("nan")
+
+
+def _own(api: Prom, name: str) -> float:
+    """Sum of ``name``'s samples on the server's own /metrics (the test Prometheus does not scrape itself)."""
+    with urllib.request.urlopen(f"{api.base}/metrics", timeout=10) as r:
+        text = r.read().decode()
+    return sum(float(m) for m in re.findall(rf"^{name}(?:{{[^}}]*}})? (\S+)$", text, re.M))
 
 
 def _refresh_s(api: Prom, variables: dict[str, dict[str, str]]) -> tuple[float, dict[str, float]]:
@@ -57,9 +68,13 @@ def main() -> None:
         print(
             f"2 clusters x {4 * per_model} simulated devices, 5 s scrape and evaluation, after {WARMUP_S} s"
         )
+        sent = {
+            name: _own(prom, "prometheus_remote_storage_samples_total") for name, prom in s.prometheus.items()
+        }
+        time.sleep(RATE_S)
         for name, prom in s.prometheus.items():
-            series = _scalar(prom, "prometheus_tsdb_head_series")
-            rate = _scalar(prom, "rate(prometheus_remote_storage_samples_total[1m])")
+            series = _own(prom, "prometheus_tsdb_head_series")
+            rate = (_own(prom, "prometheus_remote_storage_samples_total") - sent[name]) / RATE_S
             print(f"  cluster {name}: {series:.0f} head series, {rate:.0f} samples/s sent by remote_write")
         for name in s.prometheus:
             vm_series = _scalar(s.vm, f'count({{__name__=~".+", cluster="{name}"}})')

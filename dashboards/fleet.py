@@ -11,7 +11,17 @@ from __future__ import annotations
 from dashboards.board import Board
 from dashboards.layout import Row
 from dashboards.panel import Panel, Query, Threshold
-from dashboards.sources import DEVICE_ID, FLEET, ON_DEVICE, POOL, RECORDS, SLICE_ID, SPEC, selector
+from dashboards.sources import (
+    DEVICE_ID,
+    FLEET,
+    NODE_VARS,
+    ON_DEVICE,
+    POOL,
+    RECORDS,
+    SLICE_ID,
+    SPEC,
+    selector,
+)
 from exporter import catalog as c
 
 UID = "xpuwatch-fleet"
@@ -22,8 +32,7 @@ LOW_P95 = float(SPEC.alert("AcceleratorLowUtilization").value("threshold"))
 BAND = (Threshold(None, "blue"), Threshold(LOW, "green"), Threshold(HIGH, "red"))
 POOL_VARS = ("cluster", "vendor", "model")
 
-_up = selector(c.UP)
-_devices = f"count by ({POOL}) (count by ({POOL}, node, uuid) ({_up}))"
+_devices = selector(RECORDS.pool_devices, POOL_VARS)
 _allocated_ratio = selector(RECORDS.pool_allocated, POOL_VARS)
 
 pool_utilization = Panel(
@@ -98,10 +107,10 @@ p95_table = Panel(
     "1h P95 utilization per node",
     "table",
     (
-        Query(f"avg by (cluster, node) ({selector(RECORDS.utilization_p95)})", instant=True, table=True),
-        Query(f"min by (cluster, node) ({selector(RECORDS.utilization_p95)})", instant=True, table=True),
-        Query(f"max by (cluster, node) ({selector(RECORDS.utilization_p95)})", instant=True, table=True),
-        Query(selector(RECORDS.node_devices, ("cluster", "node")), instant=True, table=True),
+        Query(selector(RECORDS.node_p95_avg, NODE_VARS), instant=True, table=True),
+        Query(selector(RECORDS.node_p95_min, NODE_VARS), instant=True, table=True),
+        Query(selector(RECORDS.node_p95_max, NODE_VARS), instant=True, table=True),
+        Query(selector(RECORDS.node_devices, NODE_VARS), instant=True, table=True),
     ),
     "Per node: mean, lowest and highest of the devices' 95th-percentile utilization over the last hour "
     "(recording rule), and the number of devices the node reports.",

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dashboards.board import Board
 from dashboards.layout import Row
 from dashboards.panel import Panel, Query, Threshold
-from dashboards.sources import DEVICE_ID, RECORDS, SPEC, selector
+from dashboards.sources import DEVICE_ID, NODE_VARS, RECORDS, SPEC, selector
 from exporter import catalog as c
 
 UID = "xpuwatch-health"
@@ -19,6 +19,7 @@ UID = "xpuwatch-health"
 HOT = float(SPEC.alert("AcceleratorTemperatureHigh").value("core_celsius"))
 CRITICAL = float(SPEC.alert("AcceleratorTemperatureCritical").value("core_celsius"))
 _NOT_IDLE = 'reason!="gpu_idle"'
+WINDOW = SPEC.rec("dashboard_window")
 _HIDE = {"id": "organize", "options": {"excludeByName": {"Time": True, "__name__": True}}}
 
 lost_count = Panel(
@@ -129,11 +130,12 @@ ecc_rate = Panel(
     "timeseries",
     (
         Query(
-            f"sum by (cluster, node, device, type) (increase({selector(c.ECC_ERRORS)}[$__rate_interval]))",
-            "{{node}} {{device}} {{type}}",
+            selector(RECORDS.node_ecc, NODE_VARS),
+            "{{cluster}} {{node}} {{type}}",
         ),
     ),
-    "New ECC errors per interval by device and type (corrected, uncorrected).",
+    f"ECC errors in the last {WINDOW} per node and type (corrected, uncorrected), recorded per node; the "
+    "device dashboard shows each card.",
     width=12,
     height=8,
     min=0,
@@ -162,11 +164,11 @@ faults_rate = Panel(
     "timeseries",
     (
         Query(
-            f"sum by (vendor, code) (increase({selector(c.FAULT_EVENTS)}[$__rate_interval]))",
+            f"sum by (vendor, code) ({selector(RECORDS.node_faults, NODE_VARS)})",
             "{{vendor}} {{code}}",
         ),
     ),
-    "Driver fault events per interval by vendor and code, summed over devices.",
+    f"Driver fault events in the last {WINDOW} by vendor and code, summed over devices (recorded per node).",
     width=12,
     height=8,
     min=0,
@@ -177,11 +179,11 @@ temperature = Panel(
     "timeseries",
     (
         Query(
-            f"max by (cluster, node, device, sensor) ({selector(c.TEMPERATURE)})",
-            "{{node}} {{device}} {{sensor}}",
+            selector(RECORDS.node_temperature, NODE_VARS),
+            "{{cluster}} {{node}} {{sensor}}",
         ),
     ),
-    f"Temperature by device and sensor. Lines: {HOT:.0f} °C (AcceleratorTemperatureHigh) and "
+    f"Hottest device per node and sensor (recorded per node; the device dashboard shows each card). Lines: {HOT:.0f} °C (AcceleratorTemperatureHigh) and "
     f"{CRITICAL:.0f} °C (AcceleratorTemperatureCritical, core sensor).",
     unit="celsius",
     thresholds=(Threshold(None, "green"), Threshold(HOT, "orange"), Threshold(CRITICAL, "red")),
@@ -193,7 +195,7 @@ throttle = Panel(
     "timeseries",
     (
         Query(
-            f"sum by (reason) ({selector(c.CLOCK_THROTTLED)})",
+            f"sum by (reason) ({selector(RECORDS.node_throttled, NODE_VARS)})",
             "{{reason}}",
         ),
     ),
@@ -235,15 +237,16 @@ links = Panel(
     "timeseries",
     (
         Query(
-            f"sum by (cluster, node, device) (increase({selector(c.PCIE_REPLAY)}[$__rate_interval]))",
-            "{{node}} {{device}} PCIe replays",
+            selector(RECORDS.node_pcie_replays, NODE_VARS),
+            "{{cluster}} {{node}} PCIe replays",
         ),
         Query(
-            f"sum by (cluster, node, device) (increase({selector(c.LINK_ERRORS)}[$__rate_interval]))",
-            "{{node}} {{device}} link errors",
+            selector(RECORDS.node_link_errors, NODE_VARS),
+            "{{cluster}} {{node}} link errors",
         ),
     ),
-    "PCIe replays and interconnect (NVLink) errors per interval by device.",
+    f"PCIe replays and interconnect (NVLink) errors in the last {WINDOW} per node (recorded per node; the "
+    "device dashboard shows each card and link).",
     width=12,
     height=8,
     min=0,

@@ -125,3 +125,6 @@ def any_of(*metrics: str) -> str:
 DEVICE_ID = "cluster, node, vendor, model, device, uuid"
 SLICE_ID = "cluster, node, vendor, model, device, uuid, slice_id, profile, slice_kind"
 POOL = "cluster, vendor, model"
+# Variables that apply to series pre-aggregated per node (recording rules `node:...`): vendor and model are
+# aggregated away there.
+NODE_VARS = ("cluster", "node")
