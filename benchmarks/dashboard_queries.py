@@ -7,16 +7,18 @@ stack as tests/dashboards/test_prometheus.py) at 5 s scrapes and a ``EVALUATION`
 ``WARMUP_S``, then runs each panel query 5 times as Grafana would (range queries over the last minute at a
 1 s step for time series, instant queries otherwise) and prints the sum of the median times per dashboard
 refresh, the slowest queries with the series each returns, and each rule group's evaluation time
-(Prometheus' own ``prometheus_rule_group_last_duration_seconds``, the most over the last minute) as a share
-of the interval. Nothing is asserted.
+(Prometheus' own ``prometheus_rule_group_last_duration_seconds``, read from its /metrics every 5 s of the
+warm-up, the most seen) as a share of the interval. Nothing is asserted.
 """
 
 from __future__ import annotations
 
+import re
 import statistics
 import sys
 import tempfile
 import time
+import urllib.request
 from pathlib import Path
 
 from tests.dashboards.test_prometheus import _dashboards, _targets, resolve, stack, substitute
@@ -42,13 +44,29 @@ def scenario(per_model: int) -> dict[str, object]:
     return {"seed": 1, "poll_interval": 5, "devices": devices, "timeline": timeline}
 
 
+def own(base: str, name: str) -> dict[str, float]:
+    """``name``'s samples on a server's own /metrics, by label set (the test Prometheus does not scrape
+    itself, so its self-metrics are read here)."""
+    with urllib.request.urlopen(f"{base}/metrics", timeout=10) as r:
+        text = r.read().decode()
+    return {m[0]: float(m[1]) for m in re.findall(rf"^{name}(\{{[^}}]*\}})? (\S+)$", text, re.M)}
+
+
 def main() -> None:
     devices = int(sys.argv[1]) if len(sys.argv) > 1 else 256
+    groups: dict[str, float] = {}  # the most seen
+    last: dict[str, float] = {}  # the last seen (steady state)
     with (
         tempfile.TemporaryDirectory() as tmp,
         stack(Path(tmp), scenario(devices // 4), "5s", EVALUATION) as prom,
     ):
-        time.sleep(WARMUP_S)
+        for _ in range(WARMUP_S // 5):
+            time.sleep(5)
+            for labels, seconds in own(prom.base, "prometheus_rule_group_last_duration_seconds").items():
+                group = re.sub(r'.*rule_group="[^"]*;([^"]*)".*', r"\1", labels)
+                groups[group] = max(groups.get(group, 0.0), seconds)
+                last[group] = seconds
+        head = own(prom.base, "prometheus_tsdb_head_series")[""]
         variables = {d["uid"]: resolve(d, prom) for d in _dashboards()}
         timings = []
         for t in _targets():
@@ -61,12 +79,8 @@ def main() -> None:
                 runs.append(time.perf_counter() - start)
                 series = len(out["data"]["result"])
             timings.append((statistics.median(runs), t, series))
-        groups = prom.query("max_over_time(prometheus_rule_group_last_duration_seconds[1m])")["data"][
-            "result"
-        ]
-        head = prom.query("prometheus_tsdb_head_series")["data"]["result"]
     total = sum(m for m, _, _ in timings)
-    print(f"{devices} devices, {head[0]['value'][1]} head series, {len(timings)} queries")
+    print(f"{devices} devices, {head:.0f} head series, {len(timings)} queries")
     print(f"full refresh of every dashboard: {total * 1000:.0f} ms of query time (sum of medians)")
     for uid in sorted({t.dashboard for _, t, _ in timings}):
         ms = sum(m for m, t, _ in timings if t.dashboard == uid) * 1000
@@ -75,11 +89,11 @@ def main() -> None:
     for median, t, series in sorted(timings, key=lambda x: x[0], reverse=True)[:8]:
         print(f"  {median * 1000:7.1f} ms  {series:5d} series  {t.dashboard}: {t.panel} [{t.ref}]")
     interval = float(EVALUATION.removesuffix("s"))
-    print(f"rule groups (most in the last minute, interval {EVALUATION}):")
-    for g in sorted(groups, key=lambda r: r["metric"]["rule_group"]):
-        seconds = float(g["value"][1])
+    print(f"rule groups (evaluation time at the end of the warm-up / the most seen, interval {EVALUATION}):")
+    for group, seconds in sorted(groups.items()):
         print(
-            f"  {g['metric']['rule_group'].split(';')[-1]}: {seconds * 1000:.0f} ms = {seconds / interval:.1%}"
+            f"  {group}: {last[group] * 1000:.0f} ms = {last[group] / interval:.1%} of the interval"
+            f" (most {seconds * 1000:.0f} ms = {seconds / interval:.1%})"
         )
 
 
