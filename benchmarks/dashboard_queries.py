@@ -1,10 +1,11 @@
 """Benchmark: query time of a full dashboard refresh and rule-evaluation time on a large simulated fleet.
 
-Run from the repository root: ``PYTHONPATH=$PWD python benchmarks/dashboard_queries.py [DEVICES]`` (default
-256; a multiple of 4, spread over four models on one node; 2048 is the target size of issue 16). Starts
-Debian's Prometheus with alerts/generated/rules.yml, the sim exporter and the pipeline stand-in (the same
-stack as tests/dashboards/test_prometheus.py) at 5 s scrapes and a ``EVALUATION`` rule interval, waits
-``WARMUP_S``, then runs each panel query 5 times as Grafana would (range queries over the last minute at a
+Run from the repository root: ``PYTHONPATH=$PWD python benchmarks/dashboard_queries.py [DEVICES [SCRAPE
+[EVALUATION [WARMUP_S]]]]`` (defaults 256 devices, 5 s scrapes, 15 s rule evaluation, 75 s warm-up;
+devices a multiple of 4, spread over four models on one node; 2048 is the target size of issue 16 and
+needs a scrape interval longer than one scrape of the Python sim exporter takes). Starts Debian's
+Prometheus with alerts/generated/rules.yml, the sim exporter and the pipeline stand-in (the same stack as
+tests/dashboards/test_prometheus.py), waits the warm-up, then runs each panel query 5 times as Grafana would (range queries over the last minute at a
 1 s step for time series, instant queries otherwise) and prints the sum of the median times per dashboard
 refresh, the slowest queries with the series each returns, and each rule group's evaluation time
 (Prometheus' own ``prometheus_rule_group_last_duration_seconds``, read from its /metrics every 5 s of the
@@ -21,12 +22,11 @@ import time
 import urllib.request
 from pathlib import Path
 
-from tests.dashboards.test_prometheus import _dashboards, _targets, resolve, stack, substitute
+from tests.dashboards.test_prometheus import _dashboards, _get, _targets, resolve, stack, substitute
 
 MODELS = ("NVIDIA A100-SXM4-80GB", "NVIDIA GeForce RTX 4090", "AMD Instinct MI250X", "Ascend910B")
 PROFILES = ("training", "inference", "idle_notebook", "memory_bound", "compute_bound", "starved", "idle")
-EVALUATION = "15s"
-WARMUP_S = 75
+SCRAPE, EVALUATION, WARMUP_S = "5s", "15s", 75
 
 
 def scenario(per_model: int) -> dict[str, object]:
@@ -53,20 +53,28 @@ def own(base: str, name: str) -> dict[str, float]:
 
 
 def main() -> None:
-    devices = int(sys.argv[1]) if len(sys.argv) > 1 else 256
+    args = sys.argv[1:]
+    devices = int(args[0]) if args else 256
+    scrape = args[1] if len(args) > 1 else SCRAPE
+    evaluation = args[2] if len(args) > 2 else EVALUATION
+    warmup = int(args[3]) if len(args) > 3 else WARMUP_S
     groups: dict[str, float] = {}  # the most seen
     last: dict[str, float] = {}  # the last seen (steady state)
     with (
         tempfile.TemporaryDirectory() as tmp,
-        stack(Path(tmp), scenario(devices // 4), "5s", EVALUATION) as prom,
+        stack(Path(tmp), scenario(devices // 4), scrape, evaluation) as prom,
     ):
-        for _ in range(WARMUP_S // 5):
+        for _ in range(warmup // 5):
             time.sleep(5)
             for labels, seconds in own(prom.base, "prometheus_rule_group_last_duration_seconds").items():
                 group = re.sub(r'.*rule_group="[^"]*;([^"]*)".*', r"\1", labels)
                 groups[group] = max(groups.get(group, 0.0), seconds)
                 last[group] = seconds
         head = own(prom.base, "prometheus_tsdb_head_series")[""]
+        rules = _get(f"{prom.base}/api/v1/rules")["data"]["groups"]
+        slow_rules = sorted(
+            ((r["evaluationTime"], r["name"]) for g in rules for r in g["rules"]), reverse=True
+        )[:5]
         variables = {d["uid"]: resolve(d, prom) for d in _dashboards()}
         timings = []
         for t in _targets():
@@ -80,7 +88,7 @@ def main() -> None:
                 series = len(out["data"]["result"])
             timings.append((statistics.median(runs), t, series))
     total = sum(m for m, _, _ in timings)
-    print(f"{devices} devices, {head:.0f} head series, {len(timings)} queries")
+    print(f"{devices} devices, {head:.0f} head series, {len(timings)} queries, scrape {scrape}")
     print(f"full refresh of every dashboard: {total * 1000:.0f} ms of query time (sum of medians)")
     for uid in sorted({t.dashboard for _, t, _ in timings}):
         ms = sum(m for m, t, _ in timings if t.dashboard == uid) * 1000
@@ -88,13 +96,16 @@ def main() -> None:
     print("slowest:")
     for median, t, series in sorted(timings, key=lambda x: x[0], reverse=True)[:8]:
         print(f"  {median * 1000:7.1f} ms  {series:5d} series  {t.dashboard}: {t.panel} [{t.ref}]")
-    interval = float(EVALUATION.removesuffix("s"))
-    print(f"rule groups (evaluation time at the end of the warm-up / the most seen, interval {EVALUATION}):")
+    interval = float(evaluation.removesuffix("s"))
+    print(f"rule groups (evaluation time at the end of the warm-up / the most seen, interval {evaluation}):")
     for group, seconds in sorted(groups.items()):
         print(
             f"  {group}: {last[group] * 1000:.0f} ms = {last[group] / interval:.1%} of the interval"
             f" (most {seconds * 1000:.0f} ms = {seconds / interval:.1%})"
         )
+    print("slowest rules (last evaluation):")
+    for seconds, name in slow_rules:
+        print(f"  {seconds * 1000:7.1f} ms  {name}")
 
 
 if __name__ == "__main__":
