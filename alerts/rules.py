@@ -39,6 +39,8 @@ _ON_DEV = f"on ({CLUSTER}, node, uuid)"
 _ON_SLICE = f"on ({CLUSTER}, node, uuid, slice_id)"
 _POOL = f"{CLUSTER}, vendor, model"
 NOTEBOOK = 'workload_kind="notebook"'
+# Idle clocks are not a fault: the throttle reasons that count exclude gpu_idle.
+NOT_IDLE = 'reason!="gpu_idle"'
 UNCORRECTED, CORRECTED = 'type="uncorrected"', 'type="corrected"'
 _DEV = "{{ $labels.vendor }} device {{ $labels.device }} ({{ $labels.model }}, {{ $labels.uuid }}) on {{ $labels.node }}"
 _SLICE = "slice {{ $labels.slice_id }} ({{ $labels.slice_kind }} {{ $labels.profile }}) of device {{ $labels.device }} ({{ $labels.uuid }}) on {{ $labels.node }}"
@@ -92,6 +94,7 @@ class Records:
     node_p95_max: str
     node_temperature: str
     node_throttled: str
+    node_throttled_devices: str
     node_ecc: str
     node_faults: str
     node_pcie_replays: str
@@ -140,6 +143,7 @@ def records(spec: Spec) -> Records:
         node_p95_max=f"node:{c.UTILIZATION}_p95_{spec.rec('p95_window')}:max",
         node_temperature=f"node:{c.TEMPERATURE}:max",
         node_throttled=f"node:{c.CLOCK_THROTTLED}:count",
+        node_throttled_devices=f"node:{c.CLOCK_THROTTLED}:devices",
         node_ecc=f"node:{c.ECC_ERRORS.removesuffix('_total')}:increase_{w}",
         node_faults=f"node:{c.FAULT_EVENTS.removesuffix('_total')}:increase_{w}",
         node_pcie_replays=f"node:{c.PCIE_REPLAY.removesuffix('_total')}:increase_{w}",
@@ -231,6 +235,10 @@ def dashboard_rules(spec: Spec) -> tuple[RecordingRule, ...]:
         RecordingRule(r.node_p95_max, f"max by ({node}) ({p95})"),
         RecordingRule(r.node_temperature, f"max by ({node}, sensor) ({series(spec, c.TEMPERATURE)})"),
         RecordingRule(r.node_throttled, f"sum by ({node}, reason) ({series(spec, c.CLOCK_THROTTLED)})"),
+        RecordingRule(
+            r.node_throttled_devices,
+            f"sum by ({node}) (max by ({node}, uuid) ({series(spec, c.CLOCK_THROTTLED, NOT_IDLE)}))",
+        ),
         RecordingRule(r.node_ecc, increase(c.ECC_ERRORS, f"{node}, type")),
         RecordingRule(r.node_faults, increase(c.FAULT_EVENTS, f"{node}, vendor, code")),
         RecordingRule(r.node_pcie_replays, increase(c.PCIE_REPLAY, node)),

@@ -29,8 +29,9 @@ PROFILES = ("training", "inference", "idle_notebook", "memory_bound", "compute_b
 SCRAPE, EVALUATION, WARMUP_S = "5s", "15s", 75
 
 
-def scenario(per_model: int) -> dict[str, object]:
-    """``per_model`` devices of each model, profiles in rotation, every NVIDIA device held by a job."""
+def scenario(per_model: int, poll_interval: float = 5) -> dict[str, object]:
+    """``per_model`` devices of each model, profiles in rotation, every NVIDIA device held by a job; the sim
+    polls every ``poll_interval`` seconds (as often as it is scraped: more would only burn shared CPU)."""
     devices: list[dict[str, object]] = [{"model": m, "count": per_model} for m in MODELS]
     devices[0]["mig"] = ["3g.40gb", "2g.20gb", "1g.10gb"]
     devices[1]["vgpu"] = 2
@@ -41,7 +42,7 @@ def scenario(per_model: int) -> dict[str, object]:
     for i in range(2 * per_model):
         pod = {"namespace": f"team-{i % 8}", "pod": f"job-{i}", "workload_kind": "job"}
         timeline.append({"at": 0, "device": f"nvidia/{i}", "profile": PROFILES[i % 7], "pod": pod})
-    return {"seed": 1, "poll_interval": 5, "devices": devices, "timeline": timeline}
+    return {"seed": 1, "poll_interval": poll_interval, "devices": devices, "timeline": timeline}
 
 
 def own(base: str, name: str) -> dict[str, float]:
@@ -62,7 +63,7 @@ def main() -> None:
     last: dict[str, float] = {}  # the last seen (steady state)
     with (
         tempfile.TemporaryDirectory() as tmp,
-        stack(Path(tmp), scenario(devices // 4), scrape, evaluation) as prom,
+        stack(Path(tmp), scenario(devices // 4, float(scrape.removesuffix("s"))), scrape, evaluation) as prom,
     ):
         for _ in range(warmup // 5):
             time.sleep(5)

@@ -18,7 +18,6 @@ UID = "xpuwatch-health"
 
 HOT = float(SPEC.alert("AcceleratorTemperatureHigh").value("core_celsius"))
 CRITICAL = float(SPEC.alert("AcceleratorTemperatureCritical").value("core_celsius"))
-_NOT_IDLE = 'reason!="gpu_idle"'
 WINDOW = SPEC.rec("dashboard_window")
 _HIDE = {"id": "organize", "options": {"excludeByName": {"Time": True, "__name__": True}}}
 
@@ -60,12 +59,12 @@ throttled_count = Panel(
     "stat",
     (
         Query(
-            f"sum(max by ({DEVICE_ID}) ({selector(c.CLOCK_THROTTLED, extra=_NOT_IDLE)}))",
+            f"sum({selector(RECORDS.node_throttled_devices, NODE_VARS)})",
             instant=True,
         ),
     ),
     "Devices with at least one active throttle reason other than gpu_idle (idle clocks are not a fault); "
-    "each device counts once however many reasons are active.",
+    "each device counts once however many reasons are active (recorded per node).",
     width=6,
     height=4,
     thresholds=(Threshold(None, "green"), Threshold(1, "orange")),
