@@ -9,7 +9,7 @@ from typing import Any
 
 from alerts.alertmanager import Endpoints, render_alertmanager
 from alerts.rules import render_prometheusrule, render_rules
-from alerts.spec import DEFAULT_SPEC_PATH, SpecError, load_spec
+from alerts.spec import DEFAULT_SPEC_PATH, SpecError, load_user_spec
 
 # Relative to the current directory (the repository root): an installed package never writes into
 # site-packages, and a checkout's own spec.yaml is the one edited.
@@ -19,8 +19,9 @@ _DEFAULTS = Endpoints()
 
 
 def render_all(spec_path: Path, endpoints: Endpoints) -> dict[str, str]:
-    """File name -> content of every generated file. Raises SpecError / OSError on a bad spec."""
-    spec = load_spec(spec_path)
+    """File name -> content of every generated file for ``spec_path`` laid over the packaged defaults (a
+    user spec may hold any subset of their keys). Raises SpecError / OSError on a bad spec."""
+    spec = load_user_spec(spec_path)
     return {
         "rules.yml": render_rules(spec),
         "prometheusrule.yaml": render_prometheusrule(spec),
@@ -49,7 +50,8 @@ def add_commands(sub: Any) -> None:
         "--spec",
         type=Path,
         default=LOCAL_SPEC if LOCAL_SPEC.is_file() else DEFAULT_SPEC_PATH,
-        help="spec file (default: alerts/spec.yaml here, else the packaged one)",
+        help="spec file laid over the defaults: a complete spec or any subset of its keys, e.g. one "
+        "threshold (default: alerts/spec.yaml here, else the packaged one)",
     )
     gen.add_argument("--out", type=Path, default=DEFAULT_OUT, help="output folder (default: %(default)s)")
     gen.add_argument("--check", action="store_true", help="write nothing; exit 1 if any output is stale")

@@ -3,7 +3,7 @@
 The field report's contradiction is "dashboards at 30-50 % while jobs queue". The device side is the
 exporter's; the waiting side is read from what clusters already run:
 
-* kube-state-metrics: ``kube_pod_container_resource_requests{resource, unit}`` (the resource name with
+* kube-state-metrics (the spec's ``kube_state_metrics_selector``): ``kube_pod_container_resource_requests{resource, unit}`` (the resource name with
   ``.``, ``/`` and ``-`` written as ``_``: ``nvidia.com/gpu`` -> ``nvidia_com_gpu``),
   ``kube_pod_status_phase{phase}``, ``kube_pod_status_scheduled{condition}`` and ``kube_pod_created`` (Unix
   seconds) — kube-state-metrics docs/metrics/workload/pod-metrics.md.
@@ -52,6 +52,11 @@ class QueueRecords:
 QUEUE = QueueRecords()
 
 
+def ksm_selector(spec: Spec) -> str:
+    """Matchers of kube-state-metrics series: the spec's KSM job selector and cluster selector."""
+    return ", ".join(p for p in (spec.kube_state_metrics_selector, spec.cluster_selector) if p)
+
+
 def _resources(spec: Spec) -> Mapping[str, str]:
     resources: Mapping[str, str] = spec.rec("queue_resources")
     return resources
@@ -60,9 +65,8 @@ def _resources(spec: Spec) -> Mapping[str, str]:
 def _vendor_labelled(spec: Spec) -> str:
     """Accelerator requests of pods, each series given the ``vendor`` label of its resource."""
     resources = _resources(spec)
-    ksm = spec.rec("queue_ksm_selector")
     every = "|".join(resources.values())
-    expr = f'{KSM_REQUESTS}{{{ksm}, resource=~"{every}"}}'
+    expr = f'{KSM_REQUESTS}{{{ksm_selector(spec)}, resource=~"{every}"}}'
     for vendor, regex in resources.items():
         expr = f'label_replace(\n  {expr},\n  "vendor", "{vendor}", "resource", "{regex}"\n)'
     return expr
@@ -71,7 +75,7 @@ def _vendor_labelled(spec: Spec) -> str:
 def pod_pending_expr(spec: Spec) -> str:
     """Accelerators requested by each waiting pod, by (cluster, namespace, pod, resource, vendor): the raw
     expression behind the ``pod_pending`` record, for readers that cannot rely on the rules (the report)."""
-    ksm = spec.rec("queue_ksm_selector")
+    ksm = ksm_selector(spec)
     waiting = (
         f'max by (cluster, namespace, pod) ({KSM_PHASE}{{{ksm}, phase="Pending"}}) == 1\n'
         f"and on (cluster, namespace, pod)\n"
@@ -83,20 +87,26 @@ def pod_pending_expr(spec: Spec) -> str:
     )
 
 
-def pending_age_expr(spec: Spec, pods: str = QUEUE.pod_pending) -> str:
+def pending_age_expr(spec: Spec, pods: str | None = None) -> str:
     """Seconds since creation of the oldest waiting pod, by (cluster, namespace, resource, vendor); ``pods``
     is the waiting-pod expression (the record by default). Alerts evaluate it themselves rather than read
     the age record, so ``$value`` is the age at the alert's own evaluation."""
+    from alerts.rules import recorded  # rules imports this module
+
+    pods = pods if pods is not None else recorded(spec, QUEUE.pod_pending)
     return (
         "max by (cluster, namespace, resource, vendor) (\n"
-        f"  (time() - max by (cluster, namespace, pod) ({KSM_CREATED}{{{spec.rec('queue_ksm_selector')}}}))\n"
+        f"  (time() - max by (cluster, namespace, pod) ({KSM_CREATED}{{{ksm_selector(spec)}}}))\n"
         f"  + on (cluster, namespace, pod) group_right ()\n  (0 * (({pods}) > 0))\n)"
     )
 
 
 def recording_rules(spec: Spec, idle_p95: str) -> tuple[tuple[str, str], ...]:
     """(record, expr) pairs, in evaluation order. ``idle_p95`` is the device P95 utilization record."""
+    from alerts.rules import series  # rules imports this module
+
     idle_max = spec.rec("queue_idle_utilization")
+    up, alloc = series(spec, c.UP), series(spec, c.ALLOCATED)
     return (
         (QUEUE.pod_pending, pod_pending_expr(spec)),
         (QUEUE.pending, f"sum by (cluster, namespace, resource, vendor) ({QUEUE.pod_pending} > 0)"),
@@ -104,11 +114,11 @@ def recording_rules(spec: Spec, idle_p95: str) -> tuple[tuple[str, str], ...]:
         (
             QUEUE.idle,
             "count by (cluster, vendor) (\n"
-            f"  group by (cluster, node, uuid, vendor) ({c.UP} == 1 unless on (cluster, node, uuid) ({c.ALLOCATED} == 1))\n"
+            f"  group by (cluster, node, uuid, vendor) ({up} == 1 unless on (cluster, node, uuid) ({alloc} == 1))\n"
             "  or\n"
-            f"  group by (cluster, node, uuid, vendor) ({idle_p95} < {idle_max} and on (cluster, node, uuid) ({c.ALLOCATED} == 1))\n"
+            f"  group by (cluster, node, uuid, vendor) ({idle_p95} < {idle_max} and on (cluster, node, uuid) ({alloc} == 1))\n"
             ")\n"
-            f"or\n0 * count by (cluster, vendor) ({c.UP})",
+            f"or\n0 * count by (cluster, vendor) ({up})",
         ),
         (
             QUEUE.workloads_pending,
@@ -121,10 +131,16 @@ def recording_rules(spec: Spec, idle_p95: str) -> tuple[tuple[str, str], ...]:
 _WAIT = "{{ $labels.namespace }} waits for {{ $labels.resource }}"
 
 
+def _recorded(spec: Spec, name: str) -> str:
+    from alerts.rules import recorded  # rules imports this module
+
+    return recorded(spec, name)
+
+
 def jobs_queued_while_idle(a: AlertSpec, spec: Spec) -> Body:
     t = a.value("pending_seconds")
     return (
-        f"{pending_age_expr(spec)} > {t}\nand on (cluster, vendor)\n{QUEUE.idle} > 0",
+        f"{pending_age_expr(spec)} > {t}\nand on (cluster, vendor)\n{_recorded(spec, QUEUE.idle)} > 0",
         "Jobs queue for {{ $labels.resource }} while {{ $labels.vendor }} cards idle",
         f"{_WAIT} (oldest pod pending {{{{ $value | humanizeDuration }}}}, threshold {t:.0f}s) while "
         "{{ $labels.vendor }} devices in this cluster are free or held idle: check the pod's node selector, "
@@ -135,7 +151,7 @@ def jobs_queued_while_idle(a: AlertSpec, spec: Spec) -> Body:
 def queue_time_high(a: AlertSpec, spec: Spec) -> Body:
     t = a.value("pending_seconds")
     return (
-        f"{pending_age_expr(spec)} > {t}\nunless on (cluster, vendor)\n{QUEUE.idle} > 0",
+        f"{pending_age_expr(spec)} > {t}\nunless on (cluster, vendor)\n{_recorded(spec, QUEUE.idle)} > 0",
         "Jobs queue for {{ $labels.resource }}: {{ $labels.vendor }} pool saturated",
         f"{_WAIT} (oldest pod pending {{{{ $value | humanizeDuration }}}}, threshold {t:.0f}s) and no "
         "{{ $labels.vendor }} device in this cluster is free or idle: a capacity signal (add cards, share "

@@ -7,6 +7,12 @@ never read a missing series as healthy: device-level performance alerts are join
 ``accelerator_allocated``, absence of a hardware signal fires ``AcceleratorTelemetryMissing``, the ECC
 summary records -1 (not reported) instead of 0 for devices without ECC counters, and a node with no devices
 left still counts as 0, not as nothing.
+
+Several clusters: every aggregation and join carries the ``cluster`` label (``by (cluster, node, ...)``,
+``on (cluster, node, uuid)``), so one ruler over many clusters never mixes nodes of the same name, and a
+Prometheus that sees one cluster (no such label) gives the same results as without it. Every exporter series
+is read through :func:`series` (the spec's job and cluster selectors), recorded series through
+:func:`recorded` (the cluster selector).
 """
 
 from __future__ import annotations
@@ -26,9 +32,17 @@ GROUP_RECORDING = "xpuwatch.recording"
 GROUP_HARDWARE = "xpuwatch.hardware"
 GROUP_PERFORMANCE = "xpuwatch.performance"
 
-DEVICE_ID = "node, vendor, model, device, uuid"
-_ON_DEV = "on (node, uuid)"
-_ON_SLICE = "on (node, uuid, slice_id)"
+# The label that tells clusters apart: the external label a Prometheus adds on remote_write/federation, or a
+# target label; absent in a single-cluster Prometheus, where `by (cluster, ...)` simply yields no such label.
+CLUSTER = "cluster"
+DEVICE_ID = f"{CLUSTER}, node, vendor, model, device, uuid"
+_ON_DEV = f"on ({CLUSTER}, node, uuid)"
+_ON_SLICE = f"on ({CLUSTER}, node, uuid, slice_id)"
+_POOL = f"{CLUSTER}, vendor, model"
+NOTEBOOK = 'workload_kind="notebook"'
+# Idle clocks are not a fault: the throttle reasons that count exclude gpu_idle.
+NOT_IDLE = 'reason!="gpu_idle"'
+UNCORRECTED, CORRECTED = 'type="uncorrected"', 'type="corrected"'
 _DEV = "{{ $labels.vendor }} device {{ $labels.device }} ({{ $labels.model }}, {{ $labels.uuid }}) on {{ $labels.node }}"
 _SLICE = "slice {{ $labels.slice_id }} ({{ $labels.slice_kind }} {{ $labels.profile }}) of device {{ $labels.device }} ({{ $labels.uuid }}) on {{ $labels.node }}"
 _HOLDER = "{{ $labels.namespace }}/{{ $labels.pod }}"
@@ -73,10 +87,45 @@ class Records:
     node_devices: str
     instance_node: str
     ecc_uncorrected: str
+    # Pre-aggregated for the fleet dashboards (per pool and per node): a refresh reads a few series per
+    # node instead of every device's (docs/dashboards.md, benchmarks/dashboard_queries.py).
+    pool_devices: str
+    node_p95_avg: str
+    node_p95_min: str
+    node_p95_max: str
+    node_temperature: str
+    node_throttled: str
+    node_throttled_devices: str
+    node_ecc: str
+    node_faults: str
+    node_pcie_replays: str
+    node_link_errors: str
+
+
+def _eq(label: str, value: str, op: str = "=") -> str:
+    """One label matcher, ``label="value"`` (or another operator)."""
+    return f'{label}{op}"{value}"'
+
+
+def _matchers(*parts: str) -> str:
+    return ", ".join(p for p in parts if p)
+
+
+def series(spec: Spec, metric: str, extra: str = "") -> str:
+    """``metric{<job selector>, <cluster selector>, extra}``: an exporter series as every rule reads it, e.g.
+    ``accelerator_up{job=~"xpuwatch|xpuwatch-exporter"}`` with the default (empty) cluster selector."""
+    return f"{metric}{{{_matchers(spec.exporter_job_selector, spec.cluster_selector, extra)}}}"
+
+
+def recorded(spec: Spec, name: str, extra: str = "") -> str:
+    """A recorded series (already filtered by job when recorded), narrowed by the cluster selector."""
+    m = _matchers(spec.cluster_selector, extra)
+    return f"{name}{{{m}}}" if m else name
 
 
 def records(spec: Spec) -> Records:
     """The recording-rule names; windows from the spec appear in the names (``p95_1h``)."""
+    w = spec.rec("dashboard_window")
     return Records(
         utilization_p95=f"device:{c.UTILIZATION}:p95_{spec.rec('p95_window')}",
         pool_utilization=f"vendor_model:{c.UTILIZATION}:avg",
@@ -89,6 +138,17 @@ def records(spec: Spec) -> Records:
         node_devices=f"node:{c.UP}:count",
         instance_node=f"instance_node:{c.UP}:count",
         ecc_uncorrected=f"device:{c.ECC_ERRORS.removesuffix('_total')}:uncorrected_increase_{spec.rec('ecc_status_window')}",
+        pool_devices=f"vendor_model:{c.UP}:count",
+        node_p95_avg=f"node:{c.UTILIZATION}_p95_{spec.rec('p95_window')}:avg",
+        node_p95_min=f"node:{c.UTILIZATION}_p95_{spec.rec('p95_window')}:min",
+        node_p95_max=f"node:{c.UTILIZATION}_p95_{spec.rec('p95_window')}:max",
+        node_temperature=f"node:{c.TEMPERATURE}:max",
+        node_throttled=f"node:{c.CLOCK_THROTTLED}:count",
+        node_throttled_devices=f"node:{c.CLOCK_THROTTLED}:devices",
+        node_ecc=f"node:{c.ECC_ERRORS.removesuffix('_total')}:increase_{w}",
+        node_faults=f"node:{c.FAULT_EVENTS.removesuffix('_total')}:increase_{w}",
+        node_pcie_replays=f"node:{c.PCIE_REPLAY.removesuffix('_total')}:increase_{w}",
+        node_link_errors=f"node:{c.LINK_ERRORS.removesuffix('_total')}:increase_{w}",
     )
 
 
@@ -116,42 +176,83 @@ def recording_rules(spec: Spec) -> tuple[RecordingRule, ...]:
     """Recording rules dashboards and alerts reuse. Bottleneck classes are 1-valued series labelled
     ``bottleneck=memory|compute|balanced|unknown`` (unknown: no SM activity metric for this device)."""
     r = records(spec)
-    devices = f"count by (vendor, model) (count by (node, vendor, model, uuid) ({c.UP}))"
+
+    def s(metric: str, extra: str = "") -> str:
+        return series(spec, metric, extra)
+
+    devices = f"count by ({_POOL}) (count by ({_POOL}, node, uuid) ({s(c.UP)}))"
+    uncorrected = s(c.ECC_ERRORS, 'type="uncorrected"')
     out = [
         RecordingRule(
-            r.utilization_p95, f"quantile_over_time(0.95, {c.UTILIZATION}[{spec.rec('p95_window')}])"
+            r.utilization_p95, f"quantile_over_time(0.95, {s(c.UTILIZATION)}[{spec.rec('p95_window')}])"
         ),
-        RecordingRule(r.pool_utilization, f"avg by (vendor, model) ({c.UTILIZATION})"),
+        RecordingRule(r.pool_utilization, f"avg by ({_POOL}) ({s(c.UTILIZATION)})"),
         RecordingRule(
             r.pool_allocated,
-            f"count by (vendor, model) (count by (node, vendor, model, uuid) ({c.ALLOCATED} == 1))\n"
+            f"count by ({_POOL}) (count by ({_POOL}, node, uuid) ({s(c.ALLOCATED)} == 1))\n"
             f"  / {devices}\nor\n  0 * {devices}\n",
         ),
         # Devices whose tool prints only a percentage (Hygon hy-smi VRAM%) export the ratio itself.
         RecordingRule(
             r.memory_used,
-            f"{c.MEMORY_USED} / ({c.MEMORY_TOTAL} > 0)\nor {_ON_DEV}\n  {c.MEMORY_USED_RATIO}\n",
+            f"{s(c.MEMORY_USED)} / ({s(c.MEMORY_TOTAL)} > 0)\nor {_ON_DEV}\n  {s(c.MEMORY_USED_RATIO)}\n",
         ),
-        RecordingRule(r.slice_memory_used, f"{c.SLICE_MEMORY_USED} / ({c.SLICE_MEMORY_LIMIT} > 0)"),
-        RecordingRule(r.slice_compute, f"{c.SLICE_SM_ACTIVE} or {_ON_SLICE} {c.SLICE_UTILIZATION}"),
+        RecordingRule(r.slice_memory_used, f"{s(c.SLICE_MEMORY_USED)} / ({s(c.SLICE_MEMORY_LIMIT)} > 0)"),
+        RecordingRule(r.slice_compute, f"{s(c.SLICE_SM_ACTIVE)} or {_ON_SLICE} {s(c.SLICE_UTILIZATION)}"),
     ]
-    for cls, expr in _bottleneck(_ON_DEV, r.memory_used, c.SM_ACTIVE, spec).items():
+    for cls, expr in _bottleneck(_ON_DEV, recorded(spec, r.memory_used), s(c.SM_ACTIVE), spec).items():
         out.append(RecordingRule(r.device_bottleneck, expr, MappingProxyType({"bottleneck": cls})))
-    for cls, expr in _bottleneck(_ON_SLICE, r.slice_memory_used, r.slice_compute, spec).items():
+    slice_mem, slice_compute = recorded(spec, r.slice_memory_used), recorded(spec, r.slice_compute)
+    for cls, expr in _bottleneck(_ON_SLICE, slice_mem, slice_compute, spec).items():
         out.append(RecordingRule(r.slice_bottleneck, expr, MappingProxyType({"bottleneck": cls})))
     out += [
-        RecordingRule(r.node_devices, f"count by (node) (count by (node, uuid) ({c.UP}))"),
         RecordingRule(
-            r.instance_node, f"count by (instance, node) (count by (instance, node, uuid) ({c.UP}))"
+            r.node_devices, f"count by ({CLUSTER}, node) (count by ({CLUSTER}, node, uuid) ({s(c.UP)}))"
+        ),
+        RecordingRule(
+            r.instance_node,
+            f"count by ({CLUSTER}, instance, node) (count by ({CLUSTER}, instance, node, uuid) ({s(c.UP)}))",
         ),
         RecordingRule(
             r.ecc_uncorrected,
-            f'sum by ({DEVICE_ID}) (increase({c.ECC_ERRORS}{{type="uncorrected"}}[{spec.rec("ecc_status_window")}]))\n'
-            f"or {_ON_DEV}\n  (-1 * group by ({DEVICE_ID}) ({c.UP}))\n",
+            f"sum by ({DEVICE_ID}) (increase({uncorrected}[{spec.rec('ecc_status_window')}]))\n"
+            f"or {_ON_DEV}\n  (-1 * group by ({DEVICE_ID}) ({s(c.UP)}))\n",
         ),
     ]
-    out += [RecordingRule(name, expr) for name, expr in queue.recording_rules(spec, r.utilization_p95)]
-    return tuple(out)
+    out += [
+        RecordingRule(name, expr)
+        for name, expr in queue.recording_rules(spec, recorded(spec, r.utilization_p95))
+    ]
+    return tuple(out) + dashboard_rules(spec)
+
+
+def dashboard_rules(spec: Spec) -> tuple[RecordingRule, ...]:
+    """Per-pool and per-node aggregates the fleet dashboards draw (raw series stay on the device dashboard)."""
+    r, w = records(spec), spec.rec("dashboard_window")
+    node = f"{CLUSTER}, node"
+    p95 = recorded(spec, r.utilization_p95)
+
+    def increase(metric: str, by: str) -> str:
+        return f"sum by ({by}) (increase({series(spec, metric)}[{w}]))"
+
+    return (
+        RecordingRule(
+            r.pool_devices, f"count by ({_POOL}) (count by ({_POOL}, node, uuid) ({series(spec, c.UP)}))"
+        ),
+        RecordingRule(r.node_p95_avg, f"avg by ({node}) ({p95})"),
+        RecordingRule(r.node_p95_min, f"min by ({node}) ({p95})"),
+        RecordingRule(r.node_p95_max, f"max by ({node}) ({p95})"),
+        RecordingRule(r.node_temperature, f"max by ({node}, sensor) ({series(spec, c.TEMPERATURE)})"),
+        RecordingRule(r.node_throttled, f"sum by ({node}, reason) ({series(spec, c.CLOCK_THROTTLED)})"),
+        RecordingRule(
+            r.node_throttled_devices,
+            f"sum by ({node}) (max by ({node}, uuid) ({series(spec, c.CLOCK_THROTTLED, NOT_IDLE)}))",
+        ),
+        RecordingRule(r.node_ecc, increase(c.ECC_ERRORS, f"{node}, type")),
+        RecordingRule(r.node_faults, increase(c.FAULT_EVENTS, f"{node}, vendor, code")),
+        RecordingRule(r.node_pcie_replays, increase(c.PCIE_REPLAY, node)),
+        RecordingRule(r.node_link_errors, increase(c.LINK_ERRORS, node)),
+    )
 
 
 # ----------------------------------------------------------------------------------------- alert bodies
@@ -159,40 +260,42 @@ def recording_rules(spec: Spec) -> tuple[RecordingRule, ...]:
 Body = tuple[str, str, str]
 
 
-def _codes_expr(a: AlertSpec) -> str:
+def _codes_expr(a: AlertSpec, spec: Spec) -> str:
     codes: Mapping[str, Mapping[str, str]] = a.value("codes")
-    parts = [
-        f'increase({c.FAULT_EVENTS}{{vendor="{vendor}", code=~"(?i){"|".join(str(k) for k in table)}"}}[{a.value("window")}]) > 0'
-        for vendor, table in codes.items()
-    ]
+    parts = []
+    for vendor, table in codes.items():
+        matchers = f"{_eq('vendor', vendor)}, {_eq('code', '(?i)' + '|'.join(map(str, table)), '=~')}"
+        parts.append(f"increase({series(spec, c.FAULT_EVENTS, matchers)}[{a.value('window')}]) > 0")
     return "\nor\n".join(parts)
 
 
 def _with_node(expr: str, spec: Spec) -> str:
     """``expr`` (a series with an ``instance`` label) with the ``node`` that instance last reported."""
     node_of = (
-        f"topk by (instance) (1, last_over_time({records(spec).instance_node}[{spec.node_memory_lookback}]))"
+        f"topk by ({CLUSTER}, instance) (1, last_over_time("
+        f"{recorded(spec, records(spec).instance_node)}[{spec.node_memory_lookback}]))"
     )
-    return f"({expr})\n  * on (instance) group_left (node)\n    {node_of}\nor on (instance)\n  ({expr})\n"
+    on = f"on ({CLUSTER}, instance)"
+    return f"({expr})\n  * {on} group_left (node)\n    {node_of}\nor {on}\n  ({expr})\n"
 
 
-def _held_by(device_expr: str, allocated_selector: str) -> str:
+def _held_by(device_expr: str, allocated_selector: str, spec: Spec) -> str:
     """A per-device condition repeated for each holder in accelerator_allocated, keeping the value.
 
     The left side is reduced to one series per (node, uuid), so shared devices (several holders) give one
     alert per holder with the holder's namespace/pod/container/workload_kind/owner labels.
     """
     return (
-        f"max by (node, uuid) ({device_expr})\n"
+        f"max by ({CLUSTER}, node, uuid) ({device_expr})\n"
         f"  + {_ON_DEV} group_right\n"
-        f"    0 * ({c.ALLOCATED}{{{allocated_selector}}} == 1)\n"
+        f"    0 * ({series(spec, c.ALLOCATED, allocated_selector)} == 1)\n"
     )
 
 
 def ecc_uncorrectable(a: AlertSpec, spec: Spec) -> Body:
     w = a.value("window")
     return (
-        f'increase({c.ECC_ERRORS}{{type="uncorrected"}}[{w}]) > 0',
+        f"increase({series(spec, c.ECC_ERRORS, UNCORRECTED)}[{w}]) > 0",
         "Uncorrectable ECC errors on {{ $labels.node }} device {{ $labels.device }}",
         f"{_COUNT} new uncorrectable ECC errors in the last {w} on {_DEV}.",
     )
@@ -201,7 +304,7 @@ def ecc_uncorrectable(a: AlertSpec, spec: Spec) -> Body:
 def ecc_correctable_storm(a: AlertSpec, spec: Spec) -> Body:
     w, t = a.value("window"), a.value("threshold")
     return (
-        f'increase({c.ECC_ERRORS}{{type="corrected"}}[{w}]) > {t}',
+        f"increase({series(spec, c.ECC_ERRORS, CORRECTED)}[{w}]) > {t}",
         "Storm of corrected ECC errors on {{ $labels.node }} device {{ $labels.device }}",
         f"{_COUNT} corrected ECC errors in the last {w} (threshold {t}) on {_DEV}.",
     )
@@ -210,10 +313,13 @@ def ecc_correctable_storm(a: AlertSpec, spec: Spec) -> Body:
 def temperature_high(a: AlertSpec, spec: Spec) -> Body:
     t, h = a.value("core_celsius"), a.value("hotspot_celsius")
     value = '{{ $value | printf "%.0f" }}'
+    core, hotspot = (
+        series(spec, c.TEMPERATURE, _eq("sensor", "core")),
+        series(spec, c.TEMPERATURE, _eq("sensor", "hotspot")),
+    )
     return (
         # A device without a core sensor is judged by its hotspot, so it never looks cool by absence.
-        f'{c.TEMPERATURE}{{sensor="core"}} >= {t}\nor\n({c.TEMPERATURE}{{sensor="hotspot"}} >= {h}'
-        f' unless on (node, uuid) {c.TEMPERATURE}{{sensor="core"}})',
+        f"{core} >= {t}\nor\n({hotspot} >= {h} unless {_ON_DEV} {core})",
         "Hot accelerator on {{ $labels.node }} device {{ $labels.device }}",
         f'{{{{ if eq $labels.sensor "hotspot" }}}}Hotspot temperature {value} °C (threshold {h} °C for {a.for_};'
         f" the device reports no core temperature){{{{ else }}}}Core temperature {value} °C (threshold {t} °C"
@@ -224,7 +330,8 @@ def temperature_high(a: AlertSpec, spec: Spec) -> Body:
 def temperature_critical(a: AlertSpec, spec: Spec) -> Body:
     core, mem = a.value("core_celsius"), a.value("memory_celsius")
     return (
-        f'{c.TEMPERATURE}{{sensor="core"}} >= {core}\nor\n{c.TEMPERATURE}{{sensor="memory"}} >= {mem}',
+        f"{series(spec, c.TEMPERATURE, _eq('sensor', 'core'))} >= {core}\nor\n"
+        f"{series(spec, c.TEMPERATURE, _eq('sensor', 'memory'))} >= {mem}",
         "Critical temperature on {{ $labels.node }} device {{ $labels.device }}",
         f'{{{{ $labels.sensor }}}} temperature {{{{ $value | printf "%.0f" }}}} °C (limits: core {core} °C, memory {mem} °C) on {_DEV}.',
     )
@@ -232,7 +339,7 @@ def temperature_critical(a: AlertSpec, spec: Spec) -> Body:
 
 def fault_critical(a: AlertSpec, spec: Spec) -> Body:
     return (
-        _codes_expr(a),
+        _codes_expr(a, spec),
         "Hardware fault {{ $labels.code }} on {{ $labels.node }} device {{ $labels.device }}",
         f"{_COUNT} driver fault events with hardware-class code {{{{ $labels.code }}}} in the last {a.value('window')} on {_DEV}.",
     )
@@ -240,7 +347,7 @@ def fault_critical(a: AlertSpec, spec: Spec) -> Body:
 
 def fault_application(a: AlertSpec, spec: Spec) -> Body:
     return (
-        _codes_expr(a),
+        _codes_expr(a, spec),
         "Application fault {{ $labels.code }} on {{ $labels.node }} device {{ $labels.device }}",
         f"{_COUNT} application-class driver faults (code {{{{ $labels.code }}}}) in the last {a.value('window')} on {_DEV}; the device is healthy, the job crashed.",
     )
@@ -248,7 +355,7 @@ def fault_application(a: AlertSpec, spec: Spec) -> Body:
 
 def lost(a: AlertSpec, spec: Spec) -> Body:
     return (
-        f"{c.UP} == 0",
+        f"{series(spec, c.UP)} == 0",
         "Accelerator lost on {{ $labels.node }} device {{ $labels.device }}",
         f"{_DEV} is known but has not answered for {a.for_} (accelerator_up = {{{{ $value }}}}).",
     )
@@ -256,7 +363,7 @@ def lost(a: AlertSpec, spec: Spec) -> Body:
 
 def health_failed(a: AlertSpec, spec: Spec) -> Body:
     return (
-        f"{c.HEALTH} == 0",
+        f"{series(spec, c.HEALTH)} == 0",
         "Health check failing on {{ $labels.node }} device {{ $labels.device }}",
         f"The vendor health check of subsystem {{{{ $labels.subsystem }}}} reports {{{{ $value }}}} (1 = healthy) for {a.for_} on {_DEV}.",
     )
@@ -264,7 +371,7 @@ def health_failed(a: AlertSpec, spec: Spec) -> Body:
 
 def row_remap_failed(a: AlertSpec, spec: Spec) -> Body:
     return (
-        f"{c.REMAP_FAILED} == 1",
+        f"{series(spec, c.REMAP_FAILED)} == 1",
         "Row remapping failed on {{ $labels.node }} device {{ $labels.device }}",
         f"Memory row remapping failed (flag = {{{{ $value }}}}) on {_DEV}; reset or replace the device.",
     )
@@ -272,7 +379,7 @@ def row_remap_failed(a: AlertSpec, spec: Spec) -> Body:
 
 def row_remap_pending(a: AlertSpec, spec: Spec) -> Body:
     return (
-        f"{c.REMAP_PENDING} == 1",
+        f"{series(spec, c.REMAP_PENDING)} == 1",
         "Row remap pending a reset on {{ $labels.node }} device {{ $labels.device }}",
         f"A memory row remap has waited {a.for_} for a GPU reset (flag = {{{{ $value }}}}) on {_DEV}.",
     )
@@ -281,7 +388,7 @@ def row_remap_pending(a: AlertSpec, spec: Spec) -> Body:
 def pcie_replay_storm(a: AlertSpec, spec: Spec) -> Body:
     w, t = a.value("window"), a.value("threshold")
     return (
-        f"increase({c.PCIE_REPLAY}[{w}]) > {t}",
+        f"increase({series(spec, c.PCIE_REPLAY)}[{w}]) > {t}",
         "PCIe replay storm on {{ $labels.node }} device {{ $labels.device }}",
         f"{_COUNT} PCIe replays in the last {w} (threshold {t}) on {_DEV}.",
     )
@@ -290,7 +397,7 @@ def pcie_replay_storm(a: AlertSpec, spec: Spec) -> Body:
 def link_errors(a: AlertSpec, spec: Spec) -> Body:
     w, t = a.value("window"), a.value("threshold")
     return (
-        f"sum without (link, type) (increase({c.LINK_ERRORS}[{w}])) > {t}",
+        f"sum without (link, type) (increase({series(spec, c.LINK_ERRORS)}[{w}])) > {t}",
         "Interconnect link errors on {{ $labels.node }} device {{ $labels.device }}",
         f"{_COUNT} link errors (CRC, replay, recovery) in the last {w} on {_DEV}.",
     )
@@ -299,7 +406,7 @@ def link_errors(a: AlertSpec, spec: Spec) -> Body:
 def thermal_throttling(a: AlertSpec, spec: Spec) -> Body:
     reasons = "|".join(a.value("reasons"))
     return (
-        f'max without (reason) ({c.CLOCK_THROTTLED}{{reason=~"{reasons}"}}) == 1',
+        f"max without (reason) ({series(spec, c.CLOCK_THROTTLED, _eq('reason', reasons, '=~'))}) == 1",
         "Thermal throttling on {{ $labels.node }} device {{ $labels.device }}",
         f"Clocks slowed down for heat ({reasons}) for {a.for_} (flag = {{{{ $value }}}}) on {_DEV}.",
     )
@@ -315,20 +422,35 @@ def telemetry_missing(a: AlertSpec, spec: Spec) -> Body:
                 f"alerts.{a.name}.metrics: {const!r} is not a metric constant of exporter/catalog.py"
             )
         parts.append(
-            f"label_replace(\n  count by ({DEVICE_ID}) (max_over_time({name}[{lb}]))\n"
-            f'    unless {_ON_DEV} {name},\n  "metric", "{name}", "", ""\n)'
+            f"label_replace(\n  count by ({DEVICE_ID}) (max_over_time({series(spec, name)}[{lb}]))\n"
+            f'    unless {_ON_DEV} {series(spec, name)},\n  "metric", "{name}", "", ""\n)'
         )
     return (
-        "(\n" + "\nor\n".join(parts) + f"\n)\nand {_ON_DEV} ({c.UP} == 1)",
+        "(\n" + "\nor\n".join(parts) + f"\n)\nand {_ON_DEV} ({series(spec, c.UP)} == 1)",
         "{{ $labels.metric }} missing on {{ $labels.node }} device {{ $labels.device }}",
         f"{_DEV} answers but stopped reporting {{{{ $labels.metric }}}} ({{{{ $value }}}} series seen in the last {lb}, none now).",
     )
 
 
 def missing(a: AlertSpec, spec: Spec) -> Body:
-    n, lb = records(spec).node_devices, spec.node_memory_lookback
+    """Devices gone from a node, but not nodes gone on purpose.
+
+    Fires (value: devices missing) while the node still reports fewer devices than its most in the lookback
+    (a card fell off the bus or lost its driver). A node that reports nothing at all any more fires only
+    while kube-state-metrics says Kubernetes still has it (``kube_node_info``), so a node that was removed or
+    scaled down is silent. A node cordoned on purpose (``kube_node_spec_unschedulable == 1``, what drain
+    sets) is silent either way. Without kube-state-metrics (no ``kube_node_info`` in the node's cluster) a
+    node that stopped reporting entirely is left to XpuwatchExporterDown (its target is still scraped) or to
+    node-level alerts, and only the partial loss fires.
+    """
+    n, lb = recorded(spec, records(spec).node_devices), spec.node_memory_lookback
+    ksm = _matchers(spec.kube_state_metrics_selector, spec.cluster_selector)
+    on_node = f"on ({CLUSTER}, node)"
     return (
-        f"max_over_time({n}[{lb}]) - ({n} or 0 * max_over_time({n}[{lb}])) > 0",
+        f"(\n  max_over_time({n}[{lb}]) - {n} > 0\n"
+        f"  or\n  (max_over_time({n}[{lb}]) unless {on_node} {n})\n"
+        f"    and {on_node} kube_node_info{{{ksm}}}\n)\n"
+        f"unless {on_node}\n  kube_node_spec_unschedulable{{{ksm}}} == 1",
         "Accelerators missing on {{ $labels.node }}",
         f"{{{{ $labels.node }}}} reports {_COUNT} fewer devices than the most it had in the last {lb}.",
     )
@@ -336,7 +458,7 @@ def missing(a: AlertSpec, spec: Spec) -> Body:
 
 def exporter_down(a: AlertSpec, spec: Spec) -> Body:
     return (
-        _with_node(f"up{{{spec.exporter_job_selector}}} == 0", spec),
+        _with_node(f"{series(spec, 'up')} == 0", spec),
         "xpuwatch exporter {{ $labels.instance }} down",
         f"Scrapes of {{{{ $labels.instance }}}} (node {{{{ $labels.node }}}}) have failed for {a.for_} (up = {{{{ $value }}}}); its device alerts are blind.",
     )
@@ -344,7 +466,7 @@ def exporter_down(a: AlertSpec, spec: Spec) -> Body:
 
 def backend_down(a: AlertSpec, spec: Spec) -> Body:
     return (
-        _with_node(f"{c.BACKEND_UP} == 0", spec),
+        _with_node(f"{series(spec, c.BACKEND_UP)} == 0", spec),
         "xpuwatch backend {{ $labels.backend }} failing on {{ $labels.instance }}",
         f"Backend {{{{ $labels.backend }}}} of {{{{ $labels.instance }}}} (node {{{{ $labels.node }}}}) has failed its polls for {a.for_} (xpuwatch_backend_up = {{{{ $value }}}}).",
     )
@@ -353,7 +475,7 @@ def backend_down(a: AlertSpec, spec: Spec) -> Body:
 def low_utilization(a: AlertSpec, spec: Spec) -> Body:
     t, p95 = a.value("threshold"), records(spec).utilization_p95
     return (
-        _held_by(f"{p95} < {t}", a.value("workload_selector")),
+        _held_by(f"{recorded(spec, p95)} < {t}", a.value("workload_selector"), spec),
         "Allocated accelerator barely used on {{ $labels.node }} device {{ $labels.device }}",
         f"{spec.rec('p95_window')} P95 utilization {_PCT} (threshold {_pct(t)}) on {_DEV}, held by {_HOLDER}.",
     )
@@ -362,7 +484,7 @@ def low_utilization(a: AlertSpec, spec: Spec) -> Body:
 def low_sm_occupancy(a: AlertSpec, spec: Spec) -> Body:
     t, busy = a.value("threshold"), a.value("busy_utilization")
     return (
-        f"{c.SM_OCCUPANCY} < {t}\nand {_ON_DEV}\n{c.UTILIZATION} >= {busy}",
+        f"{series(spec, c.SM_OCCUPANCY)} < {t}\nand {_ON_DEV}\n{series(spec, c.UTILIZATION)} >= {busy}",
         "Busy accelerator with low SM occupancy on {{ $labels.node }} device {{ $labels.device }}",
         f"SM occupancy {_PCT} (threshold {_pct(t)}) while utilization is at least {_pct(busy)} on {_DEV}; check batching.",
     )
@@ -371,7 +493,7 @@ def low_sm_occupancy(a: AlertSpec, spec: Spec) -> Body:
 def memory_near_full(a: AlertSpec, spec: Spec) -> Body:
     t = a.value("threshold")
     return (
-        f"{records(spec).memory_used} > {t}",
+        f"{recorded(spec, records(spec).memory_used)} > {t}",
         "Accelerator memory nearly full on {{ $labels.node }} device {{ $labels.device }}",
         f"Device memory {_PCT} used (threshold {_pct(t)}) on {_DEV}.",
     )
@@ -380,7 +502,11 @@ def memory_near_full(a: AlertSpec, spec: Spec) -> Body:
 def power_starved(a: AlertSpec, spec: Spec) -> Body:
     t = a.value("threshold")
     return (
-        _held_by(f"{c.POWER} / ({c.POWER_LIMIT} > 0) < {t}", a.value("workload_selector")),
+        _held_by(
+            f"{series(spec, c.POWER)} / ({series(spec, c.POWER_LIMIT)} > 0) < {t}",
+            a.value("workload_selector"),
+            spec,
+        ),
         "Allocated accelerator starved of work on {{ $labels.node }} device {{ $labels.device }}",
         f"Power draw {_PCT} of the power limit (threshold {_pct(t)}) for {a.for_} on {_DEV}, held by {_HOLDER}.",
     )
@@ -390,18 +516,20 @@ def idle_notebook(a: AlertSpec, spec: Spec) -> Body:
     """Slice-level first (a notebook on a MIG/vGPU slice: the slice series carry the holder's pod labels and
     a MIG parent has no device utilization), then device-level for notebooks holding whole devices."""
     u, mem = a.value("utilization_max"), a.value("memory_min_bytes")
-    holder = "node, uuid, namespace, pod, container"
-    notebook = f'0 * ({c.ALLOCATED}{{workload_kind="notebook"}} == 1)'
+    holder = f"{CLUSTER}, node, uuid, namespace, pod, container"
+    notebook = f"0 * ({series(spec, c.ALLOCATED, NOTEBOOK)} == 1)"
     on_slice_holder = (
         f"max by ({holder}) (\n"
-        f"  ({records(spec).slice_compute} <= {u})\n"
-        f"  and {_ON_SLICE} ({c.SLICE_MEMORY_USED} >= {mem})\n"
+        f"  ({recorded(spec, records(spec).slice_compute)} <= {u})\n"
+        f"  and {_ON_SLICE} ({series(spec, c.SLICE_MEMORY_USED)} >= {mem})\n"
         f")\n  + on ({holder}) group_right\n    {notebook}\n"
     )
     return (
         f"(\n{on_slice_holder})\nor on ({holder})\n(\n"
         + _held_by(
-            f"({c.UTILIZATION} <= {u}) and {_ON_DEV} ({c.MEMORY_USED} >= {mem})", 'workload_kind="notebook"'
+            f"({series(spec, c.UTILIZATION)} <= {u}) and {_ON_DEV} ({series(spec, c.MEMORY_USED)} >= {mem})",
+            NOTEBOOK,
+            spec,
         )
         + ")",
         "Idle notebook {{ $labels.namespace }}/{{ $labels.pod }} holds an accelerator",
@@ -413,10 +541,10 @@ def container_memory_hog(a: AlertSpec, spec: Spec) -> Body:
     """One container's share of a shared card's memory, from the per-process lists mapped to containers.
     Processes of no named container (``container=""``) are neither a tenant nor counted as one."""
     share, tenants = a.value("share"), a.value("tenants_min")
-    held = f'{c.CONTAINER_MEMORY_USED}{{container!=""}}'
+    held = series(spec, c.CONTAINER_MEMORY_USED, 'container!=""')
     return (
-        f"(\n  {held}\n  / {_ON_DEV} group_left\n  max by (node, uuid) ({c.MEMORY_TOTAL} > 0)\n) > {share}\n"
-        f"and {_ON_DEV}\ncount by (node, uuid) ({held} > 0) >= {tenants}",
+        f"(\n  {held}\n  / {_ON_DEV} group_left\n  max by ({CLUSTER}, node, uuid) ({series(spec, c.MEMORY_TOTAL)} > 0)\n) > {share}\n"
+        f"and {_ON_DEV}\ncount by ({CLUSTER}, node, uuid) ({held} > 0) >= {tenants}",
         "Container {{ $labels.namespace }}/{{ $labels.pod }}/{{ $labels.container }} holds most of a shared card",
         f"Container {_HOLDER}/{{{{ $labels.container }}}} holds {_PCT} of the memory of shared {_DEV} "
         f"(threshold {_pct(share)}, at least {tenants} containers on it) for {a.for_}; the others are about to OOM.",
@@ -427,7 +555,8 @@ def slice_memory_bound(a: AlertSpec, spec: Spec) -> Body:
     r = records(spec)
     mh, cl = spec.rec("bottleneck_memory_high"), spec.rec("bottleneck_compute_low")
     return (
-        f'{r.slice_memory_used}\nand {_ON_SLICE}\n{r.slice_bottleneck}{{bottleneck="memory"}}',
+        f"{recorded(spec, r.slice_memory_used)}\nand {_ON_SLICE}\n"
+        f"{recorded(spec, r.slice_bottleneck, _eq('bottleneck', 'memory'))}",
         "Slice {{ $labels.slice_id }} short of memory on {{ $labels.node }}",
         f"Memory {_PCT} of the {_SLICE} is used (above {_pct(mh)}) while compute is below {_pct(cl)}; give the slice more memory.",
     )
@@ -437,7 +566,8 @@ def slice_compute_bound(a: AlertSpec, spec: Spec) -> Body:
     r = records(spec)
     ch, ml = spec.rec("bottleneck_compute_high"), spec.rec("bottleneck_memory_low")
     return (
-        f'{r.slice_compute}\nand {_ON_SLICE}\n{r.slice_bottleneck}{{bottleneck="compute"}}',
+        f"{recorded(spec, r.slice_compute)}\nand {_ON_SLICE}\n"
+        f"{recorded(spec, r.slice_bottleneck, _eq('bottleneck', 'compute'))}",
         "Slice {{ $labels.slice_id }} short of compute on {{ $labels.node }}",
         f"Compute {_PCT} busy (above {_pct(ch)}) in the {_SLICE} while memory is below {_pct(ml)}; give the slice more compute or run fewer tasks in it.",
     )
@@ -446,7 +576,7 @@ def slice_compute_bound(a: AlertSpec, spec: Spec) -> Body:
 def pool_underused(a: AlertSpec, spec: Spec) -> Body:
     w, t = a.value("window"), a.value("threshold")
     return (
-        f"avg_over_time({records(spec).pool_utilization}[{w}]) < {t}",
+        f"avg_over_time({recorded(spec, records(spec).pool_utilization)}[{w}]) < {t}",
         "{{ $labels.vendor }} {{ $labels.model }} pool underused",
         f"The {{{{ $labels.model }}}} pool averaged {_PCT} utilization over {w}, below the {_pct(t)} floor of the healthy band, for {a.for_}.",
     )
@@ -456,7 +586,8 @@ def pool_saturated(a: AlertSpec, spec: Spec) -> Body:
     w, t, alloc = a.value("window"), a.value("threshold"), a.value("allocated_min")
     r = records(spec)
     return (
-        f"avg_over_time({r.pool_utilization}[{w}]) > {t}\nand on (vendor, model)\n{r.pool_allocated} >= {alloc}",
+        f"avg_over_time({recorded(spec, r.pool_utilization)}[{w}]) > {t}\nand on ({_POOL})\n"
+        f"{recorded(spec, r.pool_allocated)} >= {alloc}",
         "{{ $labels.vendor }} {{ $labels.model }} pool saturated",
         f"The {{{{ $labels.model }}}} pool averaged {_PCT} utilization over {w} (above {_pct(t)}) with at least {_pct(alloc)} of its devices allocated; tasks will queue.",
     )
@@ -505,11 +636,12 @@ def alerting_rule(a: AlertSpec, spec: Spec) -> AlertingRule:
     """One alert: its body plus the category/severity/action labels and the runbook link."""
     _, body = ALERTS[a.name]
     expr, summary, description = body(a, spec)
+    labels = {**spec.alert_labels, "category": a.category, "severity": a.severity, "action": a.action}
     return AlertingRule(
         alert=a.name,
         expr=expr.strip("\n"),
         for_=a.for_,
-        labels=MappingProxyType({"category": a.category, "severity": a.severity, "action": a.action}),
+        labels=MappingProxyType(labels),
         annotations=MappingProxyType(
             {
                 "summary": summary,
@@ -521,7 +653,7 @@ def alerting_rule(a: AlertSpec, spec: Spec) -> AlertingRule:
 
 
 def build_groups(spec: Spec) -> tuple[RuleGroup, ...]:
-    """Recording, hardware and performance groups, alerts in spec order. Raises RuleBuildError on a
+    """Recording, hardware and performance groups, alerts in spec order (less ``disabled_alerts``). Raises RuleBuildError on a
     mismatch between spec and builder, or when a spec category contradicts the builder's group."""
     names = {a.name for a in spec.alerts}
     if names != set(ALERTS):
@@ -534,7 +666,8 @@ def build_groups(spec: Spec) -> tuple[RuleGroup, ...]:
         group = ALERTS[a.name][0]
         if group != f"xpuwatch.{a.category}":
             raise RuleBuildError(f"{a.name}: category {a.category} but built in group {group}")
-        by_group[group].append(alerting_rule(a, spec))
+        if a.name not in spec.disabled_alerts:
+            by_group[group].append(alerting_rule(a, spec))
     return (
         RuleGroup(GROUP_RECORDING, tuple(recording_rules(spec))),
         RuleGroup(GROUP_HARDWARE, tuple(by_group[GROUP_HARDWARE])),

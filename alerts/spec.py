@@ -4,6 +4,11 @@ Every value in the YAML is written ``{value: ..., reason: "..."}``; a value with
 the file keeps saying why each number is what it is. Parsing is strict (unknown labels, bad durations and
 missing reasons raise :class:`SpecError` naming the path), and pure: :func:`parse_spec` takes the decoded
 YAML, :func:`load_spec` reads a file.
+
+A user spec is an overlay (the kubernetes-mixin habit of a small config on top of the defaults): any subset
+of the default keys, e.g. one threshold, one ``for``, the job selector, ``alert_labels`` or
+``disabled_alerts``. :func:`overlay` merges it onto the decoded defaults (a key the defaults lack is a
+SpecError naming it) and :func:`load_user_spec` reads, merges and parses.
 """
 
 from __future__ import annotations
@@ -92,8 +97,16 @@ class Inhibition:
 
 @dataclass(frozen=True)
 class Spec:
+    """The parsed spec. ``exporter_job_selector`` and ``cluster_selector`` are label matchers (``cluster`` may be
+    empty: no matcher) added to every exporter series the rules read; ``alert_labels`` are added to every
+    alert; ``disabled_alerts`` are left out of the generated rules."""
+
     runbook_base_url: str
     exporter_job_selector: str
+    cluster_selector: str
+    kube_state_metrics_selector: str
+    alert_labels: Mapping[str, str]
+    disabled_alerts: tuple[str, ...]
     node_memory_lookback: str
     prometheusrule_name: str
     prometheusrule_labels: Mapping[str, str]
@@ -137,13 +150,59 @@ class Spec:
         return dataclasses.replace(self, alerts=tuple(alerts))
 
 
-def load_spec(path: Path = DEFAULT_SPEC_PATH) -> Spec:
-    """Read and parse a spec file. Raises SpecError (bad content) or OSError (unreadable)."""
+def _read(path: Path) -> Any:
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        return yaml.safe_load(path.read_text(encoding="utf-8"))
     except yaml.YAMLError as exc:
         raise SpecError(f"{path}: not valid YAML: {exc}") from exc
-    return parse_spec(data)
+
+
+def load_spec(path: Path = DEFAULT_SPEC_PATH) -> Spec:
+    """Read and parse a complete spec file. Raises SpecError (bad content) or OSError (unreadable)."""
+    return parse_spec(_read(path))
+
+
+def load_user_spec(path: Path, defaults: Path = DEFAULT_SPEC_PATH) -> Spec:
+    """A user spec (any subset of the default keys) laid over the defaults, parsed. A complete spec is an
+    overlay that replaces every value. Raises SpecError naming the first bad key, or OSError."""
+    user = _read(path)
+    if user is None:  # an empty file changes nothing
+        user = {}
+    return parse_spec(overlay(_read(defaults), user, source=path.name))
+
+
+def _is_param(node: Any) -> bool:
+    return isinstance(node, dict) and set(node) == {"value", "reason"}
+
+
+def overlay(defaults: Any, user: Any, source: str = "user spec", path: str = "") -> Any:
+    """``defaults`` (decoded spec YAML) with ``user``'s values laid over it; neither is modified.
+
+    Where the defaults hold a ``{value, reason}`` entry the user gives ``{value: X}``, ``{value: X, reason:
+    R}`` or just ``X``; the value is replaced whole (a mapping value such as ``alert_labels`` or ``codes`` is
+    not merged key by key), and without a reason it reads "set by <source>". Elsewhere mappings merge key by
+    key. A key the defaults lack raises SpecError naming its path and the keys that exist there.
+    """
+    where = path or "spec"
+    if _is_param(defaults):
+        if isinstance(user, dict) and "value" in user and set(user) <= {"value", "reason"}:
+            return {"value": user["value"], "reason": user.get("reason", f"set by {source}")}
+        if isinstance(user, dict) and "reason" in user:
+            raise SpecError(f"{where}: expected {{value: ..., reason: ...}}, got {user!r}")
+        return {"value": user, "reason": f"set by {source}"}
+    if not isinstance(defaults, dict):  # pragma: no cover - the default spec is mappings down to params
+        return user
+    if not isinstance(user, dict):
+        raise SpecError(f"{where}: expected a mapping, got {type(user).__name__}")
+    out = dict(defaults)
+    for key, node in user.items():
+        sub = f"{path}.{key}" if path else str(key)
+        if key not in defaults:
+            raise SpecError(
+                f"{sub}: not a key of the default spec (known here: {', '.join(map(str, defaults))})"
+            )
+        out[key] = overlay(defaults[key], node, source, sub)
+    return out
 
 
 def _param(node: Any, path: str) -> Param:
@@ -191,6 +250,36 @@ def _number(value: Any, path: str) -> float:
     return value
 
 
+# One PromQL label matcher: name, operator, double-quoted value (backslash escapes allowed).
+_MATCHER = r'\s*[A-Za-z_][A-Za-z0-9_]*\s*(=~|!~|!=|=)\s*"(?:[^"\\]|\\.)*"\s*'
+_MATCHERS = re.compile(rf"^{_MATCHER}(,{_MATCHER})*$")
+
+
+def _selector(value: Any, path: str, empty_ok: bool = False) -> str:
+    """A comma-separated list of label matchers (``job=~"a|b", cluster="x"``), as written inside braces."""
+    if empty_ok and value == "":
+        return ""
+    if not isinstance(value, str) or not _MATCHERS.match(value):
+        raise SpecError(f'{path}: {value!r} is not a list of label matchers like job="xpuwatch"')
+    return value.strip()
+
+
+_LABEL_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_RULE_LABELS = ("category", "severity", "action")
+
+
+def _alert_labels(value: Any, path: str) -> dict[str, str]:
+    labels = _mapping(value, path)
+    for k, v in labels.items():
+        if not isinstance(k, str) or not _LABEL_NAME.match(k) or k.startswith("__"):
+            raise SpecError(f"{path}: {k!r} is not a label name")
+        if k in _RULE_LABELS:
+            raise SpecError(f"{path}.{k}: set per alert; alert_labels may not replace it")
+        if not isinstance(v, str | int | float) or isinstance(v, bool):
+            raise SpecError(f"{path}.{k}: {v!r} is not a label value")
+    return {k: str(v) for k, v in labels.items()}
+
+
 def _check_param(key: str, value: Any, path: str) -> None:
     """Type-check a parameter by its name, so a typo never reaches the generated PromQL."""
     if key in ("window", "lookback") or key.endswith("_window"):
@@ -218,8 +307,7 @@ def _check_param(key: str, value: Any, path: str) -> None:
         ):
             raise SpecError(f"{path}: expected a non-empty list of names")
     elif key.endswith("_selector"):
-        if not isinstance(value, str) or not value.strip():
-            raise SpecError(f"{path}: expected a label matcher string")
+        _selector(value, path)
     else:
         _number(value, path)
 
@@ -305,9 +393,26 @@ def parse_spec(data: Any) -> Spec:
             return _labels(_mapping(value, f"inhibition.{key}").get("equal"), f"inhibition.{key}.equal")
 
         pr_labels = _param(pr.get("labels"), "prometheusrule.labels").value
+        alerts = tuple(_alert(name, node) for name, node in alerts_node.items())
+        disabled = _param(top["disabled_alerts"], "disabled_alerts").value
+        if not isinstance(disabled, list) or not all(isinstance(d, str) for d in disabled):
+            raise SpecError("disabled_alerts: expected a list of alert names")
+        unknown = sorted(set(disabled) - {a.name for a in alerts})
+        if unknown:
+            raise SpecError(f"disabled_alerts: no alerts named {unknown}")
+
+        def top_selector(key: str, empty_ok: bool = False) -> str:
+            return _selector(_param(top[key], key).value, key, empty_ok)
+
         return Spec(
             runbook_base_url=str(_param(top["runbook_base_url"], "runbook_base_url").value).rstrip("/"),
-            exporter_job_selector=str(_param(top["exporter_job_selector"], "exporter_job_selector").value),
+            exporter_job_selector=top_selector("exporter_job_selector"),
+            cluster_selector=top_selector("cluster_selector", empty_ok=True),
+            kube_state_metrics_selector=top_selector("kube_state_metrics_selector"),
+            alert_labels=MappingProxyType(
+                _alert_labels(_param(top["alert_labels"], "alert_labels").value, "alert_labels")
+            ),
+            disabled_alerts=tuple(disabled),
             node_memory_lookback=_duration(
                 _param(top["node_memory_lookback"], "node_memory_lookback").value, "node_memory_lookback"
             ),
@@ -316,7 +421,7 @@ def parse_spec(data: Any) -> Spec:
                 {str(k): str(v) for k, v in _mapping(pr_labels, "prometheusrule.labels").items()}
             ),
             recording=MappingProxyType(recording),
-            alerts=tuple(_alert(name, node) for name, node in alerts_node.items()),
+            alerts=alerts,
             routing=_root_checked(
                 Routing(
                     root_receiver=_name(

@@ -11,7 +11,17 @@ from __future__ import annotations
 from dashboards.board import Board
 from dashboards.layout import Row
 from dashboards.panel import Panel, Query, Threshold
-from dashboards.sources import DEVICE_ID, FLEET, RECORDS, SLICE_ID, SPEC, selector
+from dashboards.sources import (
+    DEVICE_ID,
+    FLEET,
+    NODE_VARS,
+    ON_DEVICE,
+    POOL,
+    RECORDS,
+    SLICE_ID,
+    SPEC,
+    selector,
+)
 from exporter import catalog as c
 
 UID = "xpuwatch-fleet"
@@ -20,16 +30,15 @@ LOW = float(SPEC.alert("AcceleratorPoolUnderused").value("threshold"))
 HIGH = float(SPEC.alert("AcceleratorPoolSaturated").value("threshold"))
 LOW_P95 = float(SPEC.alert("AcceleratorLowUtilization").value("threshold"))
 BAND = (Threshold(None, "blue"), Threshold(LOW, "green"), Threshold(HIGH, "red"))
-POOL = ("vendor", "model")
+POOL_VARS = ("cluster", "vendor", "model")
 
-_up = selector(c.UP)
-_devices = f"count by (vendor, model) (count by (node, vendor, model, uuid) ({_up}))"
-_allocated_ratio = selector(RECORDS.pool_allocated, POOL)
+_devices = selector(RECORDS.pool_devices, POOL_VARS)
+_allocated_ratio = selector(RECORDS.pool_allocated, POOL_VARS)
 
 pool_utilization = Panel(
     "Pool utilization by vendor/model",
     "timeseries",
-    (Query(selector(RECORDS.pool_utilization, POOL), "{{vendor}} {{model}}"),),
+    (Query(selector(RECORDS.pool_utilization, POOL_VARS), "{{vendor}} {{model}}"),),
     f"Mean utilization of each pool (vendor, model). The green band is healthy ({LOW:.0%}-{HIGH:.0%}): "
     "below it cards were bought and not used, above it tasks queue (alerts AcceleratorPoolUnderused and "
     "AcceleratorPoolSaturated, same thresholds).",
@@ -44,7 +53,7 @@ pool_utilization = Panel(
 pool_now = Panel(
     "Pool utilization now",
     "bargauge",
-    (Query(selector(RECORDS.pool_utilization, POOL), "{{vendor}} {{model}}", instant=True),),
+    (Query(selector(RECORDS.pool_utilization, POOL_VARS), "{{vendor}} {{model}}", instant=True),),
     f"Current mean utilization per pool; blue below {LOW:.0%}, green in the band, red above {HIGH:.0%}.",
     unit="percentunit",
     width=8,
@@ -58,13 +67,13 @@ allocation = Panel(
     "bargauge",
     (
         Query(
-            f"{_allocated_ratio} * on (vendor, model) {_devices}",
-            "{{vendor}} {{model}} allocated",
+            f"{_allocated_ratio} * on ({POOL}) {_devices}",
+            "{{cluster}} {{vendor}} {{model}} allocated",
             instant=True,
         ),
         Query(
-            f"(1 - {_allocated_ratio}) * on (vendor, model) {_devices}",
-            "{{vendor}} {{model}} free",
+            f"(1 - {_allocated_ratio}) * on ({POOL}) {_devices}",
+            "{{cluster}} {{vendor}} {{model}} free",
             instant=True,
         ),
     ),
@@ -81,8 +90,8 @@ allocated_idle = Panel(
     "stat",
     (
         Query(
-            f"count by (vendor, model) (\n  {selector(RECORDS.utilization_p95)} < {LOW_P95}\n"
-            f"  and on (node, uuid) {selector(c.ALLOCATED, (*FLEET, 'namespace'))} == 1\n)",
+            f"count by ({POOL}) (\n  {selector(RECORDS.utilization_p95)} < {LOW_P95}\n"
+            f"  and {ON_DEVICE} {selector(c.ALLOCATED, (*FLEET, 'namespace'))} == 1\n)",
             "{{vendor}} {{model}}",
             instant=True,
         ),
@@ -98,10 +107,10 @@ p95_table = Panel(
     "1h P95 utilization per node",
     "table",
     (
-        Query(f"avg by (node) ({selector(RECORDS.utilization_p95)})", instant=True, table=True),
-        Query(f"min by (node) ({selector(RECORDS.utilization_p95)})", instant=True, table=True),
-        Query(f"max by (node) ({selector(RECORDS.utilization_p95)})", instant=True, table=True),
-        Query(selector(RECORDS.node_devices, ("node",)), instant=True, table=True),
+        Query(selector(RECORDS.node_p95_avg, NODE_VARS), instant=True, table=True),
+        Query(selector(RECORDS.node_p95_min, NODE_VARS), instant=True, table=True),
+        Query(selector(RECORDS.node_p95_max, NODE_VARS), instant=True, table=True),
+        Query(selector(RECORDS.node_devices, NODE_VARS), instant=True, table=True),
     ),
     "Per node: mean, lowest and highest of the devices' 95th-percentile utilization over the last hour "
     "(recording rule), and the number of devices the node reports.",
@@ -182,7 +191,7 @@ def _scatter(title: str, memory: str, compute: str, by: str, description: str) -
 device_scatter = _scatter(
     "Memory used vs SM activity (devices)",
     selector(RECORDS.memory_used),
-    f"{selector(c.SM_ACTIVE)}\n  or on (node, uuid)\n{selector(c.UTILIZATION)}",
+    f"{selector(c.SM_ACTIVE)}\n  or {ON_DEVICE}\n{selector(c.UTILIZATION)}",
     DEVICE_ID,
     "One point per device: x = SM activity (DCGM SM active; engine utilization where the vendor has no "
     "SM counter), y = memory used / capacity. Top-left: memory-bound (full memory, idle SMs); bottom-right: "

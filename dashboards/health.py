@@ -11,14 +11,14 @@ from __future__ import annotations
 from dashboards.board import Board
 from dashboards.layout import Row
 from dashboards.panel import Panel, Query, Threshold
-from dashboards.sources import AGGREGATED, DEVICE_ID, RECORDS, SPEC, selector
+from dashboards.sources import DEVICE_ID, NODE_VARS, RECORDS, SPEC, selector
 from exporter import catalog as c
 
 UID = "xpuwatch-health"
 
 HOT = float(SPEC.alert("AcceleratorTemperatureHigh").value("core_celsius"))
 CRITICAL = float(SPEC.alert("AcceleratorTemperatureCritical").value("core_celsius"))
-_NOT_IDLE = 'reason!="gpu_idle"'
+WINDOW = SPEC.rec("dashboard_window")
 _HIDE = {"id": "organize", "options": {"excludeByName": {"Time": True, "__name__": True}}}
 
 lost_count = Panel(
@@ -46,7 +46,7 @@ failing_count = Panel(
 ecc_devices = Panel(
     f"Devices with uncorrectable ECC in the last {SPEC.rec('ecc_status_window')}",
     "stat",
-    (Query(f"sum({selector(RECORDS.ecc_uncorrected, AGGREGATED)} > bool 0)", instant=True),),
+    (Query(f"sum({selector(RECORDS.ecc_uncorrected)} > bool 0)", instant=True),),
     "Devices whose uncorrected ECC counter rose within the recorded window.",
     width=6,
     height=4,
@@ -59,12 +59,12 @@ throttled_count = Panel(
     "stat",
     (
         Query(
-            f"sum(max by ({DEVICE_ID}) ({selector(c.CLOCK_THROTTLED, extra=_NOT_IDLE)}))",
+            f"sum({selector(RECORDS.node_throttled_devices, NODE_VARS)})",
             instant=True,
         ),
     ),
     "Devices with at least one active throttle reason other than gpu_idle (idle clocks are not a fault); "
-    "each device counts once however many reasons are active.",
+    "each device counts once however many reasons are active (recorded per node).",
     width=6,
     height=4,
     thresholds=(Threshold(None, "green"), Threshold(1, "orange")),
@@ -96,7 +96,7 @@ health = Panel(
     "bargauge",
     (
         Query(
-            f"avg by (vendor, subsystem) ({selector(c.HEALTH)})",
+            f"avg by (cluster, vendor, subsystem) ({selector(c.HEALTH)})",
             "{{vendor}} {{subsystem}}",
             instant=True,
         ),
@@ -113,9 +113,10 @@ health = Panel(
 ecc_status = Panel(
     f"Uncorrectable ECC errors, last {SPEC.rec('ecc_status_window')}",
     "table",
-    (Query(selector(RECORDS.ecc_uncorrected, AGGREGATED), instant=True, table=True),),
-    "Per device: uncorrected ECC errors within the window (recording rule); -1 where the device reports no "
-    "ECC counters (not 0: not reported is not healthy).",
+    (Query(f"{selector(RECORDS.ecc_uncorrected)} != 0", instant=True, table=True),),
+    "Devices with uncorrected ECC errors within the window (recording rule), and with -1 those that report no "
+    "ECC counters (not 0: not reported is not healthy); clean devices are left out so the table stays short "
+    "on a large fleet.",
     width=12,
     height=8,
     decimals=0,
@@ -129,11 +130,12 @@ ecc_rate = Panel(
     "timeseries",
     (
         Query(
-            f"sum by (node, device, type) (increase({selector(c.ECC_ERRORS)}[$__rate_interval]))",
-            "{{node}} {{device}} {{type}}",
+            selector(RECORDS.node_ecc, NODE_VARS),
+            "{{cluster}} {{node}} {{type}}",
         ),
     ),
-    "New ECC errors per interval by device and type (corrected, uncorrected).",
+    f"ECC errors in the last {WINDOW} per node and type (corrected, uncorrected), recorded per node; the "
+    "device dashboard shows each card.",
     width=12,
     height=8,
     min=0,
@@ -162,11 +164,11 @@ faults_rate = Panel(
     "timeseries",
     (
         Query(
-            f"sum by (vendor, code) (increase({selector(c.FAULT_EVENTS)}[$__rate_interval]))",
+            f"sum by (vendor, code) ({selector(RECORDS.node_faults, NODE_VARS)})",
             "{{vendor}} {{code}}",
         ),
     ),
-    "Driver fault events per interval by vendor and code, summed over devices.",
+    f"Driver fault events in the last {WINDOW} by vendor and code, summed over devices (recorded per node).",
     width=12,
     height=8,
     min=0,
@@ -177,11 +179,11 @@ temperature = Panel(
     "timeseries",
     (
         Query(
-            f"max by (node, device, sensor) ({selector(c.TEMPERATURE)})",
-            "{{node}} {{device}} {{sensor}}",
+            selector(RECORDS.node_temperature, NODE_VARS),
+            "{{cluster}} {{node}} {{sensor}}",
         ),
     ),
-    f"Temperature by device and sensor. Lines: {HOT:.0f} °C (AcceleratorTemperatureHigh) and "
+    f"Hottest device per node and sensor (recorded per node; the device dashboard shows each card). Lines: {HOT:.0f} °C (AcceleratorTemperatureHigh) and "
     f"{CRITICAL:.0f} °C (AcceleratorTemperatureCritical, core sensor).",
     unit="celsius",
     thresholds=(Threshold(None, "green"), Threshold(HOT, "orange"), Threshold(CRITICAL, "red")),
@@ -193,7 +195,7 @@ throttle = Panel(
     "timeseries",
     (
         Query(
-            f"sum by (reason) ({selector(c.CLOCK_THROTTLED)})",
+            f"sum by (reason) ({selector(RECORDS.node_throttled, NODE_VARS)})",
             "{{reason}}",
         ),
     ),
@@ -235,15 +237,16 @@ links = Panel(
     "timeseries",
     (
         Query(
-            f"sum by (node, device) (increase({selector(c.PCIE_REPLAY)}[$__rate_interval]))",
-            "{{node}} {{device}} PCIe replays",
+            selector(RECORDS.node_pcie_replays, NODE_VARS),
+            "{{cluster}} {{node}} PCIe replays",
         ),
         Query(
-            f"sum by (node, device) (increase({selector(c.LINK_ERRORS)}[$__rate_interval]))",
-            "{{node}} {{device}} link errors",
+            selector(RECORDS.node_link_errors, NODE_VARS),
+            "{{cluster}} {{node}} link errors",
         ),
     ),
-    "PCIe replays and interconnect (NVLink) errors per interval by device.",
+    f"PCIe replays and interconnect (NVLink) errors in the last {WINDOW} per node (recorded per node; the "
+    "device dashboard shows each card and link).",
     width=12,
     height=8,
     min=0,

@@ -95,9 +95,9 @@ FOREIGN: tuple[ForeignMetric, ...] = (
 # missing label: single-cluster installs need no `cluster` label).
 FLEET = ("cluster", "node", "vendor", "model")
 CLUSTER = ("cluster",)
-# Recording rules that aggregate with `by (node, vendor, model, ...)` (node:accelerator_up:count, the ECC
-# summary) drop the cluster label, so they are filtered without it.
-AGGREGATED = ("node", "vendor", "model")
+# Joins and aggregations carry the cluster label (node names and namespaces repeat across clusters); the
+# recording rules keep it too (alerts/rules.py aggregates `by (cluster, ...)`).
+ON_DEVICE = "on (cluster, node, uuid)"
 
 
 def selector(metric: str | ForeignMetric, variables: tuple[str, ...] = FLEET, extra: str = "") -> str:
@@ -122,5 +122,9 @@ def any_of(*metrics: str) -> str:
     return "|".join(metrics)
 
 
-DEVICE_ID = "node, vendor, model, device, uuid"
-SLICE_ID = "node, vendor, model, device, uuid, slice_id, profile, slice_kind"
+DEVICE_ID = "cluster, node, vendor, model, device, uuid"
+SLICE_ID = "cluster, node, vendor, model, device, uuid, slice_id, profile, slice_kind"
+POOL = "cluster, vendor, model"
+# Variables that apply to series pre-aggregated per node (recording rules `node:...`): vendor and model are
+# aggregated away there.
+NODE_VARS = ("cluster", "node")

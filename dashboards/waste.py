@@ -15,7 +15,7 @@ from alerts.queue import QUEUE
 from dashboards.board import Board
 from dashboards.layout import Row
 from dashboards.panel import Panel, Query, Threshold
-from dashboards.sources import RECORDS, SLICE_ID, SPEC, selector
+from dashboards.sources import ON_DEVICE, RECORDS, SLICE_ID, SPEC, selector
 from exporter import catalog as c
 
 UID = "xpuwatch-waste"
@@ -37,16 +37,14 @@ def _holders(extra: str = "") -> str:
 def held_by(device_expr: str, extra: str = "") -> str:
     """``device_expr`` (one value per device) repeated for each holder of the device, with the holder's
     labels (namespace, pod, container, workload_kind, owner) and the device's value."""
-    return (
-        f"max by (node, uuid) (\n  {device_expr}\n)\n  + on (node, uuid) group_right\n0 * {_holders(extra)}"
-    )
+    return f"max by (cluster, node, uuid) (\n  {device_expr}\n)\n  + {ON_DEVICE} group_right\n0 * {_holders(extra)}"
 
 
 def _split(device_expr: str) -> str:
     """Per holder: the device value divided evenly among all the device's holders (in any namespace)."""
     return (
-        f"max by (node, uuid) ({device_expr})\n  * on (node, uuid) group_right ()\n{_holders()}\n"
-        f"  / on (node, uuid) group_left\ncount by (node, uuid) ({selector(c.ALLOCATED)} == 1)"
+        f"max by (cluster, node, uuid) ({device_expr})\n  * {ON_DEVICE} group_right ()\n{_holders()}\n"
+        f"  / {ON_DEVICE} group_left\ncount by (cluster, node, uuid) ({selector(c.ALLOCATED)} == 1)"
     )
 
 
@@ -58,7 +56,7 @@ idle_notebooks = Panel(
     (
         Query(
             held_by(
-                f"{selector(c.UTILIZATION)} <= {IDLE_UTIL}\n  and on (node, uuid)\n"
+                f"{selector(c.UTILIZATION)} <= {IDLE_UTIL}\n  and {ON_DEVICE}\n"
                 f"  {selector(c.MEMORY_USED)} >= {CONTEXT_BYTES}",
                 'workload_kind="notebook"',
             ),
@@ -81,7 +79,7 @@ hoarders = Panel(
     (
         Query(
             held_by(
-                f"{selector(c.MEMORY_USED)} >= {CONTEXT_BYTES}\n  and on (node, uuid)\n"
+                f"{selector(c.MEMORY_USED)} >= {CONTEXT_BYTES}\n  and {ON_DEVICE}\n"
                 f"  {selector(RECORDS.utilization_p95)} < {LOW_P95}"
             ),
             instant=True,
@@ -189,7 +187,7 @@ idle_by_owner = Panel(
     "bargauge",
     (
         Query(
-            f"count by (namespace, workload_kind, owner) (\n"
+            f"count by (cluster, namespace, workload_kind, owner) (\n"
             f"{held_by(f'{selector(RECORDS.utilization_p95)} < {LOW_P95}')}\n)",
             "{{namespace}} {{workload_kind}} {{owner}}",
             instant=True,
@@ -208,8 +206,8 @@ utilization_by_namespace = Panel(
     "bargauge",
     (
         Query(
-            f"avg by (namespace) (\n  max by (node, uuid) ({selector(c.UTILIZATION)})\n"
-            f"  * on (node, uuid) group_right ()\n{_holders()}\n)",
+            f"avg by (cluster, namespace) (\n  max by (cluster, node, uuid) ({selector(c.UTILIZATION)})\n"
+            f"  * {ON_DEVICE} group_right ()\n{_holders()}\n)",
             "{{namespace}}",
             instant=True,
         ),
@@ -228,7 +226,7 @@ memory_by_namespace = Panel(
     "bargauge",
     (
         Query(
-            f"sum by (namespace, owner) ({_split(selector(c.MEMORY_USED))})",
+            f"sum by (cluster, namespace, owner) ({_split(selector(c.MEMORY_USED))})",
             "{{namespace}} {{owner}}",
             instant=True,
         ),

@@ -155,7 +155,7 @@ class Query:
 
 def queries(spec: Spec, w: Window) -> tuple[Query, ...]:
     """The instant queries, evaluated at ``w.end``."""
-    job = spec.exporter_job_selector
+    job = ", ".join(p for p in (spec.exporter_job_selector, spec.cluster_selector) if p)
     idle = spec.alert("AcceleratorIdleNotebook")
     u_max, mem_min = idle.value("utilization_max"), idle.value("memory_min_bytes")
     util, up, alloc = f"{c.UTILIZATION}{{{job}}}", f"{c.UP}{{{job}}}", f"{c.ALLOCATED}{{{job}}}"
@@ -221,7 +221,7 @@ def queries(spec: Spec, w: Window) -> tuple[Query, ...]:
         Query(
             "ksm_seen",
             "kube-state-metrics",
-            f"count(count_over_time({queue.KSM_PHASE}{{{spec.rec('queue_ksm_selector')}}}[{r}]))",
+            f"count(count_over_time({queue.KSM_PHASE}{{{queue.ksm_selector(spec)}}}[{r}]))",
         ),
         Query(
             "wait_by_ns",

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs what the test suite needs on a fresh Debian machine and runs it: Debian's prometheus (promtool),
 # prometheus-alertmanager (amtool), prometheus-node-exporter (benchmark comparison), configurable-http-proxy
-# (JupyterHub's proxy), kubectl, chromium (renders the baseline report); the package with its dev extras in .venv; then ruff, mypy and pytest.
+# (JupyterHub's proxy), kubectl, chromium (renders the baseline report), victoria-metrics (single node,
+# vmalert, vmagent: the multi-cluster test); the package with its dev extras in .venv; then ruff, mypy and pytest.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -12,6 +13,7 @@ command -v prometheus-node-exporter >/dev/null || apt_need+=(prometheus-node-exp
 command -v configurable-http-proxy >/dev/null || apt_need+=(node-configurable-http-proxy)
 command -v kubectl >/dev/null || apt_need+=(kubernetes-client)
 command -v chromium >/dev/null || apt_need+=(chromium)
+command -v vmalert >/dev/null || apt_need+=(victoria-metrics)
 if [ ${#apt_need[@]} -gt 0 ]; then
   SUDO=""; [ "$(id -u)" = 0 ] || SUDO="sudo"
   $SUDO apt-get update -qq

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import json
+import shutil
 import socket
 import subprocess
 from collections.abc import AsyncIterator
@@ -234,4 +236,57 @@ async def test_exporter_down_inhibits_device_alerts_of_its_node(alertmanager: st
         "XpuwatchExporterDown": "active",
         "AcceleratorMissing": "suppressed",
         "AcceleratorTemperatureHigh": "active",
+    }
+
+
+def _amtool(base: str, *args: str) -> str:
+    result = subprocess.run(
+        ["amtool", f"--alertmanager.url={base}", *args], capture_output=True, text=True, timeout=30
+    )
+    assert result.returncode == 0, result.stderr
+    return result.stdout
+
+
+@pytest.mark.skipif(not shutil.which("amtool"), reason="amtool not installed")
+async def test_inhibitions_never_cross_clusters(alertmanager: str, sink: Sink) -> None:
+    """Same node name and uuid in clusters a and b (clusters are built alike): a critical hardware alert and
+    an exporter outage in cluster a silence only cluster a's alerts. Alerts are added and read with amtool."""
+    device = ["node=n1", "vendor=nvidia", "model=A100", "device=0", "uuid=GPU-0", "namespace=ml", "pod=p"]
+    hw = ["category=hardware", "severity=critical", "action=drain"]
+    perf = ["category=performance", "severity=warning", "action=none"]
+    for cluster in ("a", "b"):
+        _amtool(
+            alertmanager,
+            "alert",
+            "add",
+            "alertname=AcceleratorLowUtilization",
+            f"cluster={cluster}",
+            *perf,
+            *device,
+        )
+        _amtool(alertmanager, "alert", "add", "alertname=AcceleratorTemperatureHigh", f"cluster={cluster}",
+                "category=hardware", "severity=warning", "action=none", *device)  # fmt: skip
+        _amtool(alertmanager, "alert", "add", "alertname=AcceleratorMissing", f"cluster={cluster}", "node=n2",
+                "category=hardware", "severity=critical", "action=none")  # fmt: skip
+    _amtool(alertmanager, "alert", "add", "alertname=AcceleratorLost", "cluster=a", *hw, *device)
+    _amtool(alertmanager, "alert", "add", "alertname=XpuwatchExporterDown", "cluster=a", "node=n2",
+            "instance=n2:9851", "category=hardware", "severity=warning", "action=none")  # fmt: skip
+
+    def states() -> dict[tuple[str, str], str]:
+        out = json.loads(_amtool(alertmanager, "alert", "query", "--inhibited", "--active", "-o", "json"))
+        return {(a["labels"]["alertname"], a["labels"]["cluster"]): a["status"]["state"] for a in out}
+
+    for _ in range(50):
+        if states().get(("AcceleratorMissing", "a")) == "suppressed":
+            break
+        await asyncio.sleep(0.1)
+    assert states() == {
+        ("AcceleratorLost", "a"): "active",
+        ("XpuwatchExporterDown", "a"): "active",
+        ("AcceleratorLowUtilization", "a"): "suppressed",
+        ("AcceleratorTemperatureHigh", "a"): "suppressed",
+        ("AcceleratorMissing", "a"): "suppressed",
+        ("AcceleratorLowUtilization", "b"): "active",
+        ("AcceleratorTemperatureHigh", "b"): "active",
+        ("AcceleratorMissing", "b"): "active",
     }

@@ -119,7 +119,10 @@ def test_overrides_shorten_durations_and_keep_reasons() -> None:
         for r in g.rules
         if isinstance(r, AlertingRule) and r.alert == "AcceleratorEccUncorrectable"
     )
-    assert rule.expr == 'increase(accelerator_ecc_errors_total{type="uncorrected"}[30s]) > 0'
+    assert (
+        rule.expr
+        == 'increase(accelerator_ecc_errors_total{job=~"xpuwatch|xpuwatch-exporter", type="uncorrected"}[30s]) > 0'
+    )
     with pytest.raises(SpecError, match="unknown alerts"):
         load_spec().with_overrides({"NoSuchAlert": {}})
 
@@ -203,7 +206,11 @@ def test_every_alert_has_a_not_yet_and_a_firing_promtool_step() -> None:
 
 def test_alertmanager_inhibition_uses_spec_equal_labels() -> None:
     cfg = build_config(load_spec())
-    assert [r["equal"] for r in cfg["inhibit_rules"]] == [["node", "uuid"], ["node", "uuid"], ["node"]]
+    assert [r["equal"] for r in cfg["inhibit_rules"]] == [
+        ["cluster", "node", "uuid"],
+        ["cluster", "node", "uuid"],
+        ["cluster", "node"],
+    ]
 
 
 def test_committed_alertmanager_uses_the_documented_defaults() -> None:

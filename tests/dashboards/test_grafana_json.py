@@ -137,3 +137,48 @@ def test_scatter_plots_map_the_renamed_value_columns() -> None:
         assert chart["options"]["seriesMapping"] == "manual"
         assert {"dims", "legend", "series", "tooltip"} <= set(chart["options"])
         assert [t["format"] for t in chart["targets"]] == ["table", "table"]
+
+
+# A series selector in PromQL: its name (catalog metric, recording rule, ALERTS, up; empty for {__name__=~...})
+# and its braces.
+_SERIES = re.compile(
+    r"(?<![\w:\"$])((?:[a-zA-Z_][a-zA-Z0-9_]*(?::[a-zA-Z0-9_]+)+|[a-zA-Z_][a-zA-Z0-9_]*)?)(\{[^}]*\})"
+)
+
+
+def test_the_cluster_variable_drives_every_panel() -> None:
+    """Every series a panel reads is filtered by the cluster variable (two clusters never mix on a panel)."""
+    unfiltered = []
+    for path in DASHBOARDS:
+        for panel in _load(path)["panels"]:
+            for t in panel.get("targets", []):
+                found = _SERIES.findall(t["expr"])
+                assert found, t["expr"]
+                unfiltered += [
+                    f"{path.stem}: {panel['title']}: {name}"
+                    for name, braces in found
+                    if 'cluster=~"$cluster"' not in braces
+                ]
+    assert unfiltered == []
+
+
+def test_only_the_device_dashboard_draws_raw_device_series_over_time() -> None:
+    """Time-series panels of the fleet-wide dashboards read recorded, pre-aggregated series (per pool, node
+    or namespace), so a refresh costs the same at 2,000 cards as at 200; per-device series over time are
+    drawn only on the device dashboard (one card)."""
+    from exporter import catalog as c
+
+    per_device = {m.name for m in c.catalog() if m.scope in ("device", "slice")}
+    raw = []
+    for path in DASHBOARDS:
+        if path.stem == "xpuwatch-device":
+            continue
+        for panel in _load(path)["panels"]:
+            for t in panel.get("targets", []):
+                if not t["instant"]:
+                    raw += [
+                        f"{path.stem}: {panel['title']}: {n}"
+                        for n, _ in _SERIES.findall(t["expr"])
+                        if n in per_device
+                    ]
+    assert raw == []

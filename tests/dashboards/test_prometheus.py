@@ -151,7 +151,9 @@ def _ready(prom: Prom) -> bool:
 
 
 @contextlib.contextmanager
-def stack(tmp: Path, scenario: dict[str, Any], scrape_interval: str = "1s") -> Iterator[Prom]:
+def stack(
+    tmp: Path, scenario: dict[str, Any], scrape_interval: str = "1s", evaluation_interval: str = "1s"
+) -> Iterator[Prom]:
     """Prometheus (rules.yml loaded) scraping the sim exporter on ``scenario`` and the pipeline stand-in."""
     sim = tmp / "sim.yaml"
     sim.write_text(yaml.safe_dump(scenario))
@@ -160,7 +162,10 @@ def stack(tmp: Path, scenario: dict[str, Any], scrape_interval: str = "1s") -> I
         (tmp / "prometheus.yml").write_text(
             yaml.safe_dump(
                 {
-                    "global": {"scrape_interval": scrape_interval, "evaluation_interval": "1s"},
+                    "global": {
+                        "scrape_interval": scrape_interval,
+                        "evaluation_interval": evaluation_interval,
+                    },
                     "rule_files": [str(RULES)],
                     "scrape_configs": [
                         {
