@@ -44,12 +44,8 @@ def sniff(text: str) -> bool:
 
 
 def identify(driver: str | None, row: t.Row) -> Device:
-    """GPU, Name and Bus-Id -> Device. ParseError when GPU is not a number or Bus-Id not a PCI id."""
-    index, name = row.get("GPU") or "", row.get("Name") or ""
-    if not t.is_index(index) or not name:
-        raise ParseError(f"GPU line {row.line!r} is not 'GPU Name'")
-    bus = t.pci_bus_id(row.get("Bus-Id") or "")
-    return Device(vendor=VENDOR, model=name, index=index, uuid=bus, pci_bus_id=bus, driver_version=driver)
+    """GPU, Name and Bus-Id -> Device (``smi_table.index_name_bus``)."""
+    return t.index_name_bus(VENDOR, driver, row, index="GPU", bus="Bus-Id")
 
 
 def read(device: Device, row: t.Row) -> DeviceSample:

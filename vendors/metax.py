@@ -55,12 +55,8 @@ def sniff_ht(text: str) -> bool:
 
 
 def identify(driver: str | None, row: t.Row) -> Device:
-    """GPU, NAME and Bus-id -> Device. ParseError when GPU is not a number or Bus-id not a PCI id."""
-    index, name = row.get("GPU") or "", row.get("NAME", "Name") or ""
-    if not t.is_index(index) or not name:
-        raise ParseError(f"GPU line {row.line!r} is not 'GPU NAME'")
-    bus = t.pci_bus_id(row.get("Bus-id") or "")
-    return Device(vendor=VENDOR, model=name, index=index, uuid=bus, pci_bus_id=bus, driver_version=driver)
+    """GPU, NAME and Bus-id -> Device (``smi_table.index_name_bus``)."""
+    return t.index_name_bus(VENDOR, driver, row, index="GPU", bus="Bus-id")
 
 
 def read(device: Device, row: t.Row) -> DeviceSample:

@@ -41,12 +41,8 @@ def sniff(text: str) -> bool:
 
 
 def identify(driver: str | None, row: t.Row) -> Device:
-    """ID, Name and PCIe -> Device. ParseError when ID is not a number or PCIe not a PCI id."""
-    index, name = row.get("ID") or "", row.get("Name") or ""
-    if not t.is_index(index) or not name:
-        raise ParseError(f"GPU line {row.line!r} is not 'ID Name'")
-    bus = t.pci_bus_id(row.get("PCIe") or "")
-    return Device(vendor=VENDOR, model=name, index=index, uuid=bus, pci_bus_id=bus, driver_version=driver)
+    """ID, Name and PCIe -> Device (``smi_table.index_name_bus``)."""
+    return t.index_name_bus(VENDOR, driver, row, index="ID", bus="PCIe")
 
 
 def read(device: Device, row: t.Row) -> DeviceSample:

@@ -376,3 +376,15 @@ def samples_from_rows(
 
 def temperatures(core: float | None) -> dict[str, float]:
     return {} if core is None else {"core": core}
+
+
+def index_name_bus(vendor: str, driver: str | None, row: Row, index: str, bus: str) -> Device:
+    """The identity of tables whose device rows print an index, a model ``Name`` and a PCI bus id (MetaX
+    mx-smi/ht-smi, Moore Threads mthreads-gmi, Iluvatar ixsmi; ``index`` and ``bus`` are the columns' header
+    names, matched without case). The bus id is the uuid: none of these tables prints a UUID. Raises
+    ParseError when the index is not a number, the name is empty or the bus id is not a PCI address."""
+    number, name = row.get(index) or "", row.get("Name") or ""
+    if not is_index(number) or not name:
+        raise ParseError(f"GPU line {row.line!r} is not '{index} Name'")
+    pci = pci_bus_id(row.get(bus) or "")
+    return Device(vendor=vendor, model=name, index=number, uuid=pci, pci_bus_id=pci, driver_version=driver)
