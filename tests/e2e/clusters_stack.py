@@ -34,6 +34,7 @@ import yaml
 from alerts.alertmanager import Endpoints, render_alertmanager
 from alerts.rules import GROUP_HARDWARE, GROUP_PERFORMANCE, GROUP_RECORDING
 from alerts.spec import load_spec
+from tests import ksm_standin
 from tests.dashboards import pipeline_standin
 from tests.dashboards.test_prometheus import ENV, ROOT, RULES, Prom, _free_port, _wait
 
@@ -48,7 +49,7 @@ GLOBAL_GROUPS = (GROUP_PERFORMANCE,)
 
 # The federation matcher docs/deploy.md gives: every recording rule (named level:metric:operation with the
 # levels of alerts/rules.py) plus the device identity and liveness series, not the raw per-device readings.
-FEDERATE_MATCH = '{__name__=~"device:.+|slice:.+|node:.+|vendor_model:.+|instance_node:.+|accelerator_up|accelerator_info"}'
+FEDERATE_MATCH = '{__name__=~"device:.+|slice:.+|node:.+|vendor_model:.+|instance_node:.+|vendor:.+|pod:.+|namespace_resource:.+|queue:.+|accelerator_up|accelerator_info"}'
 
 
 def missing_binaries() -> list[str]:
@@ -64,7 +65,14 @@ def remote_write_config(vm_url: str) -> dict[str, Any]:
 
 
 def prometheus_config(
-    cluster: str, rules: Path, exporter: str, standin: str, vm_url: str, alertmanager: str, interval: str
+    cluster: str,
+    rules: Path,
+    exporter: str,
+    standin: str,
+    vm_url: str,
+    alertmanager: str,
+    interval: str,
+    ksm: str | None = None,
 ) -> dict[str, Any]:
     return {
         "global": {
@@ -77,6 +85,7 @@ def prometheus_config(
         "scrape_configs": [
             {"job_name": "xpuwatch", "static_configs": [{"targets": [exporter]}]},
             {"job_name": "xpuwatch-pipeline", "static_configs": [{"targets": [standin]}]},
+            *([{"job_name": "kube-state-metrics", "static_configs": [{"targets": [ksm]}]}] if ksm else []),
         ],
         "remote_write": [remote_write_config(vm_url)],
     }
@@ -147,7 +156,11 @@ def stack(tmp: Path, scenarios: dict[str, dict[str, Any]], interval: str = "1s")
         procs.append(proc)
         return proc
 
-    with pipeline_standin.serve() as standin_port, _webhook_sink() as (sink_url, webhooks):
+    with (
+        pipeline_standin.serve() as standin_port,
+        ksm_standin.serve() as ksm_target,
+        _webhook_sink() as (sink_url, webhooks),
+    ):
         try:
             vm_port = _free_port()
             vm_url = f"http://127.0.0.1:{vm_port}"
@@ -212,6 +225,7 @@ def stack(tmp: Path, scenarios: dict[str, dict[str, Any]], interval: str = "1s")
                             vm_url,
                             f"127.0.0.1:{am_port}",
                             interval,
+                            ksm_target,
                         )
                     )
                 )
