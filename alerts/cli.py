@@ -91,6 +91,8 @@ def _generate(args: argparse.Namespace) -> int:
         stale = stale_files(args.out, files)
         for name in stale:
             print(f"stale: {args.out / name} (run `xpuwatch rules generate`)", file=sys.stderr)
+        if not stale:
+            print(f"{args.out}: {len(files)} files up to date")
         return 1 if stale else 0
     args.out.mkdir(parents=True, exist_ok=True)
     for name, text in files.items():

@@ -36,6 +36,8 @@ def generate(args: argparse.Namespace) -> int:
         stale = stale_files(args.out, files)
         for name in stale:
             print(f"stale: {args.out / name} (run `xpuwatch dashboards generate`)", file=sys.stderr)
+        if not stale:
+            print(f"{args.out}: {len(files)} dashboards up to date")
         return 1 if stale else 0
     args.out.mkdir(parents=True, exist_ok=True)
     for name in stale_files(args.out, {}):

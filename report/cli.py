@@ -41,7 +41,13 @@ def add_commands(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-
         "--step", type=duration, default=None, help="subquery resolution (default: range/2016, at least 1m)"
     )
     p.add_argument("--spec", type=Path, default=DEFAULT_SPEC_PATH, help="alert spec whose thresholds to use")
-    p.add_argument("-o", "--output", type=Path, default=Path("report.html"))
+    p.add_argument(
+        "-o",
+        "--output",
+        type=Path,
+        default=Path("report.html"),
+        help="HTML file to write (default report.html)",
+    )
     p.add_argument("--timeout", type=float, default=120.0, help="seconds per query")
     p.set_defaults(func=run_report)
 
@@ -50,7 +56,7 @@ def add_commands(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-
         help="write a synthetic week of fleet history as OpenMetrics (for promtool tsdb create-blocks-from openmetrics)",
     )
     h.add_argument("--devices", type=int, default=64)
-    h.add_argument("--range", dest="range_", type=duration, default=duration("7d"))
+    h.add_argument("--range", dest="range_", metavar="DURATION", type=duration, default=duration("7d"))
     h.add_argument("--step", type=duration, default=duration("5m"))
     h.add_argument(
         "--end", type=int, default=None, help="Unix seconds (default: now, rounded down to the step)"

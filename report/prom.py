@@ -30,6 +30,10 @@ class Series:
 
 class Prometheus:
     def __init__(self, url: str, timeout: float = 60.0) -> None:
+        """Raises ReportError when ``url`` is not an http(s) URL."""
+        parts = urllib.parse.urlsplit(url)
+        if parts.scheme not in ("http", "https") or not parts.netloc:
+            raise ReportError(f"{url!r} is not a Prometheus URL like http://prometheus:9090")
         self.url = url.rstrip("/")
         self.timeout = timeout
 

@@ -1,4 +1,4 @@
-"""`xpuwatch relay`: runs the Alertmanager -> WeCom/Feishu relay (hooked into the CLI by exporter/entry.py)."""
+"""`xpuwatch relay`: runs the Alertmanager -> WeCom/Feishu/DingTalk relay (hooked into the CLI by exporter/entry.py)."""
 
 from __future__ import annotations
 
@@ -21,7 +21,9 @@ log = logging.getLogger(__name__)
 
 
 def add_commands(sub: Any) -> None:
-    relay = sub.add_parser("relay", help="relay Alertmanager webhooks to WeCom / Feishu group bots")
+    relay = sub.add_parser(
+        "relay", help="relay Alertmanager webhooks to WeCom / Feishu / DingTalk group bots"
+    )
     relay.add_argument("--config", required=True, help="channels YAML (see docs/relay.md)")
     relay.add_argument(
         "--web.listen-address",

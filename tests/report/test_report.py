@@ -305,3 +305,9 @@ def test_durations() -> None:
     assert [duration(x) for x in ("7d", "36h", "1h30m", "90s", "2w")] == [604800, 129600, 5400, 90, 1209600]
     with pytest.raises(Exception, match="not a duration"):
         duration("7 days")
+
+
+@pytest.mark.parametrize("url", ["notaurl", "localhost:9090", "ftp://prometheus:9090", "http://"])
+def test_a_url_that_is_no_prometheus_url_is_one_clear_error(url: str) -> None:
+    with pytest.raises(ReportError, match="is not a Prometheus URL like http://prometheus:9090"):
+        Prometheus(url)
