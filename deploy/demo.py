@@ -113,11 +113,39 @@ def load_demo_scenario(path: Path | None) -> tuple[str, Scenario]:
         raise DemoError(f"scenario {path or SCENARIO_RESOURCE}: {exc}", 2) from None
 
 
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that was free a moment ago (the kernel's pick for port 0)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((cfg.LOOPBACK, 0))
-        return int(s.getsockname()[1])
+def free_ports(requested: dict[str, int]) -> dict[str, int]:
+    """One distinct TCP port on 127.0.0.1 per name: the requested one, or the kernel's pick for port 0.
+
+    Every pick's socket stays bound until all are chosen, so two components never get the same
+    port (the kernel may hand a just-released port out again). DemoError(code 2) when two requested
+    ports are the same. A picked port was free a moment ago; the component binds it itself.
+    """
+    taken: dict[int, str] = {}
+    for name, port in requested.items():
+        if port:
+            if port in taken:
+                raise DemoError(f"--{taken[port]}-port and --{name}-port are both {port}", 2)
+            taken[port] = name
+    chosen: dict[str, int] = {}
+    held: list[socket.socket] = []
+    try:
+        for name, port in requested.items():
+            if port:
+                chosen[name] = port
+                continue
+            while True:
+                s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+                held.append(s)
+                s.bind((cfg.LOOPBACK, 0))
+                picked = int(s.getsockname()[1])
+                if picked not in taken:
+                    break
+            taken[picked] = name
+            chosen[name] = picked
+    finally:
+        for s in held:
+            s.close()
+    return chosen
 
 
 # ---------------------------------------------------------------------------------------------- children
@@ -335,11 +363,15 @@ async def run(opts: Options, console: Console | None = None) -> int:
             runner, kube_port = await serve_inprocess(kube.app())
             runners.append(runner)
             ports = cfg.Ports(
-                exporter=opts.exporter_port or free_port(),
-                prometheus=opts.prometheus_port or free_port(),
-                alertmanager=opts.alertmanager_port or free_port(),
-                relay=opts.relay_port or free_port(),
-                remediation=opts.remediation_port or free_port(),
+                **free_ports(
+                    {
+                        "exporter": opts.exporter_port,
+                        "prometheus": opts.prometheus_port,
+                        "alertmanager": opts.alertmanager_port,
+                        "relay": opts.relay_port,
+                        "remediation": opts.remediation_port,
+                    }
+                )
             )
             spec = write_files(
                 files, scenario_text, opts.spec, ports, cfg.url(kube_port), bots, cfg.url(bots_port)

@@ -12,7 +12,6 @@ import asyncio
 import dataclasses
 import json
 import shutil
-import socket
 import subprocess
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -24,6 +23,7 @@ from aiohttp import web
 
 from alerts.alertmanager import Endpoints, render_alertmanager
 from alerts.spec import load_spec
+from tests.ports import free_port as _free_port
 
 AM_BIN = "/usr/bin/prometheus-alertmanager"
 TOKEN = "s3cret-token"
@@ -32,12 +32,6 @@ pytestmark = [
     pytest.mark.slow,
     pytest.mark.skipif(not Path(AM_BIN).exists(), reason=f"{AM_BIN} not installed"),
 ]
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @dataclasses.dataclass

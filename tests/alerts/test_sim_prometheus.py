@@ -11,7 +11,6 @@ import contextlib
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -25,6 +24,7 @@ import yaml
 
 from alerts.rules import render_rules
 from alerts.spec import load_spec
+from tests.ports import free_port as _free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 ENV = {**os.environ, "PYTHONPATH": str(ROOT)}
@@ -76,12 +76,6 @@ pytestmark = [
         reason="exporter.cli has no `serve --simulate --sim-config` yet (exporter core not merged)",
     ),
 ]
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _get(url: str) -> Any:

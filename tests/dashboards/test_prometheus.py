@@ -17,7 +17,6 @@ import json
 import os
 import re
 import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -37,6 +36,7 @@ from dashboards.sources import RECORDS
 from exporter import catalog as c
 from tests import ksm_standin
 from tests.dashboards import pipeline_standin
+from tests.ports import free_port as _free_port
 from vendors.sim import default_scenario_text
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -85,12 +85,6 @@ def _targets() -> list[Target]:
         for p in d["panels"]
         for t in p.get("targets", [])
     ]
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _get(url: str) -> Any:

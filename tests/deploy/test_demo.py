@@ -201,3 +201,54 @@ def test_a_component_that_cannot_start_fails_the_demo_with_its_log(tmp_path: Pat
     pids, workdir = pids_and_workdir(out)
     assert_gone(pids)
     assert not workdir.exists() and list(tmp_path.iterdir()) == []
+
+
+def test_free_ports_never_hands_two_components_the_same_port(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The kernel may return a just-released port again (CI saw the exporter and the relay both
+    given one port); picks are held until all are made, and a repeat pick is drawn again."""
+    from deploy import demo as demo_mod
+
+    real_socket = socket.socket
+    repeats = iter([0, 0])  # the first two binds both ask for one fixed port
+
+    with real_socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        fixed = probe.getsockname()[1]
+
+    class RepeatingSocket(real_socket):  # type: ignore[misc]
+        def bind(self, address: tuple[str, int]) -> None:
+            if next(repeats, None) is not None:
+                self.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                self.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+                super().bind((address[0], fixed))
+            else:
+                super().bind(address)
+
+    monkeypatch.setattr(demo_mod.socket, "socket", RepeatingSocket)
+    names = ["exporter", "prometheus", "alertmanager", "relay", "remediation"]
+    ports = demo_mod.free_ports({name: 0 for name in names})
+    assert list(ports) == names
+    assert len(set(ports.values())) == 5
+    assert ports["exporter"] == fixed and ports["prometheus"] != fixed
+    # Every socket was closed: each port can be bound again at once.
+    for port in ports.values():
+        with real_socket() as s:
+            s.bind(("127.0.0.1", port))
+
+
+def test_free_ports_keeps_requested_ports_and_avoids_them() -> None:
+    from deploy.demo import free_ports
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        mine = s.getsockname()[1]
+    ports = free_ports({"exporter": mine, "relay": 0, "remediation": 0})
+    assert ports["exporter"] == mine
+    assert len({*ports.values()}) == 3
+
+
+def test_two_components_asked_for_one_port_are_refused(tmp_path: Path) -> None:
+    res = demo(["--duration", "5", "--exporter-port", "19100", "--relay-port", "19100"], tmp_path, timeout=60)
+    assert res.returncode == 2, res.stdout + res.stderr
+    assert "--exporter-port and --relay-port are both 19100" in res.stdout + res.stderr
+    assert list(tmp_path.iterdir()) == []

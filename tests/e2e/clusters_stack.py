@@ -36,7 +36,8 @@ from alerts.rules import GROUP_HARDWARE, GROUP_PERFORMANCE, GROUP_RECORDING
 from alerts.spec import load_spec
 from tests import ksm_standin
 from tests.dashboards import pipeline_standin
-from tests.dashboards.test_prometheus import ENV, ROOT, RULES, Prom, _free_port, _wait
+from tests.dashboards.test_prometheus import ENV, ROOT, RULES, Prom, _wait
+from tests.ports import free_port as _free_port
 
 AM_BIN = "/usr/bin/prometheus-alertmanager"
 BINARIES = ("prometheus", "victoria-metrics", "vmalert", AM_BIN)

@@ -13,7 +13,6 @@ import dataclasses
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -28,6 +27,7 @@ from alerts.alertmanager import Endpoints, render_alertmanager
 from alerts.relay.config import RateLimit
 from alerts.rules import render_rules
 from alerts.spec import load_spec
+from tests.ports import free_port as _free_port
 from tests.relay.fakebots import FakeFeishu, FakeWeCom, texts
 from tests.relay.harness import TOKEN, settings_for, start_relay
 from vendors.sim import default_scenario_text
@@ -54,12 +54,6 @@ OVERRIDES: dict[str, dict[str, Any]] = {
     "AcceleratorEccUncorrectable": {"window": "30s"},
     "AcceleratorIdleNotebook": {"for": "12s"},
 }
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _get(url: str) -> Any:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import socket
 import subprocess
 import time
 import urllib.parse
@@ -16,14 +15,9 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.exporter.conftest import GOLDEN_CLOCK, Exporter, wait_ready
+from tests.ports import free_port
 
 GOLDEN = Path(__file__).resolve().parents[1] / "golden" / "metrics.txt"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def query(base: str, q: str) -> list[dict]:

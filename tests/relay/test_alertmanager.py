@@ -8,7 +8,6 @@ import asyncio
 import json
 import os
 import shutil
-import socket
 import subprocess
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -18,6 +17,7 @@ import pytest
 import yaml
 
 from alerts.relay.config import RateLimit
+from tests.ports import free_port
 from tests.relay.fakebots import FakeDingTalk, FakeFeishu, FakeWeCom
 from tests.relay.harness import TOKEN, settings_for, start_relay
 
@@ -28,12 +28,6 @@ pytestmark = [
         not os.access(ALERTMANAGER, os.X_OK), reason="Debian prometheus-alertmanager not installed"
     ),
 ]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def am_config(tmp: Path, relay_url: str) -> Path:

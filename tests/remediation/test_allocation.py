@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import shutil
-import socket
 import subprocess
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -16,6 +15,7 @@ from prometheus_client import CollectorRegistry, Gauge, generate_latest
 from exporter.catalog import ALLOCATED
 from remediation.allocation import AllocationError, holders_of, query
 from remediation.settings import DrainSettings
+from tests.ports import free_port
 from tests.remediation.kit import alerts_of, am_alert, drain_labels, make_controller, make_settings
 
 LABELS = [
@@ -30,12 +30,6 @@ LABELS = [
     "workload_kind",
     "owner",
 ]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def test_query_escapes_label_values() -> None:

@@ -6,22 +6,16 @@ import asyncio
 import json
 import os
 import signal
-import socket
 import sys
 from pathlib import Path
 
 import pytest
 
+from tests.ports import free_port
 from tests.remediation.kit import am_alert, am_payload, drain_labels
 
 ROOT = Path(__file__).resolve().parents[2]
 ENV = {**os.environ, "PYTHONPATH": str(ROOT)}
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def write_config(tmp: Path, kube_url: str, port: int) -> Path:

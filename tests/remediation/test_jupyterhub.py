@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -28,6 +27,7 @@ from aiohttp import web
 from remediation.alert import parse_time
 from remediation.jupyterhub import Hub
 from remediation.settings import ReclaimSettings
+from tests.ports import free_port
 from tests.remediation.kit import Clock, alerts_of, am_alert, make_controller, make_settings
 
 pytestmark = [
@@ -38,12 +38,6 @@ pytestmark = [
 ]
 SERVICE_TOKEN = "xpuwatch-reclaim-token-0123456789"
 ADMIN_TOKEN = "test-admin-token-0123456789"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class HubProcess:

@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import re
 import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -27,6 +26,7 @@ from report import history
 from report.baseline import Window, collect, figures
 from report.cli import duration
 from report.prom import Prometheus, ReportError
+from tests.ports import free_port
 
 STEP = 900
 DEVICES = 16
@@ -35,12 +35,6 @@ END = int(time.time()) // STEP * STEP  # recent data: Prometheus' retention is r
 START = END - RANGE + STEP  # the first sample lies inside the window whether ranges are open or closed
 TIMES = range(START, END + 1, STEP)
 GIB = 1024.0**3
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @pytest.fixture(scope="module")
