@@ -236,7 +236,9 @@ def assemble(
         if pod_source is not None
         else Collector(node, poller.view, attribution, clocks.wall)
     )
-    cache = ExpositionCache(collector, standard=True)
+    cache = ExpositionCache(
+        collector, standard=True, update_period=min((ps.interval for _, ps in backends), default=None)
+    )
     poller.listeners.append(cache.warm)
     return Assembly(node, poller, collector, cache, attribution, [b for b, _ in backends], pod_source)
 

@@ -4,7 +4,10 @@ A scrape computes the collector's ``render_key()`` (cheap: one tuple per backend
 when it equals the cached key, gets the stored body without taking a lock (``peek``). Only on a change does
 it render again and gzip it if asked. After each poll the poller calls ``warm()``, which re-renders only the
 variants (format x gzip) that scrapers asked for within ``WARM_SECONDS``: nothing is rendered before the
-first scrape, and a variant nobody scrapes any more stops costing CPU.
+first scrape, and a variant nobody scrapes any more stops costing CPU. Of those, ``warm()`` renders a
+variant only when its next scrape is due before the next poll lands (``ScrapeForecast``): with 5 s polls
+and Prometheus' 15 s scrapes that is one render per scrape, not three. A scrape that comes earlier than
+forecast finds the state changed and renders on demand (off the event loop), so it is never served stale.
 
 Rendering: prometheus-client's encoders (text 0.0.4 or OpenMetrics, chosen by ``choose_encoder`` from the
 Accept header) are the reference. ``FastEncoder`` writes the same bytes (proved by tests/exporter/
@@ -48,7 +51,51 @@ WARM_SECONDS = 300.0
 """A variant is re-rendered after each poll while it was asked for within this long (covers scrape
 intervals up to 5 minutes); after that it is rendered again only when asked."""
 
+FORECAST_SLACK_SECONDS = 1.0
+"""``warm()`` also renders a variant whose next scrape is forecast up to this long after the next poll
+lands: that poll itself takes time (the tool call, then the render), and scrapers jitter."""
+FORECAST_GAPS = 4
+"""A variant's scrape interval is forecast as the shortest of its last this-many gaps between scrapes
+(two Prometheus replicas scraping one exporter out of phase give alternating gaps: the shorter wins)."""
+FORECAST_MIN_GAP_SECONDS = 0.25
+"""Shorter gaps are not a scrape interval (a server's peek-then-get of one scrape, a client's retry) and
+are left out of the forecast."""
+
 Variant = tuple[str, bool]  # (content type, gzipped)
+
+
+class ScrapeForecast:
+    """When each variant will next be scraped, from when it was scraped before. Pure: times are passed in.
+
+    ``asked(variant, t)`` records a scrape at monotonic time ``t``. ``due(variant, now, within)`` is True
+    when the variant's next scrape is forecast within ``within + FORECAST_SLACK_SECONDS`` seconds of
+    ``now`` (or is overdue), and also whenever there is no forecast yet (fewer than two scrapes): then
+    rendering ahead is the safe choice.
+    """
+
+    def __init__(self) -> None:
+        self._last: dict[Variant, float] = {}
+        self._gaps: dict[Variant, list[float]] = {}
+
+    def asked(self, variant: Variant, t: float) -> None:
+        last = self._last.get(variant)
+        self._last[variant] = t
+        if last is not None and t - last >= FORECAST_MIN_GAP_SECONDS:
+            gaps = self._gaps.setdefault(variant, [])
+            gaps.append(t - last)
+            del gaps[:-FORECAST_GAPS]
+
+    def interval(self, variant: Variant) -> float | None:
+        """The forecast scrape interval in seconds, or None before the second scrape."""
+        gaps = self._gaps.get(variant)
+        return min(gaps) if gaps else None
+
+    def due(self, variant: Variant, now: float, within: float) -> bool:
+        interval = self.interval(variant)
+        if interval is None:
+            return True
+        return self._last[variant] + interval - now <= within + FORECAST_SLACK_SECONDS
+
 
 _FAST_TYPES = frozenset({"gauge", "counter", "info", "unknown", "stateset"})
 _TEXT_TYPES = {"info": "gauge", "stateset": "gauge", "unknown": "untyped"}
@@ -202,8 +249,14 @@ class Rendered:
 class ExpositionCache:
     """Caches rendered bodies per (render key, content type, gzip)."""
 
-    def __init__(self, collector: Collector, standard: bool = False) -> None:
+    def __init__(
+        self, collector: Collector, standard: bool = False, update_period: float | None = None
+    ) -> None:
+        """``update_period``: seconds between polls (the shortest backend interval), which ``warm()`` uses
+        to skip renders no scrape will read before the next poll; None renders every warm variant."""
         self.collector = collector
+        self.update_period = update_period
+        self.forecast = ScrapeForecast()
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(collector)
         if standard:
@@ -223,7 +276,8 @@ class ExpositionCache:
         _, content_type = choose_encoder(accept)
         key, bodies = self._state
         variant = (content_type, gzip_accepted(accept_encoding))
-        self._asked[variant] = self.clock()
+        now = self._asked[variant] = self.clock()
+        self.forecast.asked(variant, now)
         hit = bodies.get(variant)
         if hit is not None and (self._lock.locked() or key == self.collector.render_key()):
             return hit
@@ -233,7 +287,8 @@ class ExpositionCache:
         """The body for these request headers, rendering only when the exporter's state changed."""
         encoder, content_type = choose_encoder(accept)
         variant = (content_type, gzip_accepted(accept_encoding))
-        self._asked[variant] = self.clock()
+        now = self._asked[variant] = self.clock()
+        self.forecast.asked(variant, now)  # after peek() for the same scrape: a gap under MIN_GAP, ignored
         with self._lock:
             if content_type not in self._encoders:
                 self._encoders[content_type] = fast_encoder(encoder)
@@ -273,8 +328,9 @@ class ExpositionCache:
         return zipped
 
     def warm(self) -> None:
-        """Re-render the variants asked for within ``WARM_SECONDS`` (called after each poll, from the
-        poller's thread, never on the event loop); nothing before the first scrape."""
+        """Re-render the variants asked for within ``WARM_SECONDS`` whose next scrape is due before the
+        next poll lands (called after each poll, from the poller's thread, never on the event loop);
+        nothing before the first scrape."""
         with self._lock:
             key = self.collector.render_key()
             if key == self._state[0]:
@@ -282,8 +338,15 @@ class ExpositionCache:
             now = self.clock()
             for variant in [v for v in self._variants if now - self._asked.get(v, now) > WARM_SECONDS]:
                 self._variants.discard(variant)  # not scraped lately: rendered again only when asked
+            due = sorted(
+                v
+                for v in self._variants
+                if self.update_period is None or self.forecast.due(v, now, self.update_period)
+            )
+            if not due:
+                return  # the cached bodies stay, under their old key: a scrape now renders on demand
             bodies: dict[Variant, Rendered] = {}
-            for variant in sorted(self._variants):
+            for variant in due:
                 if variant not in bodies:
                     self._render(variant, bodies)
             self._state = (key, bodies)

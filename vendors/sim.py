@@ -37,6 +37,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 import yaml
@@ -591,9 +592,30 @@ def _states_at(scenario: Scenario, devices: Sequence[_SimDevice], t: float) -> d
     return states
 
 
+@functools.lru_cache(maxsize=64)
+def _noise_base(seed: int, uuid: str, step: int) -> Any:
+    """sha256 state after ``seed, uuid, step`` (as ``_hex`` joins them): one device's noises in one poll
+    hash only their field name on top of it (a copy), the same digest as hashing the whole string."""
+    return hashlib.sha256(f"{seed}\x1f{uuid}\x1f{step}\x1f".encode())
+
+
 def _noise(seed: int, uuid: str, step: int, what: str) -> float:
     """Deterministic uniform noise in [-1, 1] for (seed, device, poll step, field)."""
-    return int(_hex(seed, uuid, step, what)[:8], 16) / 0x7FFFFFFF - 1.0
+    h = _noise_base(seed, uuid, step).copy()
+    h.update(what.encode())
+    return int.from_bytes(h.digest()[:4], "big") / 0x7FFFFFFF - 1.0
+
+
+@functools.lru_cache(maxsize=4096)
+def _energy_offset(seed: int, uuid: str) -> float:
+    """A device's energy counter at start, in joules (1 MJ plus a per-device offset)."""
+    return 1_000_000.0 + int(_hex("e", seed, uuid)[:4], 16) * 100.0
+
+
+@functools.lru_cache(maxsize=16)
+def _zero_links(nvlinks: int) -> Mapping[tuple[str, str], int]:
+    """Every NVLink error counter of a device with ``nvlinks`` links at 0 (shared: copy before use)."""
+    return MappingProxyType({(str(link), typ): 0 for link in range(nvlinks) for typ in NVLINK_ERROR_TYPES})
 
 
 def _clip(x: float, lo: float = 0.0, hi: float = 1.0) -> float:
@@ -645,7 +667,7 @@ def _sample(scenario: Scenario, d: _SimDevice, st: _DeviceState, t: float, step:
             throttle["hw_thermal"] = throttle["sw_thermal"] = True
     storms = sum(max(0.0, min(s.end, t) - s.start) for s in st.storms)
     corrected = 3 + int(storms * STORM_ERRORS_PER_SECOND)
-    energy = r(nominal_limit * p.power * t + 1_000_000.0 + int(_hex("e", seed, uuid)[:4], 16) * 100.0, 1)
+    energy = r(nominal_limit * p.power * t + _energy_offset(seed, uuid), 1)
     temps: dict[str, float] = {}
     for sensor in m.temperatures:
         offset = {"core": 0.0, "hotspot": 8.0, "memory": 4.0}[sensor]
@@ -685,7 +707,7 @@ def _sample(scenario: Scenario, d: _SimDevice, st: _DeviceState, t: float, step:
         remap_failed=False if m.remap else None,
         fault_events={**dict.fromkeys(m.fault_codes, 0), **st.xids} if m.fault_codes else {},
         pcie_replay_errors=0 if d.vendor != "huawei" else None,
-        link_errors={(str(link), typ): 0 for link in range(m.nvlinks) for typ in NVLINK_ERROR_TYPES},
+        link_errors=dict(_zero_links(m.nvlinks)),
         health=health,
         slices=slices,
     )

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from prometheus_client.exposition import choose_encoder
@@ -18,7 +19,7 @@ from prometheus_client.metrics_core import (
 
 from exporter.attribution import EMPTY
 from exporter.collector import families
-from exporter.exposition import ExpositionCache, FastEncoder, fast_encoder
+from exporter.exposition import ExpositionCache, FastEncoder, ScrapeForecast, fast_encoder
 from exporter.poller import BackendView
 from vendors.base import Device, DeviceSample
 
@@ -151,3 +152,57 @@ def test_only_asked_variants_are_rendered_and_only_while_scraped() -> None:
     cache.warm()
     assert cache.renders == 2
     assert cache.get(om, "gzip").body and cache.renders == 3  # rendered again when asked
+
+
+def test_forecast_takes_the_shortest_recent_gap_and_ignores_a_scrapes_own_peek_then_get() -> None:
+    f = ScrapeForecast()
+    v = ("application/openmetrics-text", True)
+    assert f.interval(v) is None and f.due(v, 0.0, 5.0)  # no forecast yet: render ahead
+    for t in (0.0, 0.001, 15.0, 15.002, 30.0):  # peek() then get() of one scrape: one scrape
+        f.asked(v, t)
+    assert f.interval(v) == pytest.approx(14.998)
+    # Next scrape forecast at ~45: a poll at 36 (next lands at 41, +1 s slack = 42) does not render it;
+    # a poll at 41 (next at 46) does.
+    assert not f.due(v, 36.0, 5.0)
+    assert f.due(v, 41.0, 5.0)
+    assert f.due(v, 60.0, 5.0)  # overdue: render
+    # Two Prometheus replicas out of phase: gaps 7 and 8; the shorter forecast wins.
+    g = ScrapeForecast()
+    for t in (0.0, 7.0, 15.0, 22.0, 30.0):
+        g.asked(v, t)
+    assert g.interval(v) == 7.0
+    assert g.due(v, 31.5, 5.0) and not g.due(v, 30.5, 0.1)
+
+
+def test_warm_renders_only_before_a_forecast_scrape_and_an_early_scrape_is_never_stale() -> None:
+    col = _Collector()
+    cache = ExpositionCache(col, update_period=5.0)  # type: ignore[arg-type]
+    now = [0.0]
+    cache.clock = lambda: now[0]
+    om = "application/openmetrics-text;version=1.0.0"
+
+    def scrape() -> bytes:
+        hit = cache.peek(om, "")
+        return (hit or cache.get(om, "")).body
+
+    renders_at_poll = []
+    for t in range(0, 91, 5):  # polls every 5 s, Prometheus scrapes every 15 s (at 0, 15, 30, ...)
+        now[0] = float(t)
+        col.key = t
+        before = cache.renders
+        cache.warm()
+        renders_at_poll.append(cache.renders - before)
+        if t % 15 == 0:
+            now[0] = t + 2.5  # Prometheus scrapes 2.5 s after a poll lands
+            assert scrape() == f"# HELP x_ratio x\n# TYPE x_ratio gauge\nx_ratio {float(t)}\n# EOF\n".encode()
+    # Until the second scrape there is no forecast: every poll renders. Then only the poll just before
+    # each scrape (a scrape within FORECAST_SLACK_SECONDS after a poll would make the poll before render too).
+    assert renders_at_poll == [0, 1, 1, 1, 0, 0] + [1, 0, 0] * 4 + [1]
+    # Each scrape found its body rendered ahead (renders = polls that rendered + the first scrape's).
+    assert cache.renders == sum(renders_at_poll) + 1
+    # A scrape earlier than forecast (at 92, forecast 105) gets the newest state, rendered on demand.
+    now[0] = 91.0
+    col.key = 91
+    cache.warm()
+    now[0] = 92.0
+    assert scrape().endswith(b"x_ratio 91.0\n# EOF\n")
