@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import gzip
 import http.client
 import os
@@ -108,6 +109,7 @@ def serve_child(sim_config: str, slow: float, port_file: str, lag_file: str | No
     async def main() -> None:
         _, port = await server.start()
         Path(port_file).write_text(str(port))
+        gc.freeze()  # as exporter.cli._serve does before the first poll
         asm.poller.start()
         await asyncio.sleep(0.5)
         tasks = [asyncio.create_task(ticker())] if lag_file else []  # 100 wake-ups a second cost CPU

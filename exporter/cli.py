@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import gc
 import logging
 import os
 import signal
@@ -361,6 +362,11 @@ async def _serve(server: Server, asm: Assembly) -> None:
     log.info(
         "listening on %s://%s:%d%s (node %s)", scheme, shown, port, server.settings.telemetry_path, asm.node
     )
+    # Everything built so far (modules, catalog, backends, server) lives as long as the process: move it
+    # out of the collector's sight, so that a full collection scans only what polls and renders leave
+    # behind. Measured at 512 devices (benchmarks/exporter_scrape.py): full collections paused every
+    # thread for up to 39 ms; frozen, none exceeded 10 ms over the run.
+    gc.freeze()
     asm.poller.start()
     if asm.pod_source is not None:
         asm.pod_source.start()
