@@ -74,9 +74,8 @@ class Sender:
         self._clock, self._wall, self._sleep = clock, wall, sleep
         self._wake: dict[str, asyncio.Event] = {}
         self._render_cost: dict[str, float] = {}  # per bot: recent seconds to render one notification
-        self._reserved: dict[
-            str, tuple[int, float]
-        ] = {}  # per bot: (send row written ahead, start by, Unix s)
+        # per bot: (id of the send row written ahead, the latest start it covers in Unix seconds)
+        self._reserved: dict[str, tuple[int, float]] = {}
         self._limiters: dict[str, SlidingWindowLimiter] = {}
         self._tasks: list[asyncio.Task[None]] = []
         self._session: aiohttp.ClientSession | None = None
@@ -279,14 +278,9 @@ class Sender:
         # after the latest start); corrected to the answer's arrival. A relay killed mid-request still counts
         # it on restart. Usually written during the wait for the window (``_reserve``); here if not.
         url, data = bot.url(channel, now), bot.serialise(msg.body, channel, now)
-        reserved = self._reserved.pop(bid, None)
-        if reserved is not None and self._wall() <= reserved[1]:
-            send_id = reserved[0]
-        elif reserved is not None:
-            send_id = reserved[0]
-            await asyncio.to_thread(self._outbox.settle_send, send_id, self._wall() + self._timeout)
-        else:
-            send_id = await asyncio.to_thread(self._outbox.record_send, bid, self._wall() + self._timeout)
+        while (reserved := self._reserved.get(bid)) is None or self._wall() > reserved[1]:
+            await self._reserve(bid, self._wall() + RESERVE_SLACK)  # checked again: the write takes time
+        send_id = self._reserved.pop(bid)[0]  # no await from the check to the request's start
         outcome = await self._post(bot, channel, url, data)
         limiter.record(self._clock())
         answered = self._wall()
