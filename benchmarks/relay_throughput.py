@@ -23,6 +23,7 @@ per window: the figure that shrinking a window exaggerates.
     PYTHONPATH=$PWD python benchmarks/relay_throughput.py [--scale 100] [--feishu-scale 10] [--rounds 3]
     PYTHONPATH=$PWD python benchmarks/relay_throughput.py --skip-ingest --runs 3 [--bots feishu]
     PYTHONPATH=$PWD python benchmarks/relay_throughput.py --skip-ingest --real [--bots feishu,wecom,dingtalk]
+    PYTHONPATH=$PWD python benchmarks/relay_throughput.py --skip-ingest --real --bots feishu --groups 95
 """
 
 from __future__ import annotations
@@ -227,11 +228,11 @@ async def main(args: argparse.Namespace) -> None:
     if args.real:
         print("== burst: groups of 10 alerts per bot, the documented rate-limit windows (minutes per run)")
     else:
-        print("== burst: 2,000 alerts in 200 groups per bot, rate-limit windows shrunk")
+        print("== burst: groups of 10 alerts per bot, rate-limit windows shrunk")
     for run in range(args.runs):
         for kind in kinds:
             factor = 1.0 if args.real else args.feishu_scale if kind == "feishu" else args.scale
-            groups = REAL_GROUPS[kind] if args.real else 200
+            groups = args.groups or (REAL_GROUPS[kind] if args.real else 200)
             r = await delivery(kind, factor, groups)
             print(
                 f"run {run + 1} {kind} (windows /{factor:g}): {r['messages']:.0f} messages ({r['listed']:.0f} alerts "
@@ -252,6 +253,9 @@ if __name__ == "__main__":
     parser.add_argument("--runs", type=int, default=1, help="burst runs per bot")
     parser.add_argument("--bots", default="wecom,feishu,dingtalk", help="comma-separated bots to burst")
     parser.add_argument("--real", action="store_true", help="documented windows, bursts of about 2 minutes")
+    parser.add_argument(
+        "--groups", type=int, help="groups of 10 alerts per burst (default 200; --real: per bot)"
+    )
     parser.add_argument("--skip-ingest", action="store_true")
     parser.add_argument("--skip-burst", action="store_true")
     logging.basicConfig(level=logging.CRITICAL)
