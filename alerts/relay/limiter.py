@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import bisect
 from collections import deque
 from collections.abc import Sequence
 
@@ -11,8 +12,27 @@ from alerts.relay.config import RateLimit
 class SlidingWindowLimiter:
     """At most ``count`` sends in any ``per_seconds`` window, for every configured limit at once.
 
-    The sender records a send when its response (or timeout) arrives: with one request in flight per bot,
-    the bot saw the request no later than that, so the bot's own window never counts more than ``count``.
+    Why this never draws a rate-limit answer (WeCom 45009, Feishu 9499/11232, DingTalk 130101), whatever the
+    network does. The bot counts request k at the moment ``a_k`` it receives it; the relay only knows when it
+    started the request (``s_k``) and when the answer arrived (``r_k``), and ``s_k <= a_k <= r_k``: the bot
+    cannot count a request before it was sent, and it answers only after counting (the answer says whether
+    it was counted). The sender keeps one request in flight per bot (a channel's messages must arrive in
+    order), records ``r_k`` here (``record``), and starts request n only when ``delay`` is 0, that is at
+    ``s_n >= r_(n-count) + per_seconds``. Hence ``a_n >= s_n >= r_(n-count) + per_seconds >= a_(n-count) +
+    per_seconds``: any ``per_seconds`` window of the bot's clock holds at most ``count`` arrivals. Counting at
+    request start plus a margin instead would be safe only if no request ever took longer than the margin to
+    be counted, which nobody can promise for a WAN and a busy server; the answer time is the tightest bound
+    that needs no assumption about one-way delays (tests/relay/test_burst.py holds a stand-in that counts as
+    late as it can, just before answering, with varying server-side delays).
+
+    What it costs: each window slot starts one round trip (plus the sender's own step) later than the bare
+    limit, so a long burst takes about ``(per_seconds + round trip) / per_seconds`` of the floor: under 1.03x
+    at Feishu's 1 s window for round trips under 30 ms, nothing measurable at the minute windows. Shrinking a
+    window in a benchmark does not shrink the round trip, so shrunk runs show more (benchmarks/
+    relay_throughput.py prints this "slot slack"). Only the ``count``-th previous send matters, never the
+    previous answer: a slow send delays one slot of the next window, not every later send.
+
+    After a restart the sender seeds the limiter with the send times the outbox kept (see ``Sender``).
     """
 
     def __init__(self, limits: Sequence[RateLimit]) -> None:
@@ -35,19 +55,20 @@ class SlidingWindowLimiter:
         return spans[max(0, min(index, len(spans) - 1))]
 
     def delay(self, now: float) -> float:
-        """Seconds to wait before the next send is allowed (0.0 = send now)."""
+        """Seconds to wait before the next send is allowed (0.0 = send now). ``now`` never goes back."""
+        while self._sent and self._sent[0] <= now - self._longest:  # outside every window from now on
+            self._sent.popleft()
         wait = max(0.0, self._blocked_until - now)
-        sent = list(self._sent)
+        sent = self._sent
         for lim in self._limits:
             if len(sent) >= lim.count:
                 wait = max(wait, sent[-lim.count] + lim.per_seconds - now)
         return wait
 
-    def record(self, now: float) -> None:
-        """Count one send at ``now``."""
-        self._sent.append(now)
-        while self._sent and self._sent[0] <= now - self._longest:
-            self._sent.popleft()
+    def record(self, at: float) -> None:
+        """Count one send at ``at``. Kept sorted: a restart seeds the latest time a request of the previous run
+        can arrive, which may lie after the sends that follow it, and ``delay`` needs the n-th latest."""
+        bisect.insort(self._sent, at)
 
     def block(self, until: float) -> None:
         """The bot said "too many requests": send nothing before ``until``."""

@@ -384,6 +384,11 @@ class Outbox:
         with self._work_lock:
             self._work.execute("UPDATE sends SET at = ? WHERE id = ?", (at, send_id))
 
+    def cancel_send(self, send_id: int) -> None:
+        """Forget a send written ahead whose request never left (the relay stopped first)."""
+        with self._work_lock:
+            self._work.execute("DELETE FROM sends WHERE id = ?", (send_id,))
+
     def sends_since(self, bot: str, since: float) -> list[float]:
         """Send times of ``bot`` at or after ``since``, oldest first: what a restart seeds its limiter with."""
         with self._work_lock:

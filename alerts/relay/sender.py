@@ -5,6 +5,7 @@ them), and recording delivered / retry-later / permanently failed. Clocks and sl
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import logging
 import sqlite3
@@ -23,6 +24,11 @@ from alerts.relay.webhook import parse_body
 
 log = logging.getLogger(__name__)
 Sleep = Callable[[float], Awaitable[None]]
+# The send time is written ahead, during the last RESERVE_AHEAD seconds of a wait for the window, for a request
+# leaving within RESERVE_SLACK seconds after the wait (else it is rewritten): the request then leaves the moment
+# the window opens. A larger slack only makes a relay restarted after a crash count that send a bit later.
+RESERVE_AHEAD = 0.5
+RESERVE_SLACK = 1.0
 
 
 def bot_id(channel: Channel) -> str:
@@ -67,6 +73,9 @@ class Sender:
         self._max_age = max_age
         self._clock, self._wall, self._sleep = clock, wall, sleep
         self._wake: dict[str, asyncio.Event] = {}
+        self._render_cost: dict[str, float] = {}  # per bot: recent seconds to render one notification
+        # per bot: (id of the send row written ahead, the latest start it covers in Unix seconds)
+        self._reserved: dict[str, tuple[int, float]] = {}
         self._limiters: dict[str, SlidingWindowLimiter] = {}
         self._tasks: list[asyncio.Task[None]] = []
         self._session: aiohttp.ClientSession | None = None
@@ -119,6 +128,10 @@ class Sender:
             t.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
         self._tasks.clear()
+        for send_id, _ in self._reserved.values():  # written ahead for requests that never left
+            with contextlib.suppress(sqlite3.Error):
+                await asyncio.to_thread(self._outbox.cancel_send, send_id)
+        self._reserved.clear()
         if self._session is not None:
             await self._session.close()
 
@@ -151,11 +164,26 @@ class Sender:
                     continue
                 wait = max(msg.next_attempt_at - self._wall(), limiter.delay(self._clock()))
                 if wait > 0:
-                    # Waiting for the bot's window: render what arrived meanwhile instead of idling.
-                    if self._dirty.get(bid) and await self._render_next(bid):
+                    known, fresh = msg, True  # still the oldest: only this loop changes the bot's messages
+                    # Waiting for the bot's window: render what arrived meanwhile instead of idling, if a
+                    # render fits in the wait (one that overran it would delay this send: the slot is lost).
+                    if (
+                        self._dirty.get(bid)
+                        and wait >= self._render_cost.get(bid, 0.0)
+                        and await self._render_next(bid)
+                    ):
+                        fresh = False
+                        continue
+                    if wait > RESERVE_AHEAD:
+                        await self._sleep(wait - RESERVE_AHEAD)
+                        continue
+                    reserved = self._reserved.get(bid)
+                    if reserved is None or self._wall() + wait > reserved[1]:
+                        # Write the send time now, inside the wait, so that the request leaves the moment
+                        # the window opens instead of after an outbox write.
+                        await self._reserve(bid, self._wall() + wait + RESERVE_SLACK)
                         continue
                     await self._sleep(wait)
-                    known, fresh = msg, True  # still the oldest: only this loop changes the bot's messages
                     continue
                 fresh, known = await self._deliver(msg, limiter, bid)
                 pause = 1.0
@@ -181,8 +209,24 @@ class Sender:
         if not notes:
             return False
         self._dirty[bid] = True  # there may be more
+        started = self._clock()
         await asyncio.to_thread(self._render_one, bid, notes[0])
+        spent = self._clock() - started
+        self._render_cost[bid] = 0.5 * self._render_cost.get(bid, spent) + 0.5 * spent
         return True
+
+    async def _reserve(self, bid: str, start_by: float) -> None:
+        """Write down the next send to ``bid`` before it is due: a request leaving by ``start_by`` (Unix s)
+        reaches the bot by ``start_by`` + the request timeout, the time a restart counts if this run dies
+        with the request in flight. Re-used (rewritten) if the wait grows."""
+        at = start_by + self._timeout
+        reserved = self._reserved.get(bid)
+        if reserved is None:
+            send_id = await asyncio.to_thread(self._outbox.record_send, bid, at)
+        else:
+            send_id = reserved[0]
+            await asyncio.to_thread(self._outbox.settle_send, send_id, at)
+        self._reserved[bid] = (send_id, start_by)
 
     def _render_one(self, bid: str, note: Unrendered) -> None:
         """Blocking: render one notification and store its messages (or record why it cannot be)."""
@@ -231,9 +275,13 @@ class Sender:
             return False, None
         bot = self._bots[channel.type]
         # Written before the request goes out, at the latest time the bot can count it (the request timeout
-        # from now); corrected to the answer's arrival. A relay killed mid-request still counts it on restart.
-        send_id = await asyncio.to_thread(self._outbox.record_send, bid, now + self._timeout)
-        outcome = await self._post(bot, channel, bot.url(channel, now), bot.serialise(msg.body, channel, now))
+        # after the latest start); corrected to the answer's arrival. A relay killed mid-request still counts
+        # it on restart. Usually written during the wait for the window (``_reserve``); here if not.
+        url, data = bot.url(channel, now), bot.serialise(msg.body, channel, now)
+        while (reserved := self._reserved.get(bid)) is None or self._wall() > reserved[1]:
+            await self._reserve(bid, self._wall() + RESERVE_SLACK)  # checked again: the write takes time
+        send_id = self._reserved.pop(bid)[0]  # no await from the check to the request's start
+        outcome = await self._post(bot, channel, url, data)
         limiter.record(self._clock())
         answered = self._wall()
         if outcome.result == "ok":

@@ -76,6 +76,10 @@ class FakeBot:
     stall_after: int | None = None  # hang (never answer) requests once this many were accepted
     received_event: asyncio.Event = field(default_factory=asyncio.Event)
     base_url: str = ""
+    # Server-side latency between receiving a request and counting it against the rate limit (then the answer
+    # goes out at once): seconds per request, drawn by the test. The latest a bot can count a request is just
+    # before it answers; a relay that counts earlier than that draws rate-limit answers.
+    count_delay: Callable[[], float] | None = None
 
     def __post_init__(self) -> None:
         self.window = Window(self.limits, self.clock)
@@ -129,6 +133,11 @@ class FakeBot:
             return web.json_response(body, status=fault.status)
         return None
 
+    async def _arrive(self) -> None:
+        """Wait ``count_delay()`` seconds before the rate-limit check (see ``count_delay``)."""
+        if self.count_delay is not None:
+            await asyncio.sleep(self.count_delay())
+
     def _answer(self, status: int, body: dict[str, Any], code: int) -> web.Response:
         self.answers.append((status, str(code)))
         self.received_event.set()
@@ -162,6 +171,7 @@ class FakeWeCom(FakeBot):
         error = check_wecom(body)
         if error is not None:
             return self._answer(200, error, int(error["errcode"]))
+        await self._arrive()
         if self.window.exceeded():
             return self._answer(200, _fixture("wecom", "resp-45009-rate-limited.json"), 45009)
         self.window.add()
@@ -235,6 +245,7 @@ class FakeFeishu(FakeBot):
         if error is not None:
             status, payload = error
             return self._answer(status, payload, int(payload["code"]))
+        await self._arrive()
         lim = self.window.exceeded()
         if lim is not None:
             if lim.count == self.limits[0].count and lim.per_seconds == self.limits[0].per_seconds:
@@ -333,6 +344,7 @@ class FakeDingTalk(FakeBot):
             )  # code unverified
         if self.keywords and not any(k in md["text"] or k in md["title"] for k in self.keywords):
             return self._answer(200, _fixture("dingtalk", "resp-310000-keywords-not-in-content.json"), 310000)
+        await self._arrive()
         now = self.clock()
         if now < self.blocked_until or self.window.exceeded():
             self.blocked_until = max(self.blocked_until, now + self.penalty)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import random
 import re
 from collections import Counter
 
@@ -12,7 +13,7 @@ import pytest
 
 from alerts.relay import metrics as m
 from alerts.relay.config import RateLimit
-from tests.relay.fakebots import FakeBot, FakeFeishu, FakeWeCom
+from tests.relay.fakebots import FakeBot, FakeDingTalk, FakeFeishu, FakeWeCom
 from tests.relay.harness import metric_value, settings_for, start_relay
 from tests.relay.test_delivery import big_group
 
@@ -81,3 +82,45 @@ async def test_burst_2000_alerts_200_groups_nothing_lost_nothing_duplicated(tmp_
             assert len(body["markdown"]["content"].encode()) <= 4096
         else:
             assert len(json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode()) <= 20 * 1024
+
+
+@pytest.mark.parametrize("kind", ["wecom", "feishu", "dingtalk"])
+async def test_no_rejection_when_the_bot_counts_as_late_as_it_can(tmp_path, kind):
+    """The stand-in waits a varying 0-60 ms between receiving a request and counting it, then answers at
+    once: the latest moment a bot can count a request. A relay that counted a send at request start (or at
+    start plus a margin under 60 ms) would see the slow counts of one window overlap the fast ones of the next
+    and draw 45009 / 9499 / 130101 (it does: checked by making the sender count at start + 20 ms); the relay
+    counts at the answer and draws none."""
+    draw = random.Random(13)
+
+    def late() -> float:
+        return draw.choice((0.0, 0.0, 0.06, 0.03, 0.0, 0.045))
+
+    limits = {  # short enough for a test, long enough that a window fills before it ends
+        "wecom": (RateLimit(20, 1.0),),
+        "feishu": (RateLimit(5, 0.2), RateLimit(100, 2.0)),
+        "dingtalk": (RateLimit(20, 1.0),),
+    }[kind]
+    fake: FakeBot = {"wecom": FakeWeCom, "feishu": FakeFeishu, "dingtalk": FakeDingTalk}[kind](
+        limits=limits, count_delay=late
+    )
+    await fake.start()
+    channel = {
+        "type": kind,
+        "url": fake.url(),  # type: ignore[attr-defined]
+        "rate_limits": [{"count": lim.count, "per_seconds": lim.per_seconds} for lim in limits],
+        "max_parts": 1,
+    }
+    messages = {"wecom": 60, "feishu": 40, "dingtalk": 60}[kind]
+    h = await start_relay(settings_for(tmp_path, {"ch": channel}))
+    try:
+        for g in range(messages):
+            doc = big_group(1, group=f"late{g:03d}")
+            doc["groupKey"] = f'{{}}:{{node="late{g:03d}"}}'
+            assert (await h.post("ch", doc))[0] == 200
+        await h.settle(timeout=120)
+    finally:
+        await h.close()
+        await fake.stop()
+    assert fake.codes() == ["0"] * messages
+    assert len(fake.accepted) == messages

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from alerts.relay import feishu, wecom
+from alerts.relay.config import RateLimit
 from alerts.relay.limiter import SlidingWindowLimiter
 
 
@@ -53,3 +54,16 @@ def test_old_sends_are_forgotten():
     assert lim.delay(20.0) == 40.0
     lim.record(1000.0)
     assert lim.delay(1000.0) == 0.0
+
+
+def test_a_seeded_arrival_bound_after_later_sends_keeps_the_window_exact():
+    """A restart seeds the latest time the previous run's last request can reach the bot (10.0), which lies
+    after this run's first answers (9.0, 9.5). With 2 per second, the next send must wait for the 2nd latest
+    count, 9.5 (so 10.5), not for the 2nd in arrival order, 9.0: a send at 10.0 could meet both 9.5 and a
+    late 10.0 in the bot's window."""
+    lim = SlidingWindowLimiter((RateLimit(2, 1.0),))
+    lim.record(10.0)
+    lim.record(9.0)
+    lim.record(9.5)
+    assert lim.delay(9.5) == 1.0
+    assert lim.delay(11.0) == 0.0  # every count has left the window (10.0 is not in (10.0, 11.0])

@@ -56,6 +56,9 @@ def test_send_times_survive_a_restart(tmp_path):
     assert o.sends_since("b1", 100.5) == [101.0, 101.5]
     assert o.prune(before=0.0, sends_before=101.2) == 3  # 100.0, 101.0 of b1 and 100.0 of b2
     assert o.sends_since("b1", 0.0) == [101.5]
+    ahead = o.record_send("b1", 130.0)  # written during a wait for the window; the relay stopped first
+    o.cancel_send(ahead)
+    assert o.sends_since("b1", 0.0) == [101.5]
     o.close()
 
 
