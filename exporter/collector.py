@@ -295,17 +295,36 @@ class RenderInputs:
 
 
 def _size(prefixes: Mapping[str, Any]) -> int:
-    return sum(len(v) if isinstance(v, dict) else 1 for v in prefixes.values())
+    return sum(
+        len(v.order) if isinstance(v, _Plan) else len(v) if isinstance(v, dict) else 1
+        for v in prefixes.values()
+    )
 
 
 _ZERO = floatToGoString(0.0) + "\n"
 _NEG_ZERO = floatToGoString(-0.0) + "\n"
 
 
+class _Plan:
+    """The series of one mapping field of one device while its keys stay the same, in the same order:
+    (position in the mapping, rendered prefix) in the order the reference writes them (``keys`` None:
+    rebuilt every render); and the lines last written with their ``values`` and their types."""
+
+    __slots__ = ("keys", "lines", "order", "types", "values")
+
+    def __init__(self, keys: tuple[Any, ...] | None, order: tuple[tuple[int, str], ...]) -> None:
+        self.keys = keys
+        self.order = order
+        self.values: tuple[Any, ...] = ()
+        self.types: tuple[type, ...] = ()
+        self.lines: list[str] | None = None
+
+
 class _Device:
     """What a ``SeriesWriter`` keeps of one device between renders: its label sets and the rendered
-    ``name{labels} `` prefix of each of its series: by family name, or (keyed by the DeviceSample field,
-    "allocated", "slices", "containers") a dict of them by mapping key, holder, slice or container."""
+    ``name{labels} `` prefix of each of its series: by family name, a ``_Plan`` per mapping field (keyed by
+    the DeviceSample field), or a dict of them by holder, slice or container ("allocated", "slices",
+    "containers")."""
 
     __slots__ = ("ident", "labels", "prefixes")
 
@@ -449,7 +468,9 @@ class SeriesWriter:
                 out.append(p + one)
         if not s.up:
             if s.fault_events:
-                self._mapping(lines, e, "fault_events", C.FAULT_EVENTS, "code", s.fault_events)
+                self._mapping(
+                    lines[index[C.FAULT_EVENTS]], e, "fault_events", C.FAULT_EVENTS, "code", s.fault_events
+                )
             return
 
         for attr, name, i in self._scalars:
@@ -462,16 +483,7 @@ class SeriesWriter:
         for attr, name, label, i in self._mappings:
             m = getattr(s, attr)
             if m:
-                sub = pre.get(attr)
-                if sub is None:
-                    sub = pre[attr] = {}
-                out = lines[i]
-                for k, v in sorted(m.items()):
-                    sk = str(k)
-                    p = sub.get(sk)
-                    if p is None:
-                        p = sub[sk] = prefix(name, {**e.labels, label: sk})
-                    out.append(p + (values.get(v) or text(v)))
+                self._mapping(lines[i], e, attr, name, label, m)
         if s.remap_pending is not None:
             p = pre.get(C.REMAP_PENDING)
             if p is None:
@@ -483,14 +495,7 @@ class SeriesWriter:
                 p = pre[C.REMAP_FAILED] = prefix(C.REMAP_FAILED, e.labels)
             lines[index[C.REMAP_FAILED]].append(p + (one if s.remap_failed else text(0)))
         if s.link_errors:
-            sub = pre.setdefault("link_errors", {})
-            out = lines[index[C.LINK_ERRORS]]
-            for (link, typ), v in sorted(s.link_errors.items()):
-                lk = (str(link), str(typ))
-                p = sub.get(lk)
-                if p is None:
-                    p = sub[lk] = prefix(C.LINK_ERRORS, {**e.labels, "link": lk[0], "type": lk[1]})
-                out.append(p + text(v))
+            self._mapping(lines[index[C.LINK_ERRORS]], e, "link_errors", C.LINK_ERRORS, None, s.link_errors)
         for name, v in sorted(s.vendor_metrics.items()):
             if name in index and name.startswith("accelerator_"):
                 p = pre.get(name)
@@ -505,16 +510,40 @@ class SeriesWriter:
             self._containers(lines, e, s, attribution, inp.pids)
 
     def _mapping(
-        self, lines: list[list[str]], e: _Device, attr: str, name: str, label: str, m: Mapping[Any, float]
+        self, out: list[str], e: _Device, attr: str, name: str, label: str | None, m: Mapping[Any, float]
     ) -> None:
-        sub = e.prefixes.setdefault(attr, {})
-        out = lines[self._index[name]]
-        for k, v in sorted(m.items()):
-            sk = str(k)
-            p = sub.get(sk)
-            if p is None:
-                p = sub[sk] = self._make(name, {**e.labels, label: sk})
-            out.append(p + self._text(v))
+        """The series of one mapping field, in the reference's order (sorted by key), labelled ``label`` =
+        ``str(key)``, or (``label`` None: link_errors) ``link``, ``type`` from a (link, type) key."""
+        keys = tuple(m)
+        plan = e.prefixes.get(attr)
+        if plan is None or plan.keys != keys:
+            plan = e.prefixes[attr] = self._plan(keys, name, e.labels, label)
+        vs = tuple(m.values())
+        if plan.lines is not None and vs == plan.values and tuple(map(type, vs)) == plan.types:
+            out += plan.lines  # the same values as last poll (counters, states): the same lines
+            return
+        values = self._values
+        text = self._text
+        lines = [p + (values.get(vs[j]) or text(vs[j])) for j, p in plan.order]
+        out += lines
+        # Equal values of equal types print alike, except 0.0 and -0.0: kept only without float zeros.
+        if any(type(v) is float and not v for v in vs):
+            plan.lines = None
+        else:
+            plan.values, plan.types, plan.lines = vs, tuple(map(type, vs)), lines
+
+    def _plan(self, keys: tuple[Any, ...], name: str, labels: dict[str, str], label: str | None) -> _Plan:
+        # Dict keys are pairwise unequal, so sorting them orders the items as the reference's
+        # sorted(items()) does. The plan is reused only for str keys: 1, 1.0 and True are equal keys
+        # whose labels differ.
+        order = sorted(range(len(keys)), key=keys.__getitem__)
+        if label is None:
+            exact = all(type(a) is str and type(b) is str for a, b in keys)
+            made = [(j, {**labels, "link": str(keys[j][0]), "type": str(keys[j][1])}) for j in order]
+        else:
+            exact = all(type(k) is str for k in keys)
+            made = [(j, {**labels, label: str(keys[j])}) for j in order]
+        return _Plan(keys if exact else None, tuple((j, self._make(name, ls)) for j, ls in made))
 
     def _slices(
         self, lines: list[list[str]], e: _Device, slices: Sequence[Slice], attribution: Attribution

@@ -19,6 +19,7 @@ from prometheus_client.metrics_core import (
     Metric,
 )
 from prometheus_client.registry import CollectorRegistry
+from prometheus_client.utils import floatToGoString
 
 from exporter import catalog as C
 from exporter.attribution import EMPTY, Attribution, Holder, MappingStatus, slice_key
@@ -522,3 +523,42 @@ def test_cache_serves_prometheus_clients_bytes_with_the_standard_families() -> N
         assert head == want_head, accept
         headers = [line for line in rest.splitlines() if line.startswith("#")]
         assert headers == [line for line in want_rest.splitlines() if line.startswith("#")]
+
+
+def test_series_writer_reuses_a_fields_lines_only_while_they_print_alike() -> None:
+    node = Node(kube=False)
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(node.collector)
+    fast = fast_encoder(choose_encoder("")[0])
+    assert isinstance(fast, FastEncoder)
+    d = Device("nvidia", "A100", "0", "GPU-a")
+    nan = math.nan
+    polls: list[dict[str, float]] = [
+        {"corrected": 0, "uncorrected": 1},
+        {"corrected": 0, "uncorrected": 1},  # unchanged: lines reused
+        {"corrected": -0.0, "uncorrected": True},  # equal values, other types
+        {"corrected": -0.0, "uncorrected": True},
+        {"corrected": 0.0, "uncorrected": True},  # equal to -0.0, printed otherwise
+        {"corrected": nan, "uncorrected": 2**70},
+        {"corrected": nan, "uncorrected": 2**70 + 1},  # a different int, the same float
+        {"uncorrected": 2**70 + 1, "corrected": nan},  # the same keys in another order
+    ]
+    for ecc in polls:
+        view = BackendView(
+            "b",
+            True,
+            (DeviceSample(d, ecc_errors=ecc, health={"pcie": ecc["corrected"] == 0}),),
+            1,
+            1.0,
+            0.1,
+            {},
+            1,
+            True,
+        )
+        node.set(RenderInputs("n", (view,), EMPTY, None))
+        body = fast.render(node.collector)
+        assert body == choose_encoder("")[0](registry), ecc
+        assert (
+            'type="corrected",uuid="GPU-a",vendor="nvidia"} ' + floatToGoString(ecc["corrected"])
+            in body.decode()
+        )
