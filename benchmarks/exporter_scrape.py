@@ -3,9 +3,12 @@ node-exporter beside it. Prints figures; asserts nothing (speed is not a test). 
 
     PYTHONPATH=$PWD .venv/bin/python benchmarks/exporter_scrape.py [--quick]
 
-1. Per-poll render CPU per series (in process, frozen clock), at 8 / 64 / 512 / 2,048 simulated devices:
-   building the families plus writing the OpenMetrics body Prometheus negotiates, with the prefix-caching
-   FastEncoder and with prometheus-client's encoder for comparison; gzip CPU at levels 1 / 6.
+1. Per-poll render CPU per series (in process, frozen clock), at 8 / 64 / 512 / 2,048 simulated devices,
+   of the OpenMetrics body Prometheus negotiates: "render" is what the exporter does per poll (a
+   FastEncoder writing the series straight from the samples, SeriesWriter); for comparison, building
+   prometheus-client families ("families") and writing them with the prefix-caching FastEncoder ("fam+enc",
+   the path before SeriesWriter) or with prometheus-client's encoder; gzip CPU at levels 1 / 6.
+   ``--render-only`` runs this section alone.
 2. At 512 devices, 5 s polling, the real server in a child process: gzip scrape p50/p99 (sequential, one
    keep-alive connection; and 50 at a time) beside nginx serving the same bytes (plain and gzip_static);
    the child's maximum event-loop lag (a 10 ms ticker) while it polls and serves; its CPU while scraped
@@ -226,14 +229,14 @@ def render_costs(sizes: tuple[int, ...], polls: int) -> None:
     from prometheus_client.exposition import choose_encoder
 
     from exporter.cli import Clocks, assemble
-    from exporter.exposition import fast_encoder
+    from exporter.exposition import FastEncoder, fast_encoder
     from exporter.settings import Settings
     from vendors.command import SubprocessRunner
 
     reference, _ = choose_encoder(PROM_ACCEPT)
     print(
-        f"{'devices':>7} {'series':>7} {'families us/s':>13} {'fast enc us/s':>13} {'render us/s':>11} "
-        f"{'prom-client us/s':>16} {'gzip1 ms':>8} {'gzip6 ms':>8} {'body KiB':>8}"
+        f"{'devices':>7} {'series':>7} {'render us/s':>11} {'families us/s':>13} {'fast enc us/s':>13} "
+        f"{'fam+enc us/s':>12} {'prom-client us/s':>16} {'gzip1 ms':>8} {'gzip6 ms':>8} {'body KiB':>8}"
     )
     with tempfile.TemporaryDirectory() as d:
         for n in sizes:
@@ -253,19 +256,26 @@ def render_costs(sizes: tuple[int, ...], polls: int) -> None:
             devices_only = CollectorRegistry(auto_describe=False)
             devices_only.register(asm.collector)
             fast = fast_encoder(reference)
+            direct = fast_encoder(reference)
+            assert isinstance(fast, FastEncoder) and isinstance(direct, FastEncoder)
             poller.poll_once()
-            fast(devices_only)  # the first render fills the prefix cache
-            fam_cpu = enc_cpu = ref_cpu = 0.0
+            fast(devices_only)  # the first render fills the prefix caches
+            direct.render(asm.collector)
+            fam_cpu = enc_cpu = ref_cpu = direct_cpu = 0.0
             series = 0
             for _ in range(polls):
                 poller.poll_once()
                 t0 = time.process_time()
                 fams = list(asm.collector.collect())
                 t1 = time.process_time()
-                body = fast.encode(fams)  # type: ignore[attr-defined]
+                body = fast.encode(fams)
                 t2 = time.process_time()
+                written = direct.render(asm.collector)
+                t3 = time.process_time()
+                assert written == body, "SeriesWriter and FastEncoder disagree"
                 fam_cpu += t1 - t0
                 enc_cpu += t2 - t1
+                direct_cpu += t3 - t2
                 series = sum(len(f.samples) for f in fams)
             t0 = time.process_time()
             ref_body = reference(devices_only)
@@ -278,8 +288,9 @@ def render_costs(sizes: tuple[int, ...], polls: int) -> None:
                 gz[level] = (time.process_time() - t0) * 1000
             per = 1e6 / (series * polls)
             print(
-                f"{n:>7} {series:>7} {fam_cpu * per:>13.2f} {enc_cpu * per:>13.2f} {(fam_cpu + enc_cpu) * per:>11.2f} "
-                f"{ref_cpu * 1e6 / series + fam_cpu * per:>16.2f} {gz[1]:>8.1f} {gz[6]:>8.1f} {len(body) / 1024:>8.0f}",
+                f"{n:>7} {series:>7} {direct_cpu * per:>11.2f} {fam_cpu * per:>13.2f} {enc_cpu * per:>13.2f} "
+                f"{(fam_cpu + enc_cpu) * per:>12.2f} {ref_cpu * 1e6 / series + fam_cpu * per:>16.2f} "
+                f"{gz[1]:>8.1f} {gz[6]:>8.1f} {len(body) / 1024:>8.0f}",
                 flush=True,
             )
 
@@ -337,6 +348,7 @@ def main() -> None:
     ap.add_argument("--port-file")
     ap.add_argument("--lag-file")
     ap.add_argument("--quick", action="store_true", help="fewer requests and shorter windows")
+    ap.add_argument("--render-only", action="store_true", help="section 1 (render CPU) alone")
     args = ap.parse_args()
     if args.child:
         serve_child(args.child, args.slow, args.port_file, args.lag_file)
@@ -346,6 +358,8 @@ def main() -> None:
     scrapes_rss = 2000 if args.quick else 10000
     print("== 1. per-poll render CPU per series (us/series; families = samples -> metric families)")
     render_costs((8, 64, 512, 2048), 2 if args.quick else 5)
+    if args.render_only:
+        return
     with tempfile.TemporaryDirectory() as d:
         tmp = Path(d)
         lag_file = tmp / "lag"

@@ -3,7 +3,9 @@
 ``families()`` is the pure mapping (views, attribution, node) -> metric families, driven entirely by
 ``exporter.catalog``: every family's name, type, unit and help come from the catalog, and the exposition
 text is written by prometheus-client. ``Collector`` wraps it as a prometheus-client custom collector that
-builds the families fresh on each ``collect()``.
+builds the families fresh on each ``collect()``. ``families()`` is the reference; what the server renders
+each poll comes from ``SeriesWriter``, its fast twin, which writes the same series as exposition lines
+straight from the samples, reusing each device's rendered labels across polls (exporter.exposition).
 
 Labelling (the contract): device series carry ``DEVICE_LABELS``, plus ``namespace/pod/container`` when
 exactly one container holds the whole device. ``accelerator_allocated`` has one series per holder of the
@@ -18,10 +20,14 @@ device series at all.
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
 
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector as _ClientCollector
+from prometheus_client.utils import floatToGoString
 
 from exporter import catalog as C
 from exporter.attribution import Attribution, AttributionSource, Holder, MappingStatus
@@ -68,6 +74,15 @@ _SLICE_SCALARS: tuple[tuple[str, str], ...] = (
 _SUFFIX = {"counter": "_total", "info": "_info"}
 
 
+def family(name: str, d: C.MetricDef) -> Metric:
+    """The empty prometheus-client family of catalog entry ``name`` (without the ``_total``/``_info``
+    suffix the client adds back; its unit only when the name ends with it)."""
+    suffix = _SUFFIX.get(d.type, "")
+    base = name[: -len(suffix)] if suffix and name.endswith(suffix) else name
+    unit = d.unit if d.unit and base.endswith("_" + d.unit) else ""
+    return Metric(base, d.help, d.type, unit)
+
+
 class _Families:
     """Metric families being built for one render, in catalog order, created on first sample."""
 
@@ -78,11 +93,7 @@ class _Families:
     def add(self, name: str, labels: dict[str, str], value: float) -> None:
         fam = self._built.get(name)
         if fam is None:
-            d = self._defs[name]
-            suffix = _SUFFIX.get(d.type, "")
-            base = name[: -len(suffix)] if suffix and name.endswith(suffix) else name
-            unit = d.unit if d.unit and base.endswith("_" + d.unit) else ""
-            fam = self._built[name] = Metric(base, d.help, d.type, unit)
+            fam = self._built[name] = family(name, self._defs[name])
         fam.add_sample(name, labels, float(value))
 
     def result(self) -> list[Metric]:
@@ -118,24 +129,32 @@ def families(
     views = tuple(views)
     for s in _merged(views):
         _device(out, node, s, attribution, unknown, pid_containers)
+    for name, labels, value in _exporter_series(views, mapping_up, mapping_status):
+        out.add(name, labels, value)
+    return out.result()
+
+
+def _exporter_series(
+    views: Sequence[BackendView], mapping_up: bool | None, status: MappingStatus | None
+) -> Iterator[tuple[str, dict[str, str], float]]:
+    """The exporter's own series: per backend, then the pod mapping's."""
     for view in views:
         b = {"backend": view.backend}
-        out.add(C.BACKEND_UP, b, 1 if view.up else 0)
+        yield C.BACKEND_UP, b, 1 if view.up else 0
         if view.poll_duration is not None:
-            out.add(C.BACKEND_POLL_DURATION, b, view.poll_duration)
+            yield C.BACKEND_POLL_DURATION, b, view.poll_duration
         for reason, n in sorted(view.errors.items()):
-            out.add(C.BACKEND_ERRORS, {**b, "reason": reason}, n)
+            yield C.BACKEND_ERRORS, {**b, "reason": reason}, n
         if view.last_success is not None:
-            out.add(C.BACKEND_LAST_SUCCESS, b, view.last_success)
-        out.add(C.BACKEND_DEVICES, b, view.devices)
+            yield C.BACKEND_LAST_SUCCESS, b, view.last_success
+        yield C.BACKEND_DEVICES, b, view.devices
     if mapping_up is not None:
-        out.add(C.POD_MAPPING_UP, {}, 1 if mapping_up else 0)
-    if mapping_status is not None:
-        if mapping_status.last_success is not None:
-            out.add(C.POD_MAPPING_LAST_SUCCESS, {}, mapping_status.last_success)
-        for resource, n in mapping_status.unmatched:
-            out.add(C.POD_MAPPING_UNMATCHED, {"resource": resource}, n)
-    return out.result()
+        yield C.POD_MAPPING_UP, {}, 1 if mapping_up else 0
+    if status is not None:
+        if status.last_success is not None:
+            yield C.POD_MAPPING_LAST_SUCCESS, {}, status.last_success
+        for resource, n in status.unmatched:
+            yield C.POD_MAPPING_UNMATCHED, {"resource": resource}, n
 
 
 def _merged(views: Sequence[BackendView]) -> list[DeviceSample]:
@@ -261,6 +280,336 @@ def _slice(out: _Families, ident: Mapping[str, str], sl: Slice, attribution: Att
             out.add(name, labels, v)
 
 
+@dataclass(frozen=True)
+class RenderInputs:
+    """Everything one render reads, taken once (``Collector.inputs``): the poller's ``views``, the pod
+    ``attribution`` and whether its source is up (None: no pod mapping), the mapping's ``status``, and
+    ``pids`` (host PID -> its container, None: no Kubernetes); the arguments of ``families()``."""
+
+    node: str
+    views: tuple[BackendView, ...]
+    attribution: Attribution
+    mapping_up: bool | None
+    status: MappingStatus | None = None
+    pids: Mapping[int, ContainerRef | None] | None = None
+
+
+def _size(prefixes: Mapping[str, Any]) -> int:
+    return sum(
+        len(v.order) if isinstance(v, _Plan) else len(v) if isinstance(v, dict) else 1
+        for v in prefixes.values()
+    )
+
+
+_ZERO = floatToGoString(0.0) + "\n"
+_NEG_ZERO = floatToGoString(-0.0) + "\n"
+
+
+class _Plan:
+    """The series of one mapping field of one device while its keys stay the same, in the same order:
+    (position in the mapping, rendered prefix) in the order the reference writes them (``keys`` None:
+    rebuilt every render); and the lines last written with their ``values`` and their types."""
+
+    __slots__ = ("keys", "lines", "order", "types", "values")
+
+    def __init__(self, keys: tuple[Any, ...] | None, order: tuple[tuple[int, str], ...]) -> None:
+        self.keys = keys
+        self.order = order
+        self.values: tuple[Any, ...] = ()
+        self.types: tuple[type, ...] = ()
+        self.lines: list[str] | None = None
+
+
+class _Device:
+    """What a ``SeriesWriter`` keeps of one device between renders: its label sets and the rendered
+    ``name{labels} `` prefix of each of its series: by family name, a ``_Plan`` per mapping field (keyed by
+    the DeviceSample field), or a dict of them by holder, slice or container ("allocated", "slices",
+    "containers")."""
+
+    __slots__ = ("ident", "labels", "prefixes")
+
+    def __init__(self, ident: dict[str, str], labels: dict[str, str]) -> None:
+        self.ident = ident
+        self.labels = labels
+        self.prefixes: dict[str, Any] = {}
+
+
+class SeriesWriter:
+    """The fast twin of ``families()``: the same series in the same order, written straight as exposition
+    lines (``<prefix><value>\\n``) without building Metric or Sample objects.
+
+    ``prefix(sample_name, labels)`` is the encoder's: it renders ``name{labels} `` exactly as the encoder
+    it stands for would. Prefixes are kept per device (keyed by the device's identity and the one holder
+    whose pod labels it carries) and reused while the device keeps them, so a render costs a lookup, a
+    value format (remembered for repeated values) and a concatenation per series. Only the devices of the
+    last render are kept; when a device's series churn (keys come and go) so that more prefixes are kept
+    than series written, the next render starts afresh: memory stays proportional to the series served.
+    Byte-identity with prometheus-client over ``families()`` is tested (tests/exporter/test_exposition.py).
+    """
+
+    def __init__(
+        self, defs: Mapping[str, C.MetricDef], prefix: Callable[[str, Mapping[str, str]], str]
+    ) -> None:
+        self.defs = defs
+        self._prefix = prefix
+        index = {name: i for i, name in enumerate(defs)}
+        self._index = index
+        self._scalars = tuple((attr, name, index[name]) for attr, name in _SCALARS)
+        self._mappings = tuple((attr, name, label, index[name]) for attr, name, label in _MAPPINGS)
+        self._slice_scalars = tuple((attr, name, index[name]) for attr, name in _SLICE_SCALARS)
+        self._devices: dict[tuple[Any, ...], _Device] = {}
+        self._made = 0  # prefixes made since the kept ones were last counted (an upper bound on them)
+        self._series = 0  # series of the last render
+        self._values: dict[float, str] = {}  # non-zero value -> its text and newline
+
+    def write(self, inp: RenderInputs, unknown: set[str] | None = None) -> list[list[str]]:
+        """Lines per family, indexed like ``defs`` (empty list: no series). ``unknown`` as in ``families``."""
+        lines: list[list[str]] = [[] for _ in self.defs]
+        old = self._devices
+        new: dict[tuple[Any, ...], _Device] = {}
+        if len(self._values) > 4096 + 2 * self._series:
+            self._values.clear()  # bounded: values seen lately, most of them repeat (counters, states)
+        for s in _merged(inp.views):
+            self._device(lines, s, inp, old, new, unknown)
+        total = self._series = sum(len(x) for x in lines)
+        if self._made > 2 * total + 64:  # rarely: count what the devices of this render hold
+            self._devices = new
+            self._made = self.held()
+            if self._made > 2 * total + 64:  # series churned: start afresh next render
+                new, self._made = {}, 0
+        self._devices = new
+        self._exporter(lines, inp)
+        return lines
+
+    def held(self) -> int:
+        """Prefixes kept for the next render (at most about twice the series of the last one)."""
+        return sum(_size(e.prefixes) for e in self._devices.values())
+
+    def _make(self, name: str, labels: Mapping[str, str]) -> str:
+        self._made += 1
+        return self._prefix(name, labels)
+
+    def _text(self, v: float) -> str:
+        """``floatToGoString(v)`` and a newline, remembered for non-zero values."""
+        if not v:  # 0.0 and -0.0 are equal keys but print differently
+            return _NEG_ZERO if math.copysign(1.0, v) < 0 else _ZERO
+        t = self._values.get(v)
+        if t is None:
+            t = self._values[v] = floatToGoString(v) + "\n"
+        return t
+
+    def _device(
+        self,
+        lines: list[list[str]],
+        s: DeviceSample,
+        inp: RenderInputs,
+        old: dict[tuple[Any, ...], _Device],
+        new: dict[tuple[Any, ...], _Device],
+        unknown: set[str] | None,
+    ) -> None:
+        """Write one device's series."""
+        d = s.device
+        attribution = inp.attribution
+        device_holders = attribution.for_device(d.uuid)
+        key = (inp.node, d, device_holders[0] if len(device_holders) == 1 else None)
+        e = old.get(key)
+        if e is None:
+            ident = {
+                "node": inp.node,
+                "vendor": d.vendor,
+                "model": d.model,
+                "device": d.index,
+                "uuid": d.uuid,
+            }
+            e = _Device(ident, {**ident, **_pod_labels(device_holders)})
+        new[key] = e
+        pre = e.prefixes
+        prefix = self._make
+        values = self._values
+        index = self._index
+        text = self._text
+        one = text(1)
+
+        p = pre.get(C.UP)
+        if p is None:
+            p = pre[C.UP] = prefix(C.UP, e.labels)
+        lines[index[C.UP]].append(p + (one if s.up else text(0)))
+        p = pre.get(C.INFO)
+        if p is None:
+            info = {
+                **e.labels,
+                "driver_version": d.driver_version or "",
+                "pci_bus_id": d.pci_bus_id or "",
+                "serial": d.serial or "",
+            }
+            p = pre[C.INFO] = prefix(C.INFO, info)
+        lines[index[C.INFO]].append(p + one)
+        holders = set(device_holders)
+        if s.up:
+            for sl in s.slices:
+                holders.update(attribution.for_slice(sl))
+        if holders:
+            sub = pre.setdefault("allocated", {})
+            out = lines[index[C.ALLOCATED]]
+            for h in sorted(holders):
+                p = sub.get(h)
+                if p is None:
+                    p = sub[h] = prefix(
+                        C.ALLOCATED,
+                        {
+                            **e.ident,
+                            "namespace": h.namespace,
+                            "pod": h.pod,
+                            "container": h.container,
+                            "workload_kind": h.workload_kind,
+                            "owner": h.owner,
+                        },
+                    )
+                out.append(p + one)
+        if not s.up:
+            if s.fault_events:
+                self._mapping(
+                    lines[index[C.FAULT_EVENTS]], e, "fault_events", C.FAULT_EVENTS, "code", s.fault_events
+                )
+            return
+
+        for attr, name, i in self._scalars:
+            v = getattr(s, attr)
+            if v is not None:
+                p = pre.get(name)
+                if p is None:
+                    p = pre[name] = prefix(name, e.labels)
+                lines[i].append(p + (values.get(v) or text(v)))
+        for attr, name, label, i in self._mappings:
+            m = getattr(s, attr)
+            if m:
+                self._mapping(lines[i], e, attr, name, label, m)
+        if s.remap_pending is not None:
+            p = pre.get(C.REMAP_PENDING)
+            if p is None:
+                p = pre[C.REMAP_PENDING] = prefix(C.REMAP_PENDING, e.labels)
+            lines[index[C.REMAP_PENDING]].append(p + (one if s.remap_pending else text(0)))
+        if s.remap_failed is not None:
+            p = pre.get(C.REMAP_FAILED)
+            if p is None:
+                p = pre[C.REMAP_FAILED] = prefix(C.REMAP_FAILED, e.labels)
+            lines[index[C.REMAP_FAILED]].append(p + (one if s.remap_failed else text(0)))
+        if s.link_errors:
+            self._mapping(lines[index[C.LINK_ERRORS]], e, "link_errors", C.LINK_ERRORS, None, s.link_errors)
+        for name, v in sorted(s.vendor_metrics.items()):
+            if name in index and name.startswith("accelerator_"):
+                p = pre.get(name)
+                if p is None:
+                    p = pre[name] = prefix(name, e.labels)
+                lines[index[name]].append(p + text(v))
+            elif unknown is not None:
+                unknown.add(name)
+        if s.slices:
+            self._slices(lines, e, s.slices, attribution)
+        if s.processes is not None and inp.pids is not None:
+            self._containers(lines, e, s, attribution, inp.pids)
+
+    def _mapping(
+        self, out: list[str], e: _Device, attr: str, name: str, label: str | None, m: Mapping[Any, float]
+    ) -> None:
+        """The series of one mapping field, in the reference's order (sorted by key), labelled ``label`` =
+        ``str(key)``, or (``label`` None: link_errors) ``link``, ``type`` from a (link, type) key."""
+        keys = tuple(m)
+        plan = e.prefixes.get(attr)
+        if plan is None or plan.keys != keys:
+            plan = e.prefixes[attr] = self._plan(keys, name, e.labels, label)
+        vs = tuple(m.values())
+        if plan.lines is not None and vs == plan.values and tuple(map(type, vs)) == plan.types:
+            out += plan.lines  # the same values as last poll (counters, states): the same lines
+            return
+        values = self._values
+        text = self._text
+        lines = [p + (values.get(vs[j]) or text(vs[j])) for j, p in plan.order]
+        out += lines
+        # Equal values of equal types print alike, except 0.0 and -0.0: kept only without float zeros.
+        if any(type(v) is float and not v for v in vs):
+            plan.lines = None
+        else:
+            plan.values, plan.types, plan.lines = vs, tuple(map(type, vs)), lines
+
+    def _plan(self, keys: tuple[Any, ...], name: str, labels: dict[str, str], label: str | None) -> _Plan:
+        # Dict keys are pairwise unequal, so sorting them orders the items as the reference's
+        # sorted(items()) does. The plan is reused only for str keys: 1, 1.0 and True are equal keys
+        # whose labels differ.
+        order = sorted(range(len(keys)), key=keys.__getitem__)
+        if label is None:
+            exact = all(type(a) is str and type(b) is str for a, b in keys)
+            made = [(j, {**labels, "link": str(keys[j][0]), "type": str(keys[j][1])}) for j in order]
+        else:
+            exact = all(type(k) is str for k in keys)
+            made = [(j, {**labels, label: str(keys[j])}) for j in order]
+        return _Plan(keys if exact else None, tuple((j, self._make(name, ls)) for j, ls in made))
+
+    def _slices(
+        self, lines: list[list[str]], e: _Device, slices: Sequence[Slice], attribution: Attribution
+    ) -> None:
+        sub = e.prefixes.setdefault("slices", {})
+        info = lines[self._index[C.SLICE_INFO]]
+        one = self._text(1)
+        for sl in slices:
+            hs = attribution.for_slice(sl)
+            sk = (sl.parent_uuid, sl.slice_id, sl.profile, sl.kind, sl.uuid, hs[0] if len(hs) == 1 else None)
+            ps = sub.get(sk)
+            if ps is None:
+                labels = {
+                    **e.ident,
+                    "uuid": sl.parent_uuid or e.ident["uuid"],
+                    "slice_id": sl.slice_id,
+                    "profile": sl.profile,
+                    "slice_kind": sl.kind,
+                    **_pod_labels(hs),
+                }
+                ps = sub[sk] = (
+                    self._make(C.SLICE_INFO, {**labels, "slice_uuid": sl.uuid or ""}),
+                    *(self._make(name, labels) for _, name, _ in self._slice_scalars),
+                )
+            info.append(ps[0] + one)
+            for (attr, _, i), p in zip(self._slice_scalars, ps[1:], strict=True):
+                v = getattr(sl, attr)
+                if v is not None:
+                    lines[i].append(p + self._text(v))
+
+    def _containers(
+        self,
+        lines: list[list[str]],
+        e: _Device,
+        s: DeviceSample,
+        attribution: Attribution,
+        pid_containers: Mapping[int, ContainerRef | None],
+    ) -> None:
+        """As ``_containers`` of ``families()``."""
+        held: dict[tuple[str, str, str], float] = {}
+        for proc in s.processes or ():
+            if proc.memory_used_bytes is None:
+                continue
+            ref = pid_containers.get(proc.pid)
+            h = attribution.for_container(ref.container_id) if ref is not None and ref.container_id else None
+            key = (h.namespace, h.pod, h.container) if h is not None else ("", "", "")
+            held[key] = held.get(key, 0.0) + proc.memory_used_bytes
+        if not held:
+            return
+        sub = e.prefixes.setdefault("containers", {})
+        out = lines[self._index[C.CONTAINER_MEMORY_USED]]
+        for key, used in sorted(held.items()):
+            p = sub.get(key)
+            if p is None:
+                ns, pod, ctr = key
+                p = sub[key] = self._make(
+                    C.CONTAINER_MEMORY_USED, {**e.ident, "namespace": ns, "pod": pod, "container": ctr}
+                )
+            out.append(p + self._text(used))
+
+    def _exporter(self, lines: list[list[str]], inp: RenderInputs) -> None:
+        """The exporter's own families (a few series per backend): label sets built each render."""
+        for name, labels, value in _exporter_series(inp.views, inp.mapping_up, inp.status):
+            lines[self._index[name]].append(self._prefix(name, labels) + self._text(value))
+
+
 class Collector(_ClientCollector):
     """prometheus-client custom collector over a poller and an attribution source.
 
@@ -293,9 +642,14 @@ class Collector(_ClientCollector):
         status = self._status() if self._status is not None else None
         return (tuple(v.cache_key for v in views), attribution, self._attribution.up(), status)
 
-    def collect(self) -> Iterator[Metric]:
-        unknown: set[str] = set()
-        views = self._views(self._clock())
+    @property
+    def defs(self) -> Mapping[str, C.MetricDef]:
+        """The catalog it renders, in order."""
+        return self._defs
+
+    def inputs(self) -> RenderInputs:
+        """Read the poller, the attribution and (pod mapping on) each device process's container, once."""
+        views = tuple(self._views(self._clock()))
         pids: dict[int, ContainerRef | None] | None = None
         if self._pid_lookup is not None:
             pids = {}  # a read of /proc/<pid>/cgroup per process on a device, per render
@@ -304,17 +658,33 @@ class Collector(_ClientCollector):
                     for p in s.processes or ():
                         if p.pid not in pids:
                             pids[p.pid] = self._pid_lookup(p.pid)
-        fams = families(
+        return RenderInputs(
             self.node,
             views,
             self._attribution.current(),
             self._attribution.up(),
-            self._defs,
-            unknown,
             self._status() if self._status is not None else None,
             pids,
         )
+
+    def warn_unknown(self, unknown: set[str]) -> None:
+        """Log, once per name, the vendor metrics a backend returned that no registration declares."""
         for name in sorted(unknown - self._warned):
             log.warning("vendor metric %s is not declared by any backend registration; not exported", name)
         self._warned |= unknown
+
+    def collect(self) -> Iterator[Metric]:
+        inp = self.inputs()
+        unknown: set[str] = set()
+        fams = families(
+            inp.node,
+            inp.views,
+            inp.attribution,
+            inp.mapping_up,
+            self._defs,
+            unknown,
+            inp.status,
+            inp.pids,
+        )
+        self.warn_unknown(unknown)
         yield from fams

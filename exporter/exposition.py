@@ -10,12 +10,16 @@ and Prometheus' 15 s scrapes that is one render per scrape, not three. A scrape 
 forecast finds the state changed and renders on demand (off the event loop), so it is never served stale.
 
 Rendering: prometheus-client's encoders (text 0.0.4 or OpenMetrics, chosen by ``choose_encoder`` from the
-Accept header) are the reference. ``FastEncoder`` writes the same bytes (proved by tests/exporter/
-test_exposition.py with hypothesis over random fleets, and by the golden files) but remembers each series'
-rendered ``name{labels} `` prefix and each family's HELP/TYPE/UNIT lines across polls, so a poll costs a
-dictionary lookup and a float format per series instead of escaping every label name and value again.
-Anything it does not handle (timestamps, exemplars, histograms, native histograms, other escapings of
-metric names) is handed to the reference encoder family by family.
+Accept header) over the collector's families (``exporter.collector.families``) are the reference.
+``FastEncoder`` writes the same bytes (proved by tests/exporter/test_exposition.py with hypothesis over
+random fleets, and by the golden files) without building the collector's families: its
+``SeriesWriter`` writes each series as ``name{labels} value`` straight from the samples, remembering each
+device's rendered prefixes (and each family's HELP/TYPE/UNIT lines) across polls, so a poll costs a
+dictionary lookup, a float format and a concatenation per series instead of building label dicts and
+Sample objects and escaping every label name and value again. The few other families (build info,
+process, python) go through ``FastEncoder.encode``, which caches prefixes the same way; anything it does
+not handle (timestamps, exemplars, histograms, native histograms, other escapings of metric names) is
+handed to the reference encoder family by family.
 
 With ``standard=True`` the body also carries ``xpuwatch_build_info`` and the ``process_*`` / ``python_*``
 families (exporter.build), read at each render: as of the latest poll, never older than one poll interval
@@ -28,7 +32,7 @@ import gc
 import gzip
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -41,7 +45,7 @@ from prometheus_client.utils import floatToGoString
 from prometheus_client.validation import _is_valid_legacy_metric_name
 
 from exporter.build import register_standard
-from exporter.collector import Collector
+from exporter.collector import Collector, SeriesWriter, family
 
 GZIP_LEVEL = 1
 """Measured on the 512-device body (3.4 MiB; benchmarks/exporter_scrape.py): level 1 takes 15 ms of CPU and
@@ -116,12 +120,35 @@ class FastEncoder:
         self.reference = reference
         self._prefixes: dict[tuple[str, ...], str] = {}
         self._headers: dict[tuple[str, str, str, str], str] = {}
+        self._writer: SeriesWriter | None = None
+        self._family_headers: list[str] = []
 
     def __call__(self, registry: Any) -> bytes:
         return self.encode(registry.collect())
 
-    def encode(self, families: Iterable[Metric]) -> bytes:
-        out: list[str] = []
+    def render(self, collector: Collector, rest: Iterable[Metric] = ()) -> bytes:
+        """The bytes the reference writes for a registry holding ``collector`` and then the families
+        ``rest``: the collector's series are written straight from ``collector.inputs()`` by a
+        ``SeriesWriter`` (prefixes rendered by this encoder and kept per device), without building its
+        families; ``rest`` goes through ``encode``."""
+        defs = collector.defs
+        writer = self._writer
+        if writer is None or writer.defs is not defs:
+            writer = self._writer = SeriesWriter(defs, self._prefix)
+            self._family_headers = [self._header(family(name, d)) for name, d in defs.items()]
+        unknown: set[str] = set()
+        lines = writer.write(collector.inputs(), unknown)
+        collector.warn_unknown(unknown)
+        head: list[str] = []
+        for header, family_lines in zip(self._family_headers, lines, strict=True):
+            if family_lines:
+                head.append(header)
+                head += family_lines
+        return self.encode(rest, head)
+
+    def encode(self, families: Iterable[Metric], head: list[str] | None = None) -> bytes:
+        """The body of ``families``, after the already rendered lines ``head`` if given."""
+        out: list[str] = head if head is not None else []
         old, new = self._prefixes, {}
         values: dict[float, str] = {}
         headers: dict[tuple[str, str, str, str], str] = {}
@@ -185,7 +212,7 @@ class FastEncoder:
         doc = metric.documentation.replace("\\", r"\\").replace("\n", r"\n")
         return f"# HELP {name} {doc}\n# TYPE {name} {mtype}\n"
 
-    def _prefix(self, name: str, labels: dict[str, str]) -> str:
+    def _prefix(self, name: str, labels: Mapping[str, str]) -> str:
         """``name{labels} `` exactly as the reference writes it before the value."""
         esc = self.escaping
         allow = _om.ALLOWUTF8
@@ -247,7 +274,11 @@ class Rendered:
 
 
 class ExpositionCache:
-    """Caches rendered bodies per (render key, content type, gzip)."""
+    """Caches rendered bodies per (render key, content type, gzip).
+
+    ``registry`` holds the collector and then (``standard``) the standard families: the reference body is
+    prometheus-client's encoder over it. A FastEncoder renders the same body from ``collector.inputs()``
+    and the standard families' own ``collect()``."""
 
     def __init__(
         self, collector: Collector, standard: bool = False, update_period: float | None = None
@@ -257,10 +288,12 @@ class ExpositionCache:
         self.collector = collector
         self.update_period = update_period
         self.forecast = ScrapeForecast()
+        self.standard = CollectorRegistry(auto_describe=False)
+        if standard:
+            register_standard(self.standard)
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(collector)
-        if standard:
-            register_standard(self.registry)
+        self.registry.register(self.standard)
         self._lock = threading.Lock()
         # (key, bodies) swapped as one tuple so that peek() needs no lock.
         self._state: tuple[object, dict[Variant, Rendered]] = (object(), {})
@@ -315,7 +348,7 @@ class ExpositionCache:
             enabled = gc.isenabled()
             gc.disable()
             try:
-                body = self._encoders[content_type](self.registry)
+                body = self._body(content_type)
             finally:
                 if enabled:
                     gc.enable()
@@ -326,6 +359,12 @@ class ExpositionCache:
             gzip.compress(plain.body, compresslevel=GZIP_LEVEL), content_type, True
         )
         return zipped
+
+    def _body(self, content_type: str) -> bytes:
+        encoder = self._encoders[content_type]
+        if isinstance(encoder, FastEncoder) and isinstance(self.collector, Collector):
+            return encoder.render(self.collector, self.standard.collect())
+        return encoder(self.registry)
 
     def warm(self) -> None:
         """Re-render the variants asked for within ``WARM_SECONDS`` whose next scrape is due before the

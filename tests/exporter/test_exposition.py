@@ -4,7 +4,9 @@ not handle go to the reference; only asked-for variants are rendered, and only w
 
 from __future__ import annotations
 
+import dataclasses
 import math
+import re
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -16,12 +18,16 @@ from prometheus_client.metrics_core import (
     HistogramMetricFamily,
     Metric,
 )
+from prometheus_client.registry import CollectorRegistry
+from prometheus_client.utils import floatToGoString
 
-from exporter.attribution import EMPTY
-from exporter.collector import families
+from exporter import catalog as C
+from exporter.attribution import EMPTY, Attribution, Holder, MappingStatus, slice_key
+from exporter.cgroup import ContainerRef
+from exporter.collector import Collector, RenderInputs, SeriesWriter, families, family
 from exporter.exposition import ExpositionCache, FastEncoder, ScrapeForecast, fast_encoder
 from exporter.poller import BackendView
-from vendors.base import Device, DeviceSample
+from vendors.base import Device, DeviceSample, ProcessMemory, Slice
 
 ACCEPTS = [
     "",  # text 0.0.4
@@ -206,3 +212,353 @@ def test_warm_renders_only_before_a_forecast_scrape_and_an_early_scrape_is_never
     cache.warm()
     now[0] = 92.0
     assert scrape().endswith(b"x_ratio 91.0\n# EOF\n")
+
+
+# --- SeriesWriter: the exporter's own render path (straight from samples, no Metric objects) ---------------
+
+DECLARED = "accelerator_huawei_aicpu_utilization_ratio"  # a vendor metric a registration declares
+WEIRD = st.text(alphabet=st.sampled_from(list('aZ0 ."\\\n{}=,_:é显\U0001f600')), max_size=6)
+NUMBERS = st.one_of(
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.sampled_from([0.0, -0.0, 0, 1, True, False, 1e21, 1e6, 1234567.0, 5e-324, -1e-7, 2**63]),
+    st.integers(-(2**80), 2**80),
+)
+HOLDERS = st.builds(
+    Holder, WEIRD, WEIRD, WEIRD, st.sampled_from(["notebook", "job", "service", "unknown"]), WEIRD
+)
+
+
+@st.composite
+def slices_of(draw: st.DrawFn, uuid: str) -> tuple[Slice, ...]:
+    out = []
+    for j in range(draw(st.integers(0, 2))):
+        kind = draw(st.sampled_from(["mig", "vgpu"]))
+        out.append(
+            Slice(
+                draw(st.sampled_from([uuid, ""])),
+                f"{j}/" + draw(WEIRD),
+                draw(WEIRD),
+                kind,
+                f"MIG-{uuid}-{j}" if kind == "mig" and draw(st.booleans()) else None,
+                draw(st.none() | NUMBERS),
+                draw(st.none() | NUMBERS),
+                draw(st.none() | NUMBERS),
+                draw(st.none() | NUMBERS),
+            )
+        )
+    return tuple(out)
+
+
+@st.composite
+def poll_of(draw: st.DrawFn, devices: list[Device]) -> list[DeviceSample]:
+    """One poll's samples of ``devices``: every reading kind, any value, some devices lost."""
+    out = []
+    for d in devices:
+        if draw(st.integers(0, 4)) == 0:
+            out.append(
+                dataclasses.replace(
+                    DeviceSample.lost(d, "lost"),
+                    fault_events=draw(
+                        st.dictionaries(st.sampled_from(["79", "48", "31"]), NUMBERS, max_size=2)
+                    ),
+                )
+            )
+            continue
+        keys = st.sampled_from(["core", "memory", "hotspot", 'x"y', "a\\b\n"])
+        out.append(
+            DeviceSample(
+                d,
+                utilization_ratio=draw(st.none() | NUMBERS),
+                memory_used_bytes=draw(st.none() | NUMBERS),
+                memory_total_bytes=draw(st.none() | NUMBERS),
+                power_watts=draw(st.none() | NUMBERS),
+                energy_joules=draw(st.none() | NUMBERS),
+                temperatures_celsius=draw(st.dictionaries(keys, NUMBERS, max_size=3)),
+                clocks_hertz=draw(st.dictionaries(st.sampled_from(["sm", "mem"]), NUMBERS, max_size=2)),
+                clock_throttled=draw(st.dictionaries(keys, st.booleans(), max_size=2)),
+                ecc_errors=draw(st.dictionaries(st.sampled_from(["corrected", "uncorrected"]), NUMBERS)),
+                remapped_rows=draw(st.dictionaries(st.sampled_from(["correctable"]), st.integers(0, 9))),
+                remap_pending=draw(st.none() | st.booleans()),
+                remap_failed=draw(st.none() | st.booleans()),
+                fault_events=draw(st.dictionaries(st.sampled_from(["79", "48", "31"]), NUMBERS, max_size=2)),
+                pcie_replay_errors=draw(st.none() | st.integers(0, 2**40)),
+                link_errors=draw(
+                    st.dictionaries(st.tuples(st.sampled_from(["0", "1", "2"]), WEIRD), NUMBERS, max_size=2)
+                ),
+                health=draw(st.dictionaries(keys, st.booleans(), max_size=2)),
+                vendor_metrics=draw(
+                    st.dictionaries(
+                        st.sampled_from([DECLARED, "accelerator_x_undeclared", "not_accelerator"]),
+                        NUMBERS,
+                        max_size=2,
+                    )
+                ),
+                slices=draw(slices_of(d.uuid)),
+                processes=draw(
+                    st.none()
+                    | st.lists(
+                        st.builds(ProcessMemory, st.integers(1, 6), st.none() | NUMBERS), max_size=4
+                    ).map(tuple)
+                ),
+            )
+        )
+    return out
+
+
+@st.composite
+def states(draw: st.DrawFn) -> tuple[list[Device], list[RenderInputs]]:
+    """A node's devices and three consecutive render inputs: new values, attribution and pids each time."""
+    devices = [
+        Device(
+            draw(st.sampled_from(["nvidia", "amd", "huawei", "hygon"])),
+            draw(WEIRD),
+            draw(WEIRD),
+            f"u{i}-" + draw(WEIRD),
+            draw(st.none() | WEIRD),
+            draw(st.none() | WEIRD),
+            draw(st.none() | WEIRD),
+        )
+        for i in range(draw(st.integers(0, 4)))
+    ]
+    kube = draw(st.booleans())  # pod mapping on: processes are named by container
+    out = []
+    for _ in range(3):
+        samples = draw(poll_of(devices))
+        split = draw(st.integers(0, len(samples)))
+        views = (
+            BackendView(
+                "b0", draw(st.booleans()), tuple(samples[:split]), split, 1.7e9, 0.25, {"timeout": 2}, 1, True
+            ),
+            BackendView("b1", True, tuple(samples[split:]), 9, None, None, {draw(WEIRD) or "x": 1}, 1, True),
+        )
+        keys = [d.uuid for d in devices] + [
+            sl.uuid or slice_key(sl.parent_uuid, sl.slice_id) for s in samples for sl in s.slices
+        ]
+        holders = {k: draw(st.lists(HOLDERS, max_size=2)) for k in keys if draw(st.booleans())}
+        containers = {f"c{i}": draw(HOLDERS) for i in range(draw(st.integers(0, 3)))}
+        refs = st.none() | st.builds(ContainerRef, st.just("pod"), st.sampled_from(["", "c0", "c1", "c9"]))
+        pids = {pid: draw(refs) for pid in range(1, 7) if draw(st.booleans())}
+        status = draw(
+            st.none()
+            | st.builds(
+                MappingStatus,
+                st.booleans(),
+                st.none() | NUMBERS,
+                st.lists(st.tuples(WEIRD, st.integers(0, 9)), max_size=2).map(tuple),
+            )
+        )
+        out.append(
+            RenderInputs(
+                "node-" + draw(WEIRD),
+                views,
+                Attribution.of(holders, containers),
+                draw(st.none() | st.booleans()),
+                status,
+                pids if kube else None,
+            )
+        )
+    return devices, out
+
+
+class Node:
+    """Render inputs a test sets, served through the real Collector (its ``inputs()`` and ``collect()``):
+    the poller's views, the attribution source, the mapping status and (``kube``) the pid lookup."""
+
+    def __init__(self, kube: bool) -> None:
+        self.inp = RenderInputs("n", (), EMPTY, None)
+        self.collector = Collector(
+            "n",
+            lambda now: self.inp.views,
+            self,
+            lambda: 0.0,
+            lambda: self.inp.status,
+            self.pid if kube else None,
+        )
+
+    def current(self) -> Attribution:
+        return self.inp.attribution
+
+    def up(self) -> bool | None:
+        return self.inp.mapping_up
+
+    def pid(self, pid: int) -> ContainerRef | None:
+        return self.inp.pids.get(pid) if self.inp.pids is not None else None
+
+    def set(self, inp: RenderInputs) -> None:
+        self.inp = inp
+        self.collector.node = inp.node
+
+
+@settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large]
+)
+@given(state=states())
+def test_series_writer_is_byte_identical_to_prometheus_client(
+    state: tuple[list[Device], list[RenderInputs]],
+) -> None:
+    _, polls = state
+    node = Node(kube=polls[0].pids is not None)
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(node.collector)
+    for accept in ACCEPTS:
+        encoder, _ = choose_encoder(accept)
+        fast = fast_encoder(encoder)
+        assert isinstance(fast, FastEncoder)
+        for inp in (*polls, polls[0]):  # first render, the same devices with new everything, then back
+            node.set(inp)
+            assert fast.render(node.collector) == encoder(registry), accept
+
+
+def full_node() -> RenderInputs:
+    """Every family the catalog has, with pods on the device, on slices and on processes."""
+    d = Device("nvidia", "NVIDIA A100", "0", "GPU-a", "0000:01:00.0", "550.54.15", "1320")
+    mig = Slice("GPU-a", "1/0", "1g.10gb", "mig", "MIG-a", 1.0, 2.0, 1 / 7, 0.5, 0.25, -0.0)
+    vgpu = Slice("GPU-a", "v1", "vgpu", "vgpu", None, 3.0, 4.0, 0.3, 0.2, 0.1, 0.05)
+    s = DeviceSample(
+        d,
+        utilization_ratio=0.97,
+        sm_active_ratio=0.8,
+        sm_occupancy_ratio=0.4,
+        tensor_active_ratio=0.3,
+        memory_bandwidth_utilization_ratio=0.6,
+        memory_used_bytes=80e9,
+        memory_total_bytes=85899345920,
+        memory_used_ratio=0.5,
+        temperatures_celsius={"core": 60, "memory": 70},
+        power_watts=300.5,
+        power_limit_watts=400,
+        energy_joules=1e21,
+        clocks_hertz={"sm": 1.41e9},
+        clock_throttled={"hw_thermal": True, "gpu_idle": False},
+        ecc_errors={"corrected": 3, "uncorrected": 0},
+        remapped_rows={"correctable": 0, "uncorrectable": 2},
+        remap_pending=True,
+        remap_failed=False,
+        fault_events={"79": 1, "48": 0},
+        pcie_replay_errors=2**62,
+        link_errors={("0", "crc_flit"): 5},
+        health={"pcie": True, "memory": False},
+        vendor_metrics={DECLARED: math.inf},
+        slices=(mig, vgpu),
+        processes=(
+            ProcessMemory(10, 1e9),
+            ProcessMemory(11, 2e9),
+            ProcessMemory(12, None),
+            ProcessMemory(13, 5.0),
+        ),
+    )
+    lost = DeviceSample.lost(Device("amd", "MI250X", "1", "amd-1"), "timeout")
+    alice = Holder("ml", 'jupyter-"alice"', "notebook", "notebook", "alice\\")
+    bob = Holder("ml", "train-0", "trainer\n显存", "job", "")
+    views = (BackendView("nvml", True, (s, lost), 2, 1.7e9, 0.25, {"timeout": 1, "field": 2}, 1, True),)
+    return RenderInputs(
+        "node-1",
+        views,
+        Attribution.of(
+            {"GPU-a": [alice], "MIG-a": [bob], slice_key("GPU-a", "v1"): [alice, bob]}, {"c1": bob}
+        ),
+        True,
+        MappingStatus(True, 1.7e9, (("nvidia.com/gpu", 2), ("dra:gpu.nvidia.com", 1))),
+        {10: ContainerRef("pod-uid", "c1"), 11: None, 13: ContainerRef("pod-uid", "")},
+    )
+
+
+def test_series_writer_writes_every_family_as_prometheus_client_does() -> None:
+    node = Node(kube=True)
+    node.set(full_node())
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(node.collector)
+    for accept in ACCEPTS:
+        encoder, _ = choose_encoder(accept)
+        fast = fast_encoder(encoder)
+        assert isinstance(fast, FastEncoder)
+        for _ in range(2):  # first render, then from the prefix cache
+            body = fast.render(node.collector)
+            assert body == encoder(registry), accept
+    named = {
+        f.name
+        for f in families(
+            "node-1", node.inp.views, node.inp.attribution, True, None, None, node.inp.status, node.inp.pids
+        )
+    }
+    core = {family(m.name, m).name for m in C._CORE}
+    assert named == core | {DECLARED}  # the example reaches every family of the catalog
+
+
+def test_series_writer_keeps_only_what_the_last_render_served() -> None:
+    writer = SeriesWriter(C.by_name(), lambda name, labels: f"{name}{sorted(labels.items())} ")
+    a = Device("nvidia", "A100", "0", "GPU-a")
+
+    def poll(devices: list[Device], sensors: dict[str, float]) -> RenderInputs:
+        samples = tuple(DeviceSample(d, temperatures_celsius=sensors) for d in devices)
+        return RenderInputs(
+            "n", (BackendView("b", True, samples, len(samples), 1.0, 0.1, {}, 1, True),), EMPTY, None
+        )
+
+    lines = writer.write(poll([a], {"core": 1.0}))
+    assert sum(map(len, lines)) == 3 + 4 and writer.held() == 3  # up, info, temperature; 4 of the backend
+    others = [Device("amd", "MI250X", str(i), f"amd-{i}") for i in range(3)]
+    writer.write(poll(others, {}))
+    assert writer.held() == 6  # GPU-a's entry is gone: 3 devices x (up, info)
+    for i in range(200):  # a device whose sensor names change every poll
+        lines = writer.write(poll([a], {f"s{i}": 1.0, f"s{i + 1}": 2.0}))
+        assert writer.held() <= 2 * sum(map(len, lines)) + 64
+    assert lines[list(C.by_name()).index(C.TEMPERATURE)] == [
+        f"{C.TEMPERATURE}{sorted({'node': 'n', 'vendor': 'nvidia', 'model': 'A100', 'device': '0', 'uuid': 'GPU-a', 'sensor': s}.items())} {v}\n"
+        for s, v in (("s199", "1.0"), ("s200", "2.0"))
+    ]
+
+
+def test_cache_serves_prometheus_clients_bytes_with_the_standard_families() -> None:
+    node = Node(kube=True)
+    node.set(full_node())
+    cache = ExpositionCache(node.collector, standard=True)
+    for accept in ACCEPTS:
+        got = cache.get(accept, "").body.decode()
+        want = choose_encoder(accept)[0](cache.registry).decode()
+        # The standard families (process CPU, GC counts) move between the two renders: compare their
+        # headers, and everything before them byte for byte.
+        head, rest = re.split(r"^(?=# HELP xpuwatch_+build_+info )", got, flags=re.M)
+        want_head, want_rest = re.split(r"^(?=# HELP xpuwatch_+build_+info )", want, flags=re.M)
+        assert head == want_head, accept
+        headers = [line for line in rest.splitlines() if line.startswith("#")]
+        assert headers == [line for line in want_rest.splitlines() if line.startswith("#")]
+
+
+def test_series_writer_reuses_a_fields_lines_only_while_they_print_alike() -> None:
+    node = Node(kube=False)
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(node.collector)
+    fast = fast_encoder(choose_encoder("")[0])
+    assert isinstance(fast, FastEncoder)
+    d = Device("nvidia", "A100", "0", "GPU-a")
+    nan = math.nan
+    polls: list[dict[str, float]] = [
+        {"corrected": 0, "uncorrected": 1},
+        {"corrected": 0, "uncorrected": 1},  # unchanged: lines reused
+        {"corrected": -0.0, "uncorrected": True},  # equal values, other types
+        {"corrected": -0.0, "uncorrected": True},
+        {"corrected": 0.0, "uncorrected": True},  # equal to -0.0, printed otherwise
+        {"corrected": nan, "uncorrected": 2**70},
+        {"corrected": nan, "uncorrected": 2**70 + 1},  # a different int, the same float
+        {"uncorrected": 2**70 + 1, "corrected": nan},  # the same keys in another order
+    ]
+    for ecc in polls:
+        view = BackendView(
+            "b",
+            True,
+            (DeviceSample(d, ecc_errors=ecc, health={"pcie": ecc["corrected"] == 0}),),
+            1,
+            1.0,
+            0.1,
+            {},
+            1,
+            True,
+        )
+        node.set(RenderInputs("n", (view,), EMPTY, None))
+        body = fast.render(node.collector)
+        assert body == choose_encoder("")[0](registry), ecc
+        assert (
+            'type="corrected",uuid="GPU-a",vendor="nvidia"} ' + floatToGoString(ecc["corrected"])
+            in body.decode()
+        )
