@@ -136,7 +136,8 @@ def start_child(
     proc = subprocess.Popen(
         [sys.executable, __file__, "--child", str(cfg), "--slow", str(slow), "--port-file", str(port_file)]
         + (["--lag-file", str(lag_file)] if lag_file else []),
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        # As the image runs it (deploy/Dockerfile): big bodies mmapped, not carved from the heap.
+        env={**os.environ, "PYTHONPATH": str(ROOT), "MALLOC_MMAP_THRESHOLD_": "262144"},
     )
     deadline = time.monotonic() + 60
     while not port_file.exists() or not port_file.read_text():

@@ -137,6 +137,8 @@ def test_dockerfile_targets_install_their_extras_and_copy_every_package() -> Non
         and "pip install --no-cache-dir /opt/rocm/share/amd_smi" in stages["amd"]
     )
     assert "[kubernetes]" in stages["core"] and "nvidia" not in stages["core"]
+    for name in ("nvidia", "amd", "core"):  # big /metrics bodies mmapped, not fragmenting the heap
+        assert re.search(r"^ENV (.*\\\n)*\s*MALLOC_MMAP_THRESHOLD_=262144\b", stages[name], re.M), name
     include = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]["find"][
         "include"
     ]
