@@ -23,6 +23,8 @@ from typing import Any
 
 import yaml
 
+from exporter.settings import yaml_problem
+
 DEFAULT_SPEC_PATH = Path(__file__).parent / "spec.yaml"
 
 CATEGORIES = ("hardware", "performance")
@@ -154,7 +156,7 @@ def _read(path: Path) -> Any:
     try:
         return yaml.safe_load(path.read_text(encoding="utf-8"))
     except yaml.YAMLError as exc:
-        raise SpecError(f"{path}: not valid YAML: {exc}") from exc
+        raise SpecError(f"{path}: not valid YAML: {yaml_problem(exc)}") from exc
 
 
 def load_spec(path: Path = DEFAULT_SPEC_PATH) -> Spec:

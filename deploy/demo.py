@@ -113,19 +113,36 @@ def load_demo_scenario(path: Path | None) -> tuple[str, Scenario]:
         raise DemoError(f"scenario {path or SCENARIO_RESOURCE}: {exc}", 2) from None
 
 
-def free_ports(requested: dict[str, int]) -> dict[str, int]:
-    """One distinct TCP port on 127.0.0.1 per name: the requested one, or the kernel's pick for port 0.
-
-    Every pick's socket stays bound until all are chosen, so two components never get the same
-    port (the kernel may hand a just-released port out again). DemoError(code 2) when two requested
-    ports are the same. A picked port was free a moment ago; the component binds it itself.
-    """
+def requested_ports(opts: Options) -> dict[str, int]:
+    """Each component's port from the options (0: pick a free one). DemoError(code 2), before anything
+    starts, for a port out of range or two components asked for one port."""
+    requested = {
+        "exporter": opts.exporter_port,
+        "prometheus": opts.prometheus_port,
+        "alertmanager": opts.alertmanager_port,
+        "relay": opts.relay_port,
+        "remediation": opts.remediation_port,
+    }
     taken: dict[int, str] = {}
     for name, port in requested.items():
+        if not 0 <= port <= 65535:
+            raise DemoError(f"--{name}-port: must be 1-65535 (0 or absent: a free one), got {port}", 2)
         if port:
             if port in taken:
                 raise DemoError(f"--{taken[port]}-port and --{name}-port are both {port}", 2)
             taken[port] = name
+    return requested
+
+
+def free_ports(requested: dict[str, int]) -> dict[str, int]:
+    """One distinct TCP port on 127.0.0.1 per name: the requested one (distinct, see ``requested_ports``),
+    or the kernel's pick for port 0.
+
+    Every pick's socket stays bound until all are chosen, so two components never get the same
+    port (the kernel may hand a just-released port out again). A picked port was free a moment ago;
+    the component binds it itself.
+    """
+    taken = {port: name for name, port in requested.items() if port}
     chosen: dict[str, int] = {}
     held: list[socket.socket] = []
     try:
@@ -327,6 +344,7 @@ async def run(opts: Options, console: Console | None = None) -> int:
         prometheus = find_binary("prometheus", opts.prometheus_bin)
         alertmanager = find_binary("alertmanager", opts.alertmanager_bin)
         scenario_text, scenario = load_demo_scenario(opts.scenario)
+        wanted = requested_ports(opts)
     except DemoError as exc:
         print(f"xpuwatch demo: {exc}", file=sys.stderr, flush=True)
         return exc.code
@@ -362,17 +380,7 @@ async def run(opts: Options, console: Console | None = None) -> int:
             runners.append(runner)
             runner, kube_port = await serve_inprocess(kube.app())
             runners.append(runner)
-            ports = cfg.Ports(
-                **free_ports(
-                    {
-                        "exporter": opts.exporter_port,
-                        "prometheus": opts.prometheus_port,
-                        "alertmanager": opts.alertmanager_port,
-                        "relay": opts.relay_port,
-                        "remediation": opts.remediation_port,
-                    }
-                )
-            )
+            ports = cfg.Ports(**free_ports(wanted))
             spec = write_files(
                 files, scenario_text, opts.spec, ports, cfg.url(kube_port), bots, cfg.url(bots_port)
             )

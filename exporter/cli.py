@@ -256,6 +256,15 @@ def _device_refs(poller: Poller, clocks: Clocks) -> tuple[list[DeviceRef], list[
     return devices, slices
 
 
+def _check_enable(settings: Settings) -> None:
+    """ConfigError for a name in ``enable`` that no backend has, also when --simulate or --replay
+    chooses the backends instead (a typo must not pass silently until the next real start)."""
+    specs = all_specs()
+    for name in settings.enable:
+        if name not in specs:
+            raise ConfigError(f"enable: unknown backend {name!r} (known: {', '.join(sorted(specs))})")
+
+
 def _backend_names(args: argparse.Namespace, settings: Settings, runner: CommandRunner) -> list[str]:
     if settings.enable:
         return list(settings.enable)
@@ -320,6 +329,7 @@ def run_serve(args: argparse.Namespace) -> int:
             if args.backend:
                 raise ConfigError("--backend: not with --simulate (the simulator is the only backend then)")
             names = ["sim"]
+            _check_enable(settings)  # not used, but a typo in it still fails
         elif args.replay:
             meta, results = read_bundle(Path(args.replay))
             runner = ReplayRunner(results)

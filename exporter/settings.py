@@ -58,6 +58,17 @@ class ConfigError(ValueError):
     """A setting is invalid; the message starts with the key (``web.listen_address: ...``)."""
 
 
+def yaml_problem(exc: yaml.YAMLError) -> str:
+    """PyYAML's multi-line error as one line: ``line 3, column 7: found unexpected end of stream`` (the
+    position of the problem, 1-based, then what PyYAML found). Every config reader says it this way."""
+    mark = getattr(exc, "problem_mark", None)
+    problem = getattr(exc, "problem", None) or getattr(exc, "context", None)
+    text = " ".join(str(problem or exc).split())
+    if mark is None:
+        return text
+    return f"line {mark.line + 1}, column {mark.column + 1}: {text}"
+
+
 @dataclass(frozen=True)
 class WebSettings:
     """The HTTP endpoint."""
@@ -289,7 +300,7 @@ def load(path: str | None, env: Mapping[str, str], flags: Mapping[str, Any]) -> 
         except OSError as exc:
             raise ConfigError(f"--config: cannot read {path}: {exc.strerror or exc}") from exc
         except yaml.YAMLError as exc:
-            raise ConfigError(f"--config: {path} is not valid YAML: {exc}") from exc
+            raise ConfigError(f"--config: {path} is not valid YAML: {yaml_problem(exc)}") from exc
         except UnicodeDecodeError as exc:
             raise ConfigError(
                 f"--config: {path} is not UTF-8 text ({exc.reason} at byte {exc.start})"
@@ -401,7 +412,7 @@ def load_web_config(path: str) -> WebConfig:
     except OSError as exc:
         raise ConfigError(f"web.config_file: cannot read {path}: {exc.strerror or exc}") from exc
     except yaml.YAMLError as exc:
-        raise ConfigError(f"web.config_file: {path} is not valid YAML: {exc}") from exc
+        raise ConfigError(f"web.config_file: {path} is not valid YAML: {yaml_problem(exc)}") from exc
     return parse_web_config(doc, base=Path(path).parent)
 
 

@@ -16,6 +16,8 @@ from typing import Any, Literal
 
 import yaml
 
+from exporter.settings import yaml_problem
+
 ActionName = Literal["reclaim", "resize", "drain"]
 ACTIONS: tuple[ActionName, ...] = ("reclaim", "resize", "drain")
 EvictionMode = Literal["immediate", "after-notice", "wait-for-completion"]
@@ -361,5 +363,5 @@ def load(path: str | Path) -> Settings:
     except UnicodeDecodeError as exc:
         raise ConfigError(f"{p}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
     except yaml.YAMLError as exc:
-        raise ConfigError(f"{p}: invalid YAML: {exc}") from None
+        raise ConfigError(f"{p}: invalid YAML: {yaml_problem(exc)}") from None
     return parse(raw, p.parent)

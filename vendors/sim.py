@@ -255,7 +255,10 @@ def parse_scenario(text: str, defaults: Scenario | None = None) -> Scenario:
     try:
         doc = yaml.safe_load(text) if text.strip() else {}
     except yaml.YAMLError as exc:
-        raise ScenarioError(f"scenario is not valid YAML: {exc}") from exc
+        mark = getattr(exc, "problem_mark", None)
+        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
+        problem = " ".join(str(getattr(exc, "problem", None) or exc).split())
+        raise ScenarioError(f"scenario is not valid YAML: {where}{problem}") from exc
     if doc is None:
         doc = {}
     if not isinstance(doc, dict):

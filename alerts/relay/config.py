@@ -12,6 +12,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 import yaml
 
 from exporter.credentials import is_bcrypt_hash
+from exporter.settings import yaml_problem
 
 DEFAULT_LISTEN = ":9852"  # contract: relay default port 9852
 DEFAULT_TIMEZONE = "Asia/Shanghai"
@@ -152,7 +153,9 @@ def load_settings(path: str | Path, env: Mapping[str, str] | None = None) -> Set
     path = Path(path)
     try:
         doc = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except (OSError, yaml.YAMLError, UnicodeDecodeError) as exc:
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path}: invalid YAML: {yaml_problem(exc)}") from None
+    except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError(f"{path}: {exc}") from None
     return parse_settings(doc, base=path.parent, env=os.environ if env is None else env)
 

@@ -247,8 +247,21 @@ def test_free_ports_keeps_requested_ports_and_avoids_them() -> None:
     assert len({*ports.values()}) == 3
 
 
-def test_two_components_asked_for_one_port_are_refused(tmp_path: Path) -> None:
-    res = demo(["--duration", "5", "--exporter-port", "19100", "--relay-port", "19100"], tmp_path, timeout=60)
+@pytest.mark.parametrize(
+    ("ports", "message"),
+    [
+        (
+            ["--exporter-port", "19100", "--relay-port", "19100"],
+            "--exporter-port and --relay-port are both 19100",
+        ),
+        (
+            ["--exporter-port", "70000"],
+            "--exporter-port: must be 1-65535 (0 or absent: a free one), got 70000",
+        ),
+    ],
+)
+def test_bad_ports_are_refused_before_anything_starts(tmp_path: Path, ports: list[str], message: str) -> None:
+    res = demo(["--duration", "5", *ports], tmp_path, timeout=60)
     assert res.returncode == 2, res.stdout + res.stderr
-    assert "--exporter-port and --relay-port are both 19100" in res.stdout + res.stderr
-    assert list(tmp_path.iterdir()) == []
+    assert res.stderr.strip() == f"xpuwatch demo: {message}"
+    assert res.stdout == "" and list(tmp_path.iterdir()) == []  # no working directory, nothing started

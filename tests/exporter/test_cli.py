@@ -311,7 +311,14 @@ def test_bad_inputs_fail_with_one_line_naming_the_cause(tmp_path: Path) -> None:
     binary.write_bytes(b"\xff\xfe\x00bad")
     unknown = tmp_path / "unknown-backend.yaml"
     unknown.write_text("backends:\n  nosuch: {interval: 3}\n")
+    typo = tmp_path / "typo.yaml"
+    typo.write_text("enable: [nvidiaa]\n")
+    broken = tmp_path / "broken.yaml"
+    broken.write_text("foo: [unclosed\n")
     cases = [
+        (("serve", "--simulate", "--config", str(typo)), "enable: unknown backend 'nvidiaa'"),
+        (("serve", "--config", str(broken)), "not valid YAML: line 2, column 1: expected ',' or ']'"),
+        (("serve", "--simulate", "--sim-config", str(broken)), "not valid YAML: line 2, column 1: expected"),
         (("serve", "--config", str(binary)), "is not UTF-8 text"),
         (("serve", "--simulate", "--sim-config", str(binary)), "sim config"),
         (("serve", "--simulate", "--config", str(unknown)), "backends.nosuch: unknown backend"),
@@ -323,6 +330,7 @@ def test_bad_inputs_fail_with_one_line_naming_the_cause(tmp_path: Path) -> None:
         res = run_cli(*argv)
         assert res.returncode != 0, argv
         assert message in res.stderr and "Traceback" not in res.stderr, (argv, res.stderr)
+        assert len(res.stderr.strip().splitlines()) == 1, (argv, res.stderr)
 
 
 def test_inspect_lists_its_formats() -> None:
