@@ -100,6 +100,18 @@ class _Families:
         return [self._built[n] for n in self._defs if n in self._built]
 
 
+def _allocated_labels(ident: Mapping[str, str], h: Holder) -> dict[str, str]:
+    """``accelerator_allocated``'s labels: the device's identity and the holder's pod and workload."""
+    return {
+        **ident,
+        "namespace": h.namespace,
+        "pod": h.pod,
+        "container": h.container,
+        "workload_kind": h.workload_kind,
+        "owner": h.owner,
+    }
+
+
 def _pod_labels(holders: Sequence[Holder]) -> dict[str, str]:
     if len(holders) != 1:
         return {}
@@ -201,18 +213,7 @@ def _device(
         for sl in s.slices:
             holders.update(attribution.for_slice(sl))
     for h in sorted(holders):
-        out.add(
-            C.ALLOCATED,
-            {
-                **ident,
-                "namespace": h.namespace,
-                "pod": h.pod,
-                "container": h.container,
-                "workload_kind": h.workload_kind,
-                "owner": h.owner,
-            },
-            1,
-        )
+        out.add(C.ALLOCATED, _allocated_labels(ident, h), 1)
     if not s.up:
         # Fault counters survive a lost device: XID 79 is counted exactly when the GPU falls off the bus.
         for code, count in sorted(s.fault_events.items()):
@@ -454,17 +455,7 @@ class SeriesWriter:
             for h in sorted(holders):
                 p = sub.get(h)
                 if p is None:
-                    p = sub[h] = prefix(
-                        C.ALLOCATED,
-                        {
-                            **e.ident,
-                            "namespace": h.namespace,
-                            "pod": h.pod,
-                            "container": h.container,
-                            "workload_kind": h.workload_kind,
-                            "owner": h.owner,
-                        },
-                    )
+                    p = sub[h] = prefix(C.ALLOCATED, _allocated_labels(e.ident, h))
                 out.append(p + one)
         if not s.up:
             if s.fault_events:

@@ -7,6 +7,8 @@ from __future__ import annotations
 import dataclasses
 import math
 import re
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -389,6 +391,15 @@ class Node:
         self.collector.node = inp.node
 
 
+def encoders() -> Iterator[tuple[str, Callable[[Any], bytes], FastEncoder]]:
+    """For each negotiated Accept: prometheus-client's encoder and the FastEncoder standing for it."""
+    for accept in ACCEPTS:
+        encoder, _ = choose_encoder(accept)
+        fast = fast_encoder(encoder)
+        assert isinstance(fast, FastEncoder)
+        yield accept, encoder, fast
+
+
 @settings(
     max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large]
 )
@@ -400,10 +411,7 @@ def test_series_writer_is_byte_identical_to_prometheus_client(
     node = Node(kube=polls[0].pids is not None)
     registry = CollectorRegistry(auto_describe=False)
     registry.register(node.collector)
-    for accept in ACCEPTS:
-        encoder, _ = choose_encoder(accept)
-        fast = fast_encoder(encoder)
-        assert isinstance(fast, FastEncoder)
+    for accept, encoder, fast in encoders():
         for inp in (*polls, polls[0]):  # first render, the same devices with new everything, then back
             node.set(inp)
             assert fast.render(node.collector) == encoder(registry), accept
@@ -468,10 +476,7 @@ def test_series_writer_writes_every_family_as_prometheus_client_does() -> None:
     node.set(full_node())
     registry = CollectorRegistry(auto_describe=False)
     registry.register(node.collector)
-    for accept in ACCEPTS:
-        encoder, _ = choose_encoder(accept)
-        fast = fast_encoder(encoder)
-        assert isinstance(fast, FastEncoder)
+    for accept, encoder, fast in encoders():
         for _ in range(2):  # first render, then from the prefix cache
             body = fast.render(node.collector)
             assert body == encoder(registry), accept
