@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 
 from tests.vendors import capture_expectations
 from vendors import amd
-from vendors.base import BackendError, DeviceSample, ParseError
+from vendors.base import BackendError, DeviceSample, ParseError, ProcessMemory
 from vendors.command import CommandResult, ReplayRunner, SubprocessRunner
 from vendors.registry import BackendContext, all_formats
 
@@ -344,6 +344,7 @@ class AmdSmiRetCode(IntEnum):
     SUCCESS = 0
     ERR_INVAL = 1
     ERR_NOT_SUPPORTED = 2
+    ERR_NO_PERM = 10
     ERR_NOT_FOUND = 31
     RETRY = 50
 
@@ -369,6 +370,13 @@ class AmdSmiRetryException(AmdSmiLibraryException):
         super().__init__(AmdSmiRetCode.RETRY)
 
 
+class ProcHandle:
+    """A ROCm 6.0 ``amdsmi_process_handle_t``: opaque, resolved by ``amdsmi_get_gpu_process_info``."""
+
+    def __init__(self, info: dict[str, Any] | AmdSmiRetCode) -> None:
+        self.info = info
+
+
 def make_amdsmi(gpus: list[dict[str, Any]], init_error: int | None = None) -> types.ModuleType:
     """A stand-in for the ``amdsmi`` Python package (ROCm/amdsmi ``py-interface/amdsmi_interface.py``,
     documented in its ``README.md`` and rocm.docs.amd.com/projects/amdsmi "Python API reference").
@@ -383,7 +391,10 @@ def make_amdsmi(gpus: list[dict[str, Any]], init_error: int | None = None) -> ty
     timestamp}, ``amdsmi_get_gpu_total_ecc_count`` -> {correctable_count, uncorrectable_count,
     deferred_count}, ``amdsmi_get_pcie_info`` -> {pcie_static, pcie_metric{pcie_replay_count, ...}},
     ``amdsmi_get_clock_info(h, AmdSmiClkType.GFX|MEM)`` -> {clk, min_clk, max_clk (MHz), clk_locked,
-    clk_deep_sleep} (``GFX`` is an alias of ``SYS`` in the real enum).
+    clk_deep_sleep} (``GFX`` is an alias of ``SYS`` in the real enum),
+    ``amdsmi_get_gpu_process_list(h)`` -> [{name, pid, mem, engine_usage{gfx, enc}, memory_usage{gtt_mem,
+    cpu_mem, vram_mem}}] (bytes; the ROCm 6.1+ form), or, in ROCm 6.0's form, process handles that
+    ``amdsmi_get_gpu_process_info(h, process)`` turns into that dict (a ``ProcHandle`` here).
     Errors are ``AmdSmiLibraryException(err_code)``; unsupported readings are "N/A" or
     ``ERR_NOT_SUPPORTED``. Each ``gpus`` dict gives one handle's answers; a key holding an ``AmdSmiRetCode``
     makes that call raise it (so does a missing key: ``ERR_NOT_SUPPORTED``); ``"gone": True`` makes every call raise ``ERR_NOT_FOUND``.
@@ -440,8 +451,18 @@ def make_amdsmi(gpus: list[dict[str, Any]], init_error: int | None = None) -> ty
         ("amdsmi_get_energy_count", "energy"),
         ("amdsmi_get_gpu_total_ecc_count", "ecc"),
         ("amdsmi_get_pcie_info", "pcie"),
+        ("amdsmi_get_gpu_process_list", "process"),
     ):
         setattr(m, fn, lambda h, _k=key: answer(_k, h))
+
+    def amdsmi_get_gpu_process_info(h: object, process: ProcHandle) -> dict[str, Any]:
+        if not isinstance(process, ProcHandle):  # the real one raises AmdSmiParameterException
+            raise AmdSmiException(f"{process!r} is not an amdsmi_process_handle_t")
+        if isinstance(process.info, AmdSmiRetCode):
+            raise AmdSmiLibraryException(int(process.info))
+        return process.info
+
+    m.amdsmi_get_gpu_process_info = amdsmi_get_gpu_process_info  # type: ignore[attr-defined]
     m.state = state  # type: ignore[attr-defined]
     return m
 
@@ -823,9 +844,18 @@ def test_counts_are_plain_non_negative_integers() -> None:
 # Every complete capture against its hand-written expectations (interim, until tests/vendors/test_corpus.py)
 
 
+# `amd-smi process` gives processes only, no device readings: asserted by its own test below, not by an
+# .expected.yaml (tests/vendors/test_corpus.py lists it in NOT_CAPTURES).
+PROCESS_CAPTURES = {"amd-smi_process_json_rocm6.2_changelog.json"}
+
+
 def test_every_complete_amd_capture_has_expectations() -> None:
     on_disk = {
-        p.name for p in FIX.iterdir() if p.suffix not in (".source", ".yaml") and "_excerpt" not in p.name
+        p.name
+        for p in FIX.iterdir()
+        if p.suffix not in (".source", ".yaml")
+        and "_excerpt" not in p.name
+        and p.name not in PROCESS_CAPTURES
     }
     assert on_disk == {p.name for p in capture_expectations.captures(FIX)}
 
@@ -979,3 +1009,193 @@ def test_each_spoiled_monitor_cell_costs_that_reading_only(column: int, spoil: s
     cells[2 * column] = spoil
     (got,) = amd.parse_amd_smi_monitor("\n".join([*lines[:2], "  " + "".join(cells), *lines[3:]]))
     capture_expectations.assert_one_reading_lost(base, got, garbled=spoil == "xxxxx MB")
+
+
+# ---------------------------------------------------------------------------------------------------
+# Per-process VRAM: amd-smi process --json and amdsmi_get_gpu_process_list
+
+
+def test_amd_smi_process_changelog_capture_lists_both_processes_memory_unknown() -> None:
+    """AMD's own ROCm 6.2 example: two processes on GPU 0, only ``mem_usage`` (gtt+cpu+vram, not VRAM)."""
+    got = amd.parse_amd_smi_process(fixture("amd-smi_process_json_rocm6.2_changelog.json"))
+    assert got == {
+        "0": amd.GpuProcesses((ProcessMemory(420157, None), ProcessMemory(420315, None)), {}),
+    }
+
+
+def _proc_info(pid: int, vram: object, name: str = "python3") -> dict[str, Any]:
+    """One ``process_info`` as amdsmi_cli/amdsmi_commands.py ``process`` builds it (values invented)."""
+    return {
+        "process_info": {
+            "name": name,
+            "pid": pid,
+            "memory_usage": {
+                "gtt_mem": {"value": 2097152, "unit": "B"},
+                "cpu_mem": {"value": 0, "unit": "B"},
+                "vram_mem": vram,
+            },
+            "mem_usage": {"value": 999, "unit": "B"},
+            "usage": {"gfx": {"value": 0, "unit": "ns"}, "enc": {"value": 0, "unit": "ns"}},
+            "cu_occupancy": "N/A",
+        }
+    }
+
+
+def test_amd_smi_process_shapes_units_and_markers() -> None:
+    doc = [
+        {
+            "gpu": 0,
+            "process_list": [
+                _proc_info(4242, {"value": 10737418240, "unit": "B"}),
+                _proc_info(5150, {"value": 512, "unit": "MiB"}),
+                _proc_info(6000, 1048576),  # a bare number is bytes
+                _proc_info(7000, "N/A"),  # listed, VRAM not known
+            ],
+        },
+        {"gpu": 1, "process_list": [{"process_info": "No running processes detected"}]},
+        {"gpu": 2, "process_list": "N/A"},
+        {
+            "gpu": 3,
+            "process_list": [_proc_info(8000, {"value": "xxxx", "unit": "B"}), _proc_info(8001, 4096)],
+        },
+    ]
+    got = amd.parse_amd_smi_process(json.dumps(doc))
+    assert got["0"].processes == (
+        ProcessMemory(4242, 10 * 1024**3),
+        ProcessMemory(5150, 512 * MIB),
+        ProcessMemory(6000, 1048576),
+        ProcessMemory(7000, None),
+    )
+    assert got["0"].unread == {}
+    assert got["1"] == amd.GpuProcesses((), {})
+    assert got["2"].processes is None
+    # a garbled value costs that process's memory (unread), never the other processes
+    assert got["3"].processes == (ProcessMemory(8000, None), ProcessMemory(8001, 4096))
+    assert "xxxx" in got["3"].unread["processes"]
+
+
+def test_amd_smi_process_sort_by_pid_form() -> None:
+    """``--sort-by-pid`` (ROCm/rocm-systems PR 6396's example values): one entry per process, ``gpus``."""
+    doc = [
+        {
+            "pid": 2168274,
+            "name": "/usr/bin/python3.12",
+            "gpus": [
+                {"gpu_index": 0, "memory_usage": {"vram_mem": {"value": 48000, "unit": "B"}}},
+                {"gpu_index": 1, "memory_usage": {"vram_mem": {"value": 65588000, "unit": "B"}}},
+            ],
+        }
+    ]
+    got = amd.parse_amd_smi_process(json.dumps(doc))
+    assert got["0"].processes == (ProcessMemory(2168274, 48000),)
+    assert got["1"].processes == (ProcessMemory(2168274, 65588000),)
+
+
+@given(
+    data=st.one_of(
+        st.text(max_size=200),
+        st.recursive(
+            st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=20),
+            lambda inner: (
+                st.lists(inner, max_size=4)
+                | st.dictionaries(
+                    st.sampled_from(
+                        [
+                            "gpu",
+                            "process_list",
+                            "process_info",
+                            "pid",
+                            "memory_usage",
+                            "vram_mem",
+                            "value",
+                            "unit",
+                            "gpus",
+                            "gpu_index",
+                            "gpu_data",
+                        ]
+                    ),
+                    inner,
+                    max_size=4,
+                )
+            ),
+            max_leaves=20,
+        ).map(json.dumps),
+    )
+)
+@settings(max_examples=200, suppress_health_check=[HealthCheck.too_slow])
+def test_amd_smi_process_garbage_never_raises_but_parse_error(data: str) -> None:
+    try:
+        got = amd.parse_amd_smi_process(data)
+    except ParseError:
+        return
+    for g in got.values():
+        assert g.processes is None or all(p.pid > 0 for p in g.processes)
+        for p in g.processes or ():
+            assert p.memory_used_bytes is None or p.memory_used_bytes >= 0
+
+
+def _lib_proc(pid: int, vram: object) -> dict[str, Any]:
+    return {
+        "name": "N/A",  # a non-root reader sees no names
+        "pid": pid,
+        "mem": 3 * 2**20,
+        "engine_usage": {"gfx": 0, "enc": 0},
+        "memory_usage": {"gtt_mem": 2**20, "cpu_mem": 0, "vram_mem": vram},
+    }
+
+
+def test_amdsmi_process_list_dicts_handles_and_no_perm() -> None:
+    gpu0 = _mi300x_gcd("0x01", "0000:c1:00.0")
+    gpu0["process"] = [_lib_proc(101, 10 * 2**30), _lib_proc(202, 30 * 2**30), _lib_proc(303, "N/A")]
+    gpu1 = _mi300x_gcd("0x02", "0000:c6:00.0")  # ROCm 6.0: handles, one of them gone meanwhile
+    gpu1["process"] = [ProcHandle(_lib_proc(404, 2**30)), ProcHandle(AmdSmiRetCode.ERR_NOT_FOUND)]
+    gpu2 = _mi300x_gcd("0x03", "0000:c9:00.0")
+    gpu2["process"] = AmdSmiRetCode.ERR_NO_PERM
+    gpu3 = _mi300x_gcd("0x04", "0000:cc:00.0")
+    gpu3["process"] = []
+    backend = amd.AmdBackend(BackendContext(), amdsmi_module=make_amdsmi([gpu0, gpu1, gpu2, gpu3]))
+    backend.open()
+    s0, s1, s2, s3 = backend.sample()
+    assert s0.processes == (
+        ProcessMemory(101, 10 * 2**30),
+        ProcessMemory(202, 30 * 2**30),
+        ProcessMemory(303, None),
+    )
+    assert s0.unread == {} and s0.error is None
+    assert s1.processes == (ProcessMemory(404, 2**30),)
+    assert s1.unread == {"processes": "amdsmi_get_gpu_process_info: 31"}
+    # no permission: processes unknown, the device up with every other reading
+    assert s2.up is True and s2.processes is None and s2.utilization_ratio == 0.93
+    assert s2.unread == {"processes": "amdsmi_get_gpu_process_list: 10"}
+    assert s3.processes == () and s3.unread == {}
+
+
+def test_amdsmi_without_process_list_gives_none_and_no_error() -> None:
+    (s,) = amd.AmdBackend(
+        BackendContext(), amdsmi_module=make_amdsmi([_mi300x_gcd("0x01", "0000:c1:00.0")])
+    ).sample()
+    assert s.processes is None and s.unread == {} and s.error is None  # NOT_SUPPORTED: no series
+
+
+@pytest.mark.slow
+def test_fake_amd_smi_process_option(tmp_path: Path) -> None:
+    (tmp_path / "metric.json").write_text(json.dumps({"gpu_data": MI250X_METRIC}))
+    (tmp_path / "static.json").write_text(json.dumps({"gpu_data": MI250X_STATIC}))
+    (tmp_path / "process.json").write_text(fixture("amd-smi_process_json_rocm6.2_changelog.json"))
+    body = (
+        f'echo "$1" >> {tmp_path}/calls; case "$1" in metric) cat {tmp_path}/metric.json;; '
+        f"static) cat {tmp_path}/static.json;; process) cat {tmp_path}/process.json;; *) exit 2;; esac"
+    )
+    fake_tool(tmp_path, "amd-smi", body)
+    runner = SubprocessRunner(env={"PATH": f"{tmp_path}:/usr/bin:/bin"})
+    off = amd.AmdBackend(BackendContext(runner=runner, options={"source": "amd-smi"}))
+    s0, _ = off.sample()
+    assert s0.processes is None
+    assert "process" not in (tmp_path / "calls").read_text()
+    on = amd.AmdBackend(BackendContext(runner=runner, options={"source": "amd-smi", "processes": True}))
+    s0, s1 = on.sample()
+    assert s0.processes == (ProcessMemory(420157, None), ProcessMemory(420315, None))
+    assert s1.processes is None  # GPU 1 is not in that output
+    (tmp_path / "process.json").write_text("garbage")
+    s0, s1 = on.sample()
+    assert s0.up and s0.processes is None and "processes" in s0.unread

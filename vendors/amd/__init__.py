@@ -38,6 +38,7 @@ from vendors.amd.amd_smi_json import (
     sniff_amd_smi_static_json,
 )
 from vendors.amd.amd_smi_monitor import parse_amd_smi_monitor, sniff_amd_smi_monitor
+from vendors.amd.amd_smi_process import GpuProcesses, parse_amd_smi_process, process_memory
 from vendors.amd.amdsmi_library import AmdSmiLibrary
 from vendors.amd.backend import (
     AMD_SMI_METRIC,
@@ -94,6 +95,7 @@ __all__ = [
     "AmdBackend",
     "AmdSmiLibrary",
     "FlagFallback",
+    "GpuProcesses",
     "Identity",
     "LostTracker",
     "Notes",
@@ -110,10 +112,12 @@ __all__ = [
     "nonneg",
     "parse_amd_smi_metric",
     "parse_amd_smi_monitor",
+    "parse_amd_smi_process",
     "parse_amd_smi_static",
     "parse_amd_smi_static_samples",
     "parse_rocm_smi_json",
     "printed",
+    "process_memory",
     "quantity",
     "ratio",
     "rocm_smi_cards",
