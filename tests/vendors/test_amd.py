@@ -7,9 +7,7 @@ import json
 import re
 import stat
 import time
-import types
 from collections.abc import Callable, Sequence
-from enum import IntEnum
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.vendors import capture_expectations
+from tests.vendors.fake_amdsmi import AmdSmiRetCode, ProcHandle, make_amdsmi, mi300x_gcd
 from vendors import amd
 from vendors.base import BackendError, DeviceSample, ParseError, ProcessMemory
 from vendors.command import CommandResult, ReplayRunner, SubprocessRunner
@@ -338,167 +337,8 @@ def test_device_uuid_fallbacks() -> None:
 # amdsmi through a stand-in module
 
 
-class AmdSmiRetCode(IntEnum):
-    """Subset of ``AmdSmiRetCode`` (ROCm/amdsmi py-interface/amdsmi_exception.py; values from amdsmi.h)."""
-
-    SUCCESS = 0
-    ERR_INVAL = 1
-    ERR_NOT_SUPPORTED = 2
-    ERR_NO_PERM = 10
-    ERR_NOT_FOUND = 31
-    RETRY = 50
-
-
-class AmdSmiException(Exception):
-    """Base exception of the amdsmi package."""
-
-
-class AmdSmiLibraryException(AmdSmiException):
-    """Like amdsmi's: carries ``err_code`` (``AmdSmiRetCode``) and ``err_info``."""
-
-    def __init__(self, err_code: int) -> None:
-        super().__init__(err_code)
-        self.err_code = abs(err_code)
-        self.err_info = AmdSmiRetCode(self.err_code).name
-
-    def get_error_code(self) -> int:
-        return self.err_code
-
-
-class AmdSmiRetryException(AmdSmiLibraryException):
-    def __init__(self) -> None:
-        super().__init__(AmdSmiRetCode.RETRY)
-
-
-class ProcHandle:
-    """A ROCm 6.0 ``amdsmi_process_handle_t``: opaque, resolved by ``amdsmi_get_gpu_process_info``."""
-
-    def __init__(self, info: dict[str, Any] | AmdSmiRetCode) -> None:
-        self.info = info
-
-
-def make_amdsmi(gpus: list[dict[str, Any]], init_error: int | None = None) -> types.ModuleType:
-    """A stand-in for the ``amdsmi`` Python package (ROCm/amdsmi ``py-interface/amdsmi_interface.py``,
-    documented in its ``README.md`` and rocm.docs.amd.com/projects/amdsmi "Python API reference").
-
-    Same function names, arguments, enum classes (and their values) and return shapes as the real package,
-    checked against ``amdsmi_interface.py``/``amdsmi_wrapper.py`` of the amdsmi 7.0.2 wheel on PyPI:
-    ``amdsmi_get_gpu_activity`` -> {gfx_activity, umc_activity, mm_activity} (%),
-    ``amdsmi_get_gpu_vram_usage`` -> {vram_total, vram_used} (MB), ``amdsmi_get_temp_metric(h, type,
-    metric)`` -> int °C, ``amdsmi_get_power_info`` -> {socket_power, current_socket_power,
-    average_socket_power (W or "N/A"), gfx_voltage.., power_limit}, ``amdsmi_get_power_cap_info`` ->
-    {power_cap (µW), ...}, ``amdsmi_get_energy_count`` -> {energy_accumulator, counter_resolution (µJ),
-    timestamp}, ``amdsmi_get_gpu_total_ecc_count`` -> {correctable_count, uncorrectable_count,
-    deferred_count}, ``amdsmi_get_pcie_info`` -> {pcie_static, pcie_metric{pcie_replay_count, ...}},
-    ``amdsmi_get_clock_info(h, AmdSmiClkType.GFX|MEM)`` -> {clk, min_clk, max_clk (MHz), clk_locked,
-    clk_deep_sleep} (``GFX`` is an alias of ``SYS`` in the real enum),
-    ``amdsmi_get_gpu_process_list(h)`` -> [{name, pid, mem, engine_usage{gfx, enc}, memory_usage{gtt_mem,
-    cpu_mem, vram_mem}}] (bytes; the ROCm 6.1+ form), or, in ROCm 6.0's form, process handles that
-    ``amdsmi_get_gpu_process_info(h, process)`` turns into that dict (a ``ProcHandle`` here).
-    Errors are ``AmdSmiLibraryException(err_code)``; unsupported readings are "N/A" or
-    ``ERR_NOT_SUPPORTED``. Each ``gpus`` dict gives one handle's answers; a key holding an ``AmdSmiRetCode``
-    makes that call raise it (so does a missing key: ``ERR_NOT_SUPPORTED``); ``"gone": True`` makes every call raise ``ERR_NOT_FOUND``.
-    """
-    m = types.ModuleType("amdsmi")
-    m.AmdSmiException = AmdSmiException  # type: ignore[attr-defined]
-    m.AmdSmiLibraryException = AmdSmiLibraryException  # type: ignore[attr-defined]
-    m.AmdSmiRetryException = AmdSmiRetryException  # type: ignore[attr-defined]
-    m.AmdSmiRetCode = AmdSmiRetCode  # type: ignore[attr-defined]
-    m.AmdSmiInitFlags = IntEnum("AmdSmiInitFlags", {"INIT_ALL_PROCESSORS": 0xFFFFFFFF, "INIT_AMD_GPUS": 2})  # type: ignore[attr-defined]
-    m.AmdSmiTemperatureType = IntEnum("AmdSmiTemperatureType", {"EDGE": 0, "HOTSPOT": 1, "VRAM": 2})  # type: ignore[attr-defined]
-    m.AmdSmiTemperatureMetric = IntEnum("AmdSmiTemperatureMetric", {"CURRENT": 0, "CRITICAL": 1})  # type: ignore[attr-defined]
-    m.AmdSmiClkType = IntEnum("AmdSmiClkType", {"SYS": 0, "GFX": 0, "DF": 1, "DCEF": 2, "SOC": 3, "MEM": 4})  # type: ignore[attr-defined]
-    state: dict[str, Any] = {"init": None, "shut_down": 0}
-    handles = [object() for _ in gpus]
-
-    def answer(key: str, h: object, *sub: Any) -> Any:
-        gpu = gpus[handles.index(h)]
-        if gpu.get("gone"):
-            raise AmdSmiLibraryException(AmdSmiRetCode.ERR_NOT_FOUND)
-        value = gpu.get(key, AmdSmiRetCode.ERR_NOT_SUPPORTED)
-        for k in sub:
-            value = value.get(k, AmdSmiRetCode.ERR_NOT_SUPPORTED) if isinstance(value, dict) else value
-        if isinstance(value, AmdSmiRetCode):
-            raise AmdSmiLibraryException(int(value))
-        return value
-
-    def amdsmi_init(flag: int = 0xFFFFFFFF) -> None:
-        if init_error is not None:
-            raise AmdSmiLibraryException(init_error)
-        state["init"] = flag
-
-    def amdsmi_shut_down() -> None:
-        state["shut_down"] += 1
-
-    def amdsmi_get_temp_metric(h: object, sensor: IntEnum, metric: IntEnum) -> int:
-        assert metric == m.AmdSmiTemperatureMetric.CURRENT  # type: ignore[attr-defined]
-        return answer("temp", h, sensor.name)  # type: ignore[no-any-return]
-
-    m.amdsmi_init = amdsmi_init  # type: ignore[attr-defined]
-    m.amdsmi_shut_down = amdsmi_shut_down  # type: ignore[attr-defined]
-    m.amdsmi_get_processor_handles = lambda: list(handles)  # type: ignore[attr-defined]
-    m.amdsmi_get_temp_metric = amdsmi_get_temp_metric  # type: ignore[attr-defined]
-    m.amdsmi_get_clock_info = lambda h, clk_type: answer("clock", h, clk_type.name)  # type: ignore[attr-defined]
-    for fn, key in (
-        ("amdsmi_get_gpu_asic_info", "asic"),
-        ("amdsmi_get_gpu_board_info", "board"),
-        ("amdsmi_get_gpu_driver_info", "driver"),
-        ("amdsmi_get_gpu_device_bdf", "bdf"),
-        ("amdsmi_get_gpu_activity", "activity"),
-        ("amdsmi_get_gpu_vram_usage", "vram"),
-        ("amdsmi_get_power_info", "power"),
-        ("amdsmi_get_power_cap_info", "cap"),
-        ("amdsmi_get_energy_count", "energy"),
-        ("amdsmi_get_gpu_total_ecc_count", "ecc"),
-        ("amdsmi_get_pcie_info", "pcie"),
-        ("amdsmi_get_gpu_process_list", "process"),
-    ):
-        setattr(m, fn, lambda h, _k=key: answer(_k, h))
-
-    def amdsmi_get_gpu_process_info(h: object, process: ProcHandle) -> dict[str, Any]:
-        if not isinstance(process, ProcHandle):  # the real one raises AmdSmiParameterException
-            raise AmdSmiException(f"{process!r} is not an amdsmi_process_handle_t")
-        if isinstance(process.info, AmdSmiRetCode):
-            raise AmdSmiLibraryException(int(process.info))
-        return process.info
-
-    m.amdsmi_get_gpu_process_info = amdsmi_get_gpu_process_info  # type: ignore[attr-defined]
-    m.state = state  # type: ignore[attr-defined]
-    return m
-
-
-def _mi300x_gcd(serial: str, bdf: str) -> dict[str, Any]:
-    return {
-        "asic": {"market_name": "AMD Instinct MI300X", "asic_serial": serial, "device_id": 0x74A1},
-        "board": {"product_name": "AMD Instinct MI300X OAM", "product_serial": "692231000131"},
-        "driver": {"driver_name": "amdgpu", "driver_version": "6.10.5"},
-        "bdf": bdf,
-        "activity": {"gfx_activity": 93, "umc_activity": 38, "mm_activity": "N/A"},
-        "vram": {"vram_total": 196592, "vram_used": 150000},
-        # MI300 has no edge sensor: the library raises NOT_SUPPORTED for it.
-        "temp": {"EDGE": AmdSmiRetCode.ERR_NOT_SUPPORTED, "HOTSPOT": 71, "VRAM": 58},
-        "power": {
-            "socket_power": 602,
-            "current_socket_power": 602,
-            "average_socket_power": "N/A",
-            "gfx_voltage": "N/A",
-            "soc_voltage": "N/A",
-            "mem_voltage": "N/A",
-            "power_limit": 750000000,
-        },
-        "cap": {"power_cap": 750_000_000, "default_power_cap": 750_000_000, "dpm_cap": 2100},
-        "energy": {"energy_accumulator": 81_000_000_000, "counter_resolution": 15.259, "timestamp": 1},
-        "ecc": {"correctable_count": 12, "uncorrectable_count": 0, "deferred_count": 0},
-        "pcie": {"pcie_static": {"max_pcie_width": 16}, "pcie_metric": {"pcie_replay_count": 0}},
-        "clock": {
-            "SYS": {"clk": 2100, "min_clk": 500, "max_clk": 2100, "clk_locked": False, "clk_deep_sleep": 0},
-            "MEM": {"clk": 1300, "min_clk": 900, "max_clk": 1300, "clk_locked": "N/A", "clk_deep_sleep": 0},
-        },
-    }
-
-
 def test_amdsmi_library_exact_values_and_unsupported_edge() -> None:
-    lib = make_amdsmi([_mi300x_gcd("0x5E3A0F12B7C84D21", "0000:0c:00.0")])
+    lib = make_amdsmi([mi300x_gcd("0x5E3A0F12B7C84D21", "0000:0c:00.0")])
     backend = amd.AmdBackend(BackendContext(), amdsmi_module=lib)
     backend.open()
     assert backend.active_source == "amdsmi"
@@ -528,8 +368,8 @@ def test_amdsmi_library_exact_values_and_unsupported_edge() -> None:
 
 
 def test_amdsmi_secondary_gcd_na_power_and_lost_gpu() -> None:
-    primary = _mi300x_gcd("0x01", "0000:c1:00.0")
-    secondary = _mi300x_gcd("0x02", "0000:c6:00.0")
+    primary = mi300x_gcd("0x01", "0000:c1:00.0")
+    secondary = mi300x_gcd("0x02", "0000:c6:00.0")
     secondary["power"] = {"socket_power": "N/A", "current_socket_power": "N/A", "average_socket_power": "N/A"}
     secondary["cap"] = AmdSmiRetCode.ERR_NOT_SUPPORTED
     secondary["energy"] = {"energy_accumulator": "N/A", "counter_resolution": 15.3}
@@ -785,7 +625,7 @@ def test_detect_without_any_tool(tmp_path: Path) -> None:
 def test_fuzz_amdsmi_answers(data: st.DataObject, value: Any) -> None:
     """Whatever one amdsmi call returns (any JSON-like shape, "N/A", an error code), sampling gives a
     DeviceSample and never raises."""
-    gpu = _mi300x_gcd("0x01", "0000:0c:00.0")
+    gpu = mi300x_gcd("0x01", "0000:0c:00.0")
     key = data.draw(st.sampled_from(sorted(gpu)))
     gpu[key] = _replace_somewhere(gpu[key], value, data) if data.draw(st.booleans()) else value
     backend = amd.AmdBackend(BackendContext(), amdsmi_module=make_amdsmi([gpu]))
@@ -797,7 +637,7 @@ def test_fuzz_amdsmi_answers(data: st.DataObject, value: Any) -> None:
 
 
 def test_amdsmi_unexpected_fault_fails_the_poll_as_library_error() -> None:
-    lib = make_amdsmi([_mi300x_gcd("0x01", "0000:0c:00.0")])
+    lib = make_amdsmi([mi300x_gcd("0x01", "0000:0c:00.0")])
     backend = amd.AmdBackend(BackendContext(), amdsmi_module=lib)
     backend.open()
 
@@ -813,7 +653,7 @@ def test_amdsmi_unexpected_fault_fails_the_poll_as_library_error() -> None:
 def test_capture_and_replay_use_the_cli_not_the_library(tmp_path: Path) -> None:
     """With a RecordingRunner (capture) or ReplayRunner (replay), auto mode skips amdsmi: the bundle holds
     amd-smi output, and a replay never reads this host's GPUs."""
-    lib = make_amdsmi([_mi300x_gcd("0x01", "0000:0c:00.0")])
+    lib = make_amdsmi([mi300x_gcd("0x01", "0000:0c:00.0")])
     metric = json.dumps(MI250X_METRIC)
     replay = ReplayRunner(
         [CommandResult(("/opt/rocm/bin/amd-smi", "metric", "--json"), metric, "", 0, 0.0, 0.0)]
@@ -1145,13 +985,13 @@ def _lib_proc(pid: int, vram: object) -> dict[str, Any]:
 
 
 def test_amdsmi_process_list_dicts_handles_and_no_perm() -> None:
-    gpu0 = _mi300x_gcd("0x01", "0000:c1:00.0")
+    gpu0 = mi300x_gcd("0x01", "0000:c1:00.0")
     gpu0["process"] = [_lib_proc(101, 10 * 2**30), _lib_proc(202, 30 * 2**30), _lib_proc(303, "N/A")]
-    gpu1 = _mi300x_gcd("0x02", "0000:c6:00.0")  # ROCm 6.0: handles, one of them gone meanwhile
+    gpu1 = mi300x_gcd("0x02", "0000:c6:00.0")  # ROCm 6.0: handles, one of them gone meanwhile
     gpu1["process"] = [ProcHandle(_lib_proc(404, 2**30)), ProcHandle(AmdSmiRetCode.ERR_NOT_FOUND)]
-    gpu2 = _mi300x_gcd("0x03", "0000:c9:00.0")
+    gpu2 = mi300x_gcd("0x03", "0000:c9:00.0")
     gpu2["process"] = AmdSmiRetCode.ERR_NO_PERM
-    gpu3 = _mi300x_gcd("0x04", "0000:cc:00.0")
+    gpu3 = mi300x_gcd("0x04", "0000:cc:00.0")
     gpu3["process"] = []
     backend = amd.AmdBackend(BackendContext(), amdsmi_module=make_amdsmi([gpu0, gpu1, gpu2, gpu3]))
     backend.open()
@@ -1172,7 +1012,7 @@ def test_amdsmi_process_list_dicts_handles_and_no_perm() -> None:
 
 def test_amdsmi_without_process_list_gives_none_and_no_error() -> None:
     (s,) = amd.AmdBackend(
-        BackendContext(), amdsmi_module=make_amdsmi([_mi300x_gcd("0x01", "0000:c1:00.0")])
+        BackendContext(), amdsmi_module=make_amdsmi([mi300x_gcd("0x01", "0000:c1:00.0")])
     ).sample()
     assert s.processes is None and s.unread == {} and s.error is None  # NOT_SUPPORTED: no series
 
