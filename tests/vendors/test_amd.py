@@ -671,7 +671,14 @@ def test_capture_and_replay_use_the_cli_not_the_library(tmp_path: Path) -> None:
     raw=st.text(max_size=300) | st.sampled_from([fixture(n) for n, _ in FUZZ_TARGETS]).map(lambda t: t[:150])
 )
 def test_sniffers_never_raise(raw: str) -> None:
-    for name in ("amd-smi-json", "amd-smi-monitor", "rocm-smi-json", "hy-smi-json", "hy-smi-table"):
+    for name in (
+        "amd-smi-json",
+        "amd-smi-process-json",
+        "amd-smi-monitor",
+        "rocm-smi-json",
+        "hy-smi-json",
+        "hy-smi-table",
+    ):
         assert all_formats()[name].sniff(raw) in (True, False)
 
 
@@ -684,18 +691,9 @@ def test_counts_are_plain_non_negative_integers() -> None:
 # Every complete capture against its hand-written expectations (interim, until tests/vendors/test_corpus.py)
 
 
-# `amd-smi process` gives processes only, no device readings: asserted by its own test below, not by an
-# .expected.yaml (tests/vendors/test_corpus.py lists it in NOT_CAPTURES).
-PROCESS_CAPTURES = {"amd-smi_process_json_rocm6.2_changelog.json"}
-
-
 def test_every_complete_amd_capture_has_expectations() -> None:
     on_disk = {
-        p.name
-        for p in FIX.iterdir()
-        if p.suffix not in (".source", ".yaml")
-        and "_excerpt" not in p.name
-        and p.name not in PROCESS_CAPTURES
+        p.name for p in FIX.iterdir() if p.suffix not in (".source", ".yaml") and "_excerpt" not in p.name
     }
     assert on_disk == {p.name for p in capture_expectations.captures(FIX)}
 
@@ -767,6 +765,10 @@ def test_static_and_metric_sniffers_tell_the_two_apart() -> None:
     static, metric = fixture(STATIC_FIXTURE), fixture("amd-smi_metric_-p_json_rocm6.1.json")
     assert {n for n, f in fmts.items() if f.sniff(static)} == {"amd-smi-static-json"}
     assert {n for n, f in fmts.items() if f.sniff(metric)} == {"amd-smi-json"}
+    process = fixture("amd-smi_process_json_rocm6.2_changelog.json")
+    assert {n for n, f in fmts.items() if f.sniff(process)} == {"amd-smi-process-json"}
+    by_pid = json.dumps([{"pid": 7, "gpus": [{"gpu_index": 0, "memory_usage": {"vram_mem": 1}}]}])
+    assert {n for n, f in fmts.items() if f.sniff(by_pid)} == {"amd-smi-process-json"}
 
 
 @pytest.mark.slow
@@ -861,6 +863,16 @@ def test_amd_smi_process_changelog_capture_lists_both_processes_memory_unknown()
     assert got == {
         "0": amd.GpuProcesses((ProcessMemory(420157, None), ProcessMemory(420315, None)), {}),
     }
+
+
+def test_amd_smi_process_alone_for_inspect() -> None:
+    (s,) = amd.parse_amd_smi_process_samples(fixture("amd-smi_process_json_rocm6.2_changelog.json"))
+    assert (s.up, s.device.index, s.device.uuid) == (True, "0", "amd-index-0")
+    assert s.processes == (ProcessMemory(420157, None), ProcessMemory(420315, None))
+    assert s.memory_used_bytes is None and s.power_watts is None
+    for empty in ("[]", '{"gpu_data": []}', '[{"no": "gpu"}]'):
+        with pytest.raises(ParseError):
+            amd.parse_amd_smi_process_samples(empty)
 
 
 def _proc_info(pid: int, vram: object, name: str = "python3") -> dict[str, Any]:

@@ -45,10 +45,6 @@ NOT_CAPTURES: dict[str, str] = {
     "amd/device-metrics-exporter_scrape_mi300x-vf_issue171_excerpt.prom": (
         "another exporter's /metrics scrape, kept to compare metric names; no backend reads it"
     ),
-    "amd/amd-smi_process_json_rocm6.2_changelog.json": (
-        "amd-smi process output: processes only, no device readings; read by parse_amd_smi_process and "
-        "asserted in tests/vendors/test_amd.py"
-    ),
 }
 # Captures whose expectations other helpers of issue 11 write on their own branches ("hyamd": AMD, Hygon;
 # "tables": Cambricon, Enflame, Iluvatar, Kunlunxin, MetaX, Moore Threads). Checked like any other once their

@@ -19,11 +19,12 @@ changelog's example) ``memory_usage`` is absent: the process is listed with its 
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from vendors.amd.readings import Notes, amount, count, load_json
-from vendors.base import ParseError, ProcessMemory
+from vendors.amd.readings import UNKNOWN_MODEL, VENDOR, Notes, amount, count, device_uuid, load_json
+from vendors.base import Device, DeviceSample, ParseError, ProcessMemory
 
 # The reading name processes problems are reported under in DeviceSample.unread.
 READING = "processes"
@@ -111,3 +112,35 @@ def parse_amd_smi_process(raw: str) -> dict[str, GpuProcesses]:
         notes = Notes()
         out[key] = GpuProcesses(process_memory(lists[key], notes), dict(notes.unread))
     return out
+
+
+def parse_amd_smi_process_samples(raw: str) -> list[DeviceSample]:
+    """``amd-smi process --json`` alone (``xpuwatch inspect``): one sample per GPU holding only its processes
+    (identity unknown: index-based ids, as for a metric file without static). Raises ParseError when the
+    output lists no GPU."""
+    by_gpu = parse_amd_smi_process(raw)
+    if not by_gpu:
+        raise ParseError("amd-smi process: no GPU in the output")
+    return [
+        DeviceSample(
+            device=Device(
+                vendor=VENDOR,
+                model=UNKNOWN_MODEL,
+                index=idx,
+                uuid=device_uuid(VENDOR, idx, None, None, None),
+            ),
+            processes=g.processes,
+            unread=g.unread,
+        )
+        for idx, g in by_gpu.items()
+    ]
+
+
+_GPU_PROCESSES = re.compile(r'"gpu"\s*:\s*\d[^{}]*"process_list"\s*:|"gpu_index"\s*:\s*\d')
+
+
+def sniff_amd_smi_process_json(raw: str) -> bool:
+    """``amd-smi process --json``: an integer ``"gpu"`` followed by its ``"process_list"``, or the
+    ``--sort-by-pid`` form's ``"gpu_index"`` entries."""
+    head = raw.lstrip()[:4000]
+    return head[:1] in ("[", "{") and _GPU_PROCESSES.search(head) is not None

@@ -22,7 +22,13 @@ from vendors.amd.amd_smi_json import (
     sniff_amd_smi_static_json,
 )
 from vendors.amd.amd_smi_monitor import parse_amd_smi_monitor, sniff_amd_smi_monitor
-from vendors.amd.amd_smi_process import READING, GpuProcesses, parse_amd_smi_process
+from vendors.amd.amd_smi_process import (
+    READING,
+    GpuProcesses,
+    parse_amd_smi_process,
+    parse_amd_smi_process_samples,
+    sniff_amd_smi_process_json,
+)
 from vendors.amd.amdsmi_library import AmdSmiLibrary
 from vendors.amd.readings import ECC_DEFERRED, VENDOR
 from vendors.amd.rocm_smi_json import parse_rocm_smi_json, sniff_rocm_smi_json
@@ -252,6 +258,7 @@ def detect(ctx: BackendContext) -> Detection:
 FORMATS: tuple[OutputFormat, ...] = (
     OutputFormat("amd-smi-json", parse_amd_smi_metric, sniff_amd_smi_json),
     OutputFormat("amd-smi-static-json", parse_amd_smi_static_samples, sniff_amd_smi_static_json),
+    OutputFormat("amd-smi-process-json", parse_amd_smi_process_samples, sniff_amd_smi_process_json),
     OutputFormat("amd-smi-monitor", parse_amd_smi_monitor, sniff_amd_smi_monitor),
     OutputFormat("rocm-smi-json", parse_rocm_smi_json, sniff_rocm_smi_json),
 )
