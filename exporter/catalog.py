@@ -277,7 +277,9 @@ _CORE: tuple[MetricDef, ...] = (
         "Device memory held by the processes of one container on the device; processes in no container "
         '(Xorg, host daemons) or in a container the pod list does not name are summed under container="".',
         f"{NV}: nvmlDeviceGetComputeRunningProcesses + nvmlDeviceGetGraphicsRunningProcesses usedGpuMemory; "
-        "Ascend: npu-smi info process table Process memory(MB); pid -> container through the host's "
+        "Ascend: npu-smi info process table Process memory(MB); AMD: amdsmi_get_gpu_process_list "
+        "memory_usage.vram_mem (amd-smi process --json with the processes option); "
+        "pid -> container through the host's "
         "/proc/<pid>/cgroup and the pods' status.containerStatuses (with pod_mapping enabled)",
         ("namespace", "pod", "container"),
     ),

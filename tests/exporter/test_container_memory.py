@@ -148,3 +148,52 @@ def test_ascend_process_table_feeds_the_same_series() -> None:
     chips = {s.device.index: s for s in samples_from_info(text.read_text())}
     assert chips["6-1"].processes == (ProcessMemory(293029, 6612 * 2**20),)
     assert chips["6-0"].processes == ()  # a table was printed, this chip has no process in it
+
+
+def test_amd_process_list_feeds_the_same_series(tmp_path: Path) -> None:
+    """Two pods on one AMD GPU through the amdsmi stand-in: amdsmi_get_gpu_process_list's vram_mem per pid
+    -> the same accelerator_container_memory_used_bytes series as NVML's."""
+    from tests.vendors.fake_amdsmi import make_amdsmi, mi300x_gcd
+    from vendors.amd import AmdBackend
+    from vendors.registry import BackendContext
+
+    _proc_tree(tmp_path)
+    gpu = mi300x_gcd("0x01", "0000:c1:00.0")
+
+    def proc(pid: int, vram: int) -> dict[str, object]:
+        return {
+            "name": "N/A",
+            "pid": pid,
+            "mem": vram + 2**20,
+            "engine_usage": {"gfx": 0, "enc": 0},
+            "memory_usage": {"gtt_mem": 2**20, "cpu_mem": 0, "vram_mem": vram},
+        }
+
+    gpu["process"] = [proc(101, 10 * GIB), proc(102, 2 * GIB), proc(202, 30 * GIB), proc(303, 2**26)]
+    b = AmdBackend(BackendContext(), amdsmi_module=make_amdsmi([gpu]))
+    b.open()
+    samples = tuple(b.sample())
+    b.close()
+    view = BackendView("amd", True, samples, len(samples), 1000.0, 0.1, {}, 1, True)
+    shared = samples[0].device.uuid
+    reg = CollectorRegistry()
+    reg.register(
+        Collector(
+            "gpu-1",
+            lambda _now: [view],
+            StaticAttributionSource(Attribution.of({shared: [ALICE, BOB]}, {ID_A: ALICE, ID_B: BOB}), True),
+            lambda: 1000.0,
+            pid_lookup=ProcCgroups(str(tmp_path)).lookup,
+        )
+    )
+    out = {
+        (s.labels["namespace"], s.labels["pod"], s.labels["container"], s.labels["uuid"]): s.value
+        for fam in text_string_to_metric_families(generate_latest(reg).decode())
+        for s in fam.samples
+        if s.name == "accelerator_container_memory_used_bytes"
+    }
+    assert out == {
+        ("ml", "train-a", "trainer", shared): 12 * GIB,
+        ("infer", "llm-b", "server", shared): 30 * GIB,
+        ("", "", "", shared): 2**26,  # the host's process: kept under container=""
+    }

@@ -7,9 +7,7 @@ import json
 import re
 import stat
 import time
-import types
 from collections.abc import Callable, Sequence
-from enum import IntEnum
 from pathlib import Path
 from typing import Any
 
@@ -18,8 +16,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.vendors import capture_expectations
+from tests.vendors.fake_amdsmi import AmdSmiRetCode, ProcHandle, make_amdsmi, mi300x_gcd
 from vendors import amd
-from vendors.base import BackendError, DeviceSample, ParseError
+from vendors.base import BackendError, DeviceSample, ParseError, ProcessMemory
 from vendors.command import CommandResult, ReplayRunner, SubprocessRunner
 from vendors.registry import BackendContext, all_formats
 
@@ -338,146 +337,8 @@ def test_device_uuid_fallbacks() -> None:
 # amdsmi through a stand-in module
 
 
-class AmdSmiRetCode(IntEnum):
-    """Subset of ``AmdSmiRetCode`` (ROCm/amdsmi py-interface/amdsmi_exception.py; values from amdsmi.h)."""
-
-    SUCCESS = 0
-    ERR_INVAL = 1
-    ERR_NOT_SUPPORTED = 2
-    ERR_NOT_FOUND = 31
-    RETRY = 50
-
-
-class AmdSmiException(Exception):
-    """Base exception of the amdsmi package."""
-
-
-class AmdSmiLibraryException(AmdSmiException):
-    """Like amdsmi's: carries ``err_code`` (``AmdSmiRetCode``) and ``err_info``."""
-
-    def __init__(self, err_code: int) -> None:
-        super().__init__(err_code)
-        self.err_code = abs(err_code)
-        self.err_info = AmdSmiRetCode(self.err_code).name
-
-    def get_error_code(self) -> int:
-        return self.err_code
-
-
-class AmdSmiRetryException(AmdSmiLibraryException):
-    def __init__(self) -> None:
-        super().__init__(AmdSmiRetCode.RETRY)
-
-
-def make_amdsmi(gpus: list[dict[str, Any]], init_error: int | None = None) -> types.ModuleType:
-    """A stand-in for the ``amdsmi`` Python package (ROCm/amdsmi ``py-interface/amdsmi_interface.py``,
-    documented in its ``README.md`` and rocm.docs.amd.com/projects/amdsmi "Python API reference").
-
-    Same function names, arguments, enum classes (and their values) and return shapes as the real package,
-    checked against ``amdsmi_interface.py``/``amdsmi_wrapper.py`` of the amdsmi 7.0.2 wheel on PyPI:
-    ``amdsmi_get_gpu_activity`` -> {gfx_activity, umc_activity, mm_activity} (%),
-    ``amdsmi_get_gpu_vram_usage`` -> {vram_total, vram_used} (MB), ``amdsmi_get_temp_metric(h, type,
-    metric)`` -> int °C, ``amdsmi_get_power_info`` -> {socket_power, current_socket_power,
-    average_socket_power (W or "N/A"), gfx_voltage.., power_limit}, ``amdsmi_get_power_cap_info`` ->
-    {power_cap (µW), ...}, ``amdsmi_get_energy_count`` -> {energy_accumulator, counter_resolution (µJ),
-    timestamp}, ``amdsmi_get_gpu_total_ecc_count`` -> {correctable_count, uncorrectable_count,
-    deferred_count}, ``amdsmi_get_pcie_info`` -> {pcie_static, pcie_metric{pcie_replay_count, ...}},
-    ``amdsmi_get_clock_info(h, AmdSmiClkType.GFX|MEM)`` -> {clk, min_clk, max_clk (MHz), clk_locked,
-    clk_deep_sleep} (``GFX`` is an alias of ``SYS`` in the real enum).
-    Errors are ``AmdSmiLibraryException(err_code)``; unsupported readings are "N/A" or
-    ``ERR_NOT_SUPPORTED``. Each ``gpus`` dict gives one handle's answers; a key holding an ``AmdSmiRetCode``
-    makes that call raise it (so does a missing key: ``ERR_NOT_SUPPORTED``); ``"gone": True`` makes every call raise ``ERR_NOT_FOUND``.
-    """
-    m = types.ModuleType("amdsmi")
-    m.AmdSmiException = AmdSmiException  # type: ignore[attr-defined]
-    m.AmdSmiLibraryException = AmdSmiLibraryException  # type: ignore[attr-defined]
-    m.AmdSmiRetryException = AmdSmiRetryException  # type: ignore[attr-defined]
-    m.AmdSmiRetCode = AmdSmiRetCode  # type: ignore[attr-defined]
-    m.AmdSmiInitFlags = IntEnum("AmdSmiInitFlags", {"INIT_ALL_PROCESSORS": 0xFFFFFFFF, "INIT_AMD_GPUS": 2})  # type: ignore[attr-defined]
-    m.AmdSmiTemperatureType = IntEnum("AmdSmiTemperatureType", {"EDGE": 0, "HOTSPOT": 1, "VRAM": 2})  # type: ignore[attr-defined]
-    m.AmdSmiTemperatureMetric = IntEnum("AmdSmiTemperatureMetric", {"CURRENT": 0, "CRITICAL": 1})  # type: ignore[attr-defined]
-    m.AmdSmiClkType = IntEnum("AmdSmiClkType", {"SYS": 0, "GFX": 0, "DF": 1, "DCEF": 2, "SOC": 3, "MEM": 4})  # type: ignore[attr-defined]
-    state: dict[str, Any] = {"init": None, "shut_down": 0}
-    handles = [object() for _ in gpus]
-
-    def answer(key: str, h: object, *sub: Any) -> Any:
-        gpu = gpus[handles.index(h)]
-        if gpu.get("gone"):
-            raise AmdSmiLibraryException(AmdSmiRetCode.ERR_NOT_FOUND)
-        value = gpu.get(key, AmdSmiRetCode.ERR_NOT_SUPPORTED)
-        for k in sub:
-            value = value.get(k, AmdSmiRetCode.ERR_NOT_SUPPORTED) if isinstance(value, dict) else value
-        if isinstance(value, AmdSmiRetCode):
-            raise AmdSmiLibraryException(int(value))
-        return value
-
-    def amdsmi_init(flag: int = 0xFFFFFFFF) -> None:
-        if init_error is not None:
-            raise AmdSmiLibraryException(init_error)
-        state["init"] = flag
-
-    def amdsmi_shut_down() -> None:
-        state["shut_down"] += 1
-
-    def amdsmi_get_temp_metric(h: object, sensor: IntEnum, metric: IntEnum) -> int:
-        assert metric == m.AmdSmiTemperatureMetric.CURRENT  # type: ignore[attr-defined]
-        return answer("temp", h, sensor.name)  # type: ignore[no-any-return]
-
-    m.amdsmi_init = amdsmi_init  # type: ignore[attr-defined]
-    m.amdsmi_shut_down = amdsmi_shut_down  # type: ignore[attr-defined]
-    m.amdsmi_get_processor_handles = lambda: list(handles)  # type: ignore[attr-defined]
-    m.amdsmi_get_temp_metric = amdsmi_get_temp_metric  # type: ignore[attr-defined]
-    m.amdsmi_get_clock_info = lambda h, clk_type: answer("clock", h, clk_type.name)  # type: ignore[attr-defined]
-    for fn, key in (
-        ("amdsmi_get_gpu_asic_info", "asic"),
-        ("amdsmi_get_gpu_board_info", "board"),
-        ("amdsmi_get_gpu_driver_info", "driver"),
-        ("amdsmi_get_gpu_device_bdf", "bdf"),
-        ("amdsmi_get_gpu_activity", "activity"),
-        ("amdsmi_get_gpu_vram_usage", "vram"),
-        ("amdsmi_get_power_info", "power"),
-        ("amdsmi_get_power_cap_info", "cap"),
-        ("amdsmi_get_energy_count", "energy"),
-        ("amdsmi_get_gpu_total_ecc_count", "ecc"),
-        ("amdsmi_get_pcie_info", "pcie"),
-    ):
-        setattr(m, fn, lambda h, _k=key: answer(_k, h))
-    m.state = state  # type: ignore[attr-defined]
-    return m
-
-
-def _mi300x_gcd(serial: str, bdf: str) -> dict[str, Any]:
-    return {
-        "asic": {"market_name": "AMD Instinct MI300X", "asic_serial": serial, "device_id": 0x74A1},
-        "board": {"product_name": "AMD Instinct MI300X OAM", "product_serial": "692231000131"},
-        "driver": {"driver_name": "amdgpu", "driver_version": "6.10.5"},
-        "bdf": bdf,
-        "activity": {"gfx_activity": 93, "umc_activity": 38, "mm_activity": "N/A"},
-        "vram": {"vram_total": 196592, "vram_used": 150000},
-        # MI300 has no edge sensor: the library raises NOT_SUPPORTED for it.
-        "temp": {"EDGE": AmdSmiRetCode.ERR_NOT_SUPPORTED, "HOTSPOT": 71, "VRAM": 58},
-        "power": {
-            "socket_power": 602,
-            "current_socket_power": 602,
-            "average_socket_power": "N/A",
-            "gfx_voltage": "N/A",
-            "soc_voltage": "N/A",
-            "mem_voltage": "N/A",
-            "power_limit": 750000000,
-        },
-        "cap": {"power_cap": 750_000_000, "default_power_cap": 750_000_000, "dpm_cap": 2100},
-        "energy": {"energy_accumulator": 81_000_000_000, "counter_resolution": 15.259, "timestamp": 1},
-        "ecc": {"correctable_count": 12, "uncorrectable_count": 0, "deferred_count": 0},
-        "pcie": {"pcie_static": {"max_pcie_width": 16}, "pcie_metric": {"pcie_replay_count": 0}},
-        "clock": {
-            "SYS": {"clk": 2100, "min_clk": 500, "max_clk": 2100, "clk_locked": False, "clk_deep_sleep": 0},
-            "MEM": {"clk": 1300, "min_clk": 900, "max_clk": 1300, "clk_locked": "N/A", "clk_deep_sleep": 0},
-        },
-    }
-
-
 def test_amdsmi_library_exact_values_and_unsupported_edge() -> None:
-    lib = make_amdsmi([_mi300x_gcd("0x5E3A0F12B7C84D21", "0000:0c:00.0")])
+    lib = make_amdsmi([mi300x_gcd("0x5E3A0F12B7C84D21", "0000:0c:00.0")])
     backend = amd.AmdBackend(BackendContext(), amdsmi_module=lib)
     backend.open()
     assert backend.active_source == "amdsmi"
@@ -507,8 +368,8 @@ def test_amdsmi_library_exact_values_and_unsupported_edge() -> None:
 
 
 def test_amdsmi_secondary_gcd_na_power_and_lost_gpu() -> None:
-    primary = _mi300x_gcd("0x01", "0000:c1:00.0")
-    secondary = _mi300x_gcd("0x02", "0000:c6:00.0")
+    primary = mi300x_gcd("0x01", "0000:c1:00.0")
+    secondary = mi300x_gcd("0x02", "0000:c6:00.0")
     secondary["power"] = {"socket_power": "N/A", "current_socket_power": "N/A", "average_socket_power": "N/A"}
     secondary["cap"] = AmdSmiRetCode.ERR_NOT_SUPPORTED
     secondary["energy"] = {"energy_accumulator": "N/A", "counter_resolution": 15.3}
@@ -764,7 +625,7 @@ def test_detect_without_any_tool(tmp_path: Path) -> None:
 def test_fuzz_amdsmi_answers(data: st.DataObject, value: Any) -> None:
     """Whatever one amdsmi call returns (any JSON-like shape, "N/A", an error code), sampling gives a
     DeviceSample and never raises."""
-    gpu = _mi300x_gcd("0x01", "0000:0c:00.0")
+    gpu = mi300x_gcd("0x01", "0000:0c:00.0")
     key = data.draw(st.sampled_from(sorted(gpu)))
     gpu[key] = _replace_somewhere(gpu[key], value, data) if data.draw(st.booleans()) else value
     backend = amd.AmdBackend(BackendContext(), amdsmi_module=make_amdsmi([gpu]))
@@ -776,7 +637,7 @@ def test_fuzz_amdsmi_answers(data: st.DataObject, value: Any) -> None:
 
 
 def test_amdsmi_unexpected_fault_fails_the_poll_as_library_error() -> None:
-    lib = make_amdsmi([_mi300x_gcd("0x01", "0000:0c:00.0")])
+    lib = make_amdsmi([mi300x_gcd("0x01", "0000:0c:00.0")])
     backend = amd.AmdBackend(BackendContext(), amdsmi_module=lib)
     backend.open()
 
@@ -792,7 +653,7 @@ def test_amdsmi_unexpected_fault_fails_the_poll_as_library_error() -> None:
 def test_capture_and_replay_use_the_cli_not_the_library(tmp_path: Path) -> None:
     """With a RecordingRunner (capture) or ReplayRunner (replay), auto mode skips amdsmi: the bundle holds
     amd-smi output, and a replay never reads this host's GPUs."""
-    lib = make_amdsmi([_mi300x_gcd("0x01", "0000:0c:00.0")])
+    lib = make_amdsmi([mi300x_gcd("0x01", "0000:0c:00.0")])
     metric = json.dumps(MI250X_METRIC)
     replay = ReplayRunner(
         [CommandResult(("/opt/rocm/bin/amd-smi", "metric", "--json"), metric, "", 0, 0.0, 0.0)]
@@ -810,7 +671,14 @@ def test_capture_and_replay_use_the_cli_not_the_library(tmp_path: Path) -> None:
     raw=st.text(max_size=300) | st.sampled_from([fixture(n) for n, _ in FUZZ_TARGETS]).map(lambda t: t[:150])
 )
 def test_sniffers_never_raise(raw: str) -> None:
-    for name in ("amd-smi-json", "amd-smi-monitor", "rocm-smi-json", "hy-smi-json", "hy-smi-table"):
+    for name in (
+        "amd-smi-json",
+        "amd-smi-process-json",
+        "amd-smi-monitor",
+        "rocm-smi-json",
+        "hy-smi-json",
+        "hy-smi-table",
+    ):
         assert all_formats()[name].sniff(raw) in (True, False)
 
 
@@ -897,6 +765,10 @@ def test_static_and_metric_sniffers_tell_the_two_apart() -> None:
     static, metric = fixture(STATIC_FIXTURE), fixture("amd-smi_metric_-p_json_rocm6.1.json")
     assert {n for n, f in fmts.items() if f.sniff(static)} == {"amd-smi-static-json"}
     assert {n for n, f in fmts.items() if f.sniff(metric)} == {"amd-smi-json"}
+    process = fixture("amd-smi_process_json_rocm6.2_changelog.json")
+    assert {n for n, f in fmts.items() if f.sniff(process)} == {"amd-smi-process-json"}
+    by_pid = json.dumps([{"pid": 7, "gpus": [{"gpu_index": 0, "memory_usage": {"vram_mem": 1}}]}])
+    assert {n for n, f in fmts.items() if f.sniff(by_pid)} == {"amd-smi-process-json"}
 
 
 @pytest.mark.slow
@@ -979,3 +851,203 @@ def test_each_spoiled_monitor_cell_costs_that_reading_only(column: int, spoil: s
     cells[2 * column] = spoil
     (got,) = amd.parse_amd_smi_monitor("\n".join([*lines[:2], "  " + "".join(cells), *lines[3:]]))
     capture_expectations.assert_one_reading_lost(base, got, garbled=spoil == "xxxxx MB")
+
+
+# ---------------------------------------------------------------------------------------------------
+# Per-process VRAM: amd-smi process --json and amdsmi_get_gpu_process_list
+
+
+def test_amd_smi_process_changelog_capture_lists_both_processes_memory_unknown() -> None:
+    """AMD's own ROCm 6.2 example: two processes on GPU 0, only ``mem_usage`` (gtt+cpu+vram, not VRAM)."""
+    got = amd.parse_amd_smi_process(fixture("amd-smi_process_json_rocm6.2_changelog.json"))
+    assert got == {
+        "0": amd.GpuProcesses((ProcessMemory(420157, None), ProcessMemory(420315, None)), {}),
+    }
+
+
+def test_amd_smi_process_alone_for_inspect() -> None:
+    (s,) = amd.parse_amd_smi_process_samples(fixture("amd-smi_process_json_rocm6.2_changelog.json"))
+    assert (s.up, s.device.index, s.device.uuid) == (True, "0", "amd-index-0")
+    assert s.processes == (ProcessMemory(420157, None), ProcessMemory(420315, None))
+    assert s.memory_used_bytes is None and s.power_watts is None
+    for empty in ("[]", '{"gpu_data": []}', '[{"no": "gpu"}]'):
+        with pytest.raises(ParseError):
+            amd.parse_amd_smi_process_samples(empty)
+
+
+def _proc_info(pid: int, vram: object, name: str = "python3") -> dict[str, Any]:
+    """One ``process_info`` as amdsmi_cli/amdsmi_commands.py ``process`` builds it (values invented)."""
+    return {
+        "process_info": {
+            "name": name,
+            "pid": pid,
+            "memory_usage": {
+                "gtt_mem": {"value": 2097152, "unit": "B"},
+                "cpu_mem": {"value": 0, "unit": "B"},
+                "vram_mem": vram,
+            },
+            "mem_usage": {"value": 999, "unit": "B"},
+            "usage": {"gfx": {"value": 0, "unit": "ns"}, "enc": {"value": 0, "unit": "ns"}},
+            "cu_occupancy": "N/A",
+        }
+    }
+
+
+def test_amd_smi_process_shapes_units_and_markers() -> None:
+    doc = [
+        {
+            "gpu": 0,
+            "process_list": [
+                _proc_info(4242, {"value": 10737418240, "unit": "B"}),
+                _proc_info(5150, {"value": 512, "unit": "MiB"}),
+                _proc_info(6000, 1048576),  # a bare number is bytes
+                _proc_info(7000, "N/A"),  # listed, VRAM not known
+            ],
+        },
+        {"gpu": 1, "process_list": [{"process_info": "No running processes detected"}]},
+        {"gpu": 2, "process_list": "N/A"},
+        {
+            "gpu": 3,
+            "process_list": [_proc_info(8000, {"value": "xxxx", "unit": "B"}), _proc_info(8001, 4096)],
+        },
+    ]
+    got = amd.parse_amd_smi_process(json.dumps(doc))
+    assert got["0"].processes == (
+        ProcessMemory(4242, 10 * 1024**3),
+        ProcessMemory(5150, 512 * MIB),
+        ProcessMemory(6000, 1048576),
+        ProcessMemory(7000, None),
+    )
+    assert got["0"].unread == {}
+    assert got["1"] == amd.GpuProcesses((), {})
+    assert got["2"].processes is None
+    # a garbled value costs that process's memory (unread), never the other processes
+    assert got["3"].processes == (ProcessMemory(8000, None), ProcessMemory(8001, 4096))
+    assert "xxxx" in got["3"].unread["processes"]
+
+
+def test_amd_smi_process_sort_by_pid_form() -> None:
+    """``--sort-by-pid`` (ROCm/rocm-systems PR 6396's example values): one entry per process, ``gpus``."""
+    doc = [
+        {
+            "pid": 2168274,
+            "name": "/usr/bin/python3.12",
+            "gpus": [
+                {"gpu_index": 0, "memory_usage": {"vram_mem": {"value": 48000, "unit": "B"}}},
+                {"gpu_index": 1, "memory_usage": {"vram_mem": {"value": 65588000, "unit": "B"}}},
+            ],
+        }
+    ]
+    got = amd.parse_amd_smi_process(json.dumps(doc))
+    assert got["0"].processes == (ProcessMemory(2168274, 48000),)
+    assert got["1"].processes == (ProcessMemory(2168274, 65588000),)
+
+
+@given(
+    data=st.one_of(
+        st.text(max_size=200),
+        st.recursive(
+            st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=20),
+            lambda inner: (
+                st.lists(inner, max_size=4)
+                | st.dictionaries(
+                    st.sampled_from(
+                        [
+                            "gpu",
+                            "process_list",
+                            "process_info",
+                            "pid",
+                            "memory_usage",
+                            "vram_mem",
+                            "value",
+                            "unit",
+                            "gpus",
+                            "gpu_index",
+                            "gpu_data",
+                        ]
+                    ),
+                    inner,
+                    max_size=4,
+                )
+            ),
+            max_leaves=20,
+        ).map(json.dumps),
+    )
+)
+@settings(max_examples=200, suppress_health_check=[HealthCheck.too_slow])
+def test_amd_smi_process_garbage_never_raises_but_parse_error(data: str) -> None:
+    try:
+        got = amd.parse_amd_smi_process(data)
+    except ParseError:
+        return
+    for g in got.values():
+        assert g.processes is None or all(p.pid > 0 for p in g.processes)
+        for p in g.processes or ():
+            assert p.memory_used_bytes is None or p.memory_used_bytes >= 0
+
+
+def _lib_proc(pid: int, vram: object) -> dict[str, Any]:
+    return {
+        "name": "N/A",  # a non-root reader sees no names
+        "pid": pid,
+        "mem": 3 * 2**20,
+        "engine_usage": {"gfx": 0, "enc": 0},
+        "memory_usage": {"gtt_mem": 2**20, "cpu_mem": 0, "vram_mem": vram},
+    }
+
+
+def test_amdsmi_process_list_dicts_handles_and_no_perm() -> None:
+    gpu0 = mi300x_gcd("0x01", "0000:c1:00.0")
+    gpu0["process"] = [_lib_proc(101, 10 * 2**30), _lib_proc(202, 30 * 2**30), _lib_proc(303, "N/A")]
+    gpu1 = mi300x_gcd("0x02", "0000:c6:00.0")  # ROCm 6.0: handles, one of them gone meanwhile
+    gpu1["process"] = [ProcHandle(_lib_proc(404, 2**30)), ProcHandle(AmdSmiRetCode.ERR_NOT_FOUND)]
+    gpu2 = mi300x_gcd("0x03", "0000:c9:00.0")
+    gpu2["process"] = AmdSmiRetCode.ERR_NO_PERM
+    gpu3 = mi300x_gcd("0x04", "0000:cc:00.0")
+    gpu3["process"] = []
+    backend = amd.AmdBackend(BackendContext(), amdsmi_module=make_amdsmi([gpu0, gpu1, gpu2, gpu3]))
+    backend.open()
+    s0, s1, s2, s3 = backend.sample()
+    assert s0.processes == (
+        ProcessMemory(101, 10 * 2**30),
+        ProcessMemory(202, 30 * 2**30),
+        ProcessMemory(303, None),
+    )
+    assert s0.unread == {} and s0.error is None
+    assert s1.processes == (ProcessMemory(404, 2**30),)
+    assert s1.unread == {"processes": "amdsmi_get_gpu_process_info: 31"}
+    # no permission: processes unknown, the device up with every other reading
+    assert s2.up is True and s2.processes is None and s2.utilization_ratio == 0.93
+    assert s2.unread == {"processes": "amdsmi_get_gpu_process_list: 10"}
+    assert s3.processes == () and s3.unread == {}
+
+
+def test_amdsmi_without_process_list_gives_none_and_no_error() -> None:
+    (s,) = amd.AmdBackend(
+        BackendContext(), amdsmi_module=make_amdsmi([mi300x_gcd("0x01", "0000:c1:00.0")])
+    ).sample()
+    assert s.processes is None and s.unread == {} and s.error is None  # NOT_SUPPORTED: no series
+
+
+@pytest.mark.slow
+def test_fake_amd_smi_process_option(tmp_path: Path) -> None:
+    (tmp_path / "metric.json").write_text(json.dumps({"gpu_data": MI250X_METRIC}))
+    (tmp_path / "static.json").write_text(json.dumps({"gpu_data": MI250X_STATIC}))
+    (tmp_path / "process.json").write_text(fixture("amd-smi_process_json_rocm6.2_changelog.json"))
+    body = (
+        f'echo "$1" >> {tmp_path}/calls; case "$1" in metric) cat {tmp_path}/metric.json;; '
+        f"static) cat {tmp_path}/static.json;; process) cat {tmp_path}/process.json;; *) exit 2;; esac"
+    )
+    fake_tool(tmp_path, "amd-smi", body)
+    runner = SubprocessRunner(env={"PATH": f"{tmp_path}:/usr/bin:/bin"})
+    off = amd.AmdBackend(BackendContext(runner=runner, options={"source": "amd-smi"}))
+    s0, _ = off.sample()
+    assert s0.processes is None
+    assert "process" not in (tmp_path / "calls").read_text()
+    on = amd.AmdBackend(BackendContext(runner=runner, options={"source": "amd-smi", "processes": True}))
+    s0, s1 = on.sample()
+    assert s0.processes == (ProcessMemory(420157, None), ProcessMemory(420315, None))
+    assert s1.processes is None  # GPU 1 is not in that output
+    (tmp_path / "process.json").write_text("garbage")
+    s0, s1 = on.sample()
+    assert s0.up and s0.processes is None and "processes" in s0.unread

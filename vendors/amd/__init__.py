@@ -38,6 +38,13 @@ from vendors.amd.amd_smi_json import (
     sniff_amd_smi_static_json,
 )
 from vendors.amd.amd_smi_monitor import parse_amd_smi_monitor, sniff_amd_smi_monitor
+from vendors.amd.amd_smi_process import (
+    GpuProcesses,
+    parse_amd_smi_process,
+    parse_amd_smi_process_samples,
+    process_memory,
+    sniff_amd_smi_process_json,
+)
 from vendors.amd.amdsmi_library import AmdSmiLibrary
 from vendors.amd.backend import (
     AMD_SMI_METRIC,
@@ -94,6 +101,7 @@ __all__ = [
     "AmdBackend",
     "AmdSmiLibrary",
     "FlagFallback",
+    "GpuProcesses",
     "Identity",
     "LostTracker",
     "Notes",
@@ -110,10 +118,13 @@ __all__ = [
     "nonneg",
     "parse_amd_smi_metric",
     "parse_amd_smi_monitor",
+    "parse_amd_smi_process",
+    "parse_amd_smi_process_samples",
     "parse_amd_smi_static",
     "parse_amd_smi_static_samples",
     "parse_rocm_smi_json",
     "printed",
+    "process_memory",
     "quantity",
     "ratio",
     "rocm_smi_cards",
@@ -122,6 +133,7 @@ __all__ = [
     "scaled",
     "sniff_amd_smi_json",
     "sniff_amd_smi_monitor",
+    "sniff_amd_smi_process_json",
     "sniff_amd_smi_static_json",
     "sniff_rocm_smi_json",
     "text",

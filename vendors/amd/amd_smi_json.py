@@ -251,6 +251,7 @@ def parse_amd_smi_metric(raw: str, static: Mapping[str, Identity] | None = None)
 
 # Sections only ``amd-smi metric`` prints, and sections only ``amd-smi static`` prints.
 _METRIC_SECTION = re.compile(r'"(usage|power|temperature|mem_usage|ecc|energy)"\s*:')
+_PROCESS_LIST = re.compile(r'"process_list"\s*:')
 _STATIC_SECTION = re.compile(r'"(asic|board|limit|vram|ifwi|vbios)"\s*:')
 
 
@@ -261,9 +262,13 @@ def _amd_smi_gpus(head: str) -> bool:
 
 def sniff_amd_smi_json(raw: str) -> bool:
     """amd-smi metric JSON: objects with an integer "gpu" and metric section names (or {"gpu_data": ...});
-    never Hygon output."""
+    never Hygon output, never ``amd-smi process`` output (its entries hold ``mem_usage`` too)."""
     head = raw.lstrip()[:4000]
-    return _amd_smi_gpus(head) and _METRIC_SECTION.search(head) is not None
+    return (
+        _amd_smi_gpus(head)
+        and _METRIC_SECTION.search(head) is not None
+        and _PROCESS_LIST.search(head) is None
+    )
 
 
 def sniff_amd_smi_static_json(raw: str) -> bool:

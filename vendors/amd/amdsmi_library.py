@@ -10,6 +10,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from vendors.amd.amd_smi_json import first
+from vendors.amd.amd_smi_process import READING, process_memory
 from vendors.amd.readings import (
     ECC_DEFERRED,
     UNKNOWN_MODEL,
@@ -26,7 +27,7 @@ from vendors.amd.readings import (
     text,
     with_notes,
 )
-from vendors.base import BackendError, Device, DeviceSample
+from vendors.base import BackendError, Device, DeviceSample, ProcessMemory
 
 log = logging.getLogger(__name__)
 
@@ -44,6 +45,8 @@ class AmdSmiLibrary:
     ``amdsmi_get_pcie_info`` (``pcie_metric.pcie_replay_count``), ``amdsmi_get_clock_info(h,
     AmdSmiClkType.GFX|MEM)`` (``clk`` MHz). Identity: ``amdsmi_get_gpu_asic_info``,
     ``amdsmi_get_gpu_board_info``, ``amdsmi_get_gpu_device_bdf``, ``amdsmi_get_gpu_driver_info``.
+    Processes: ``amdsmi_get_gpu_process_list`` (dicts since ROCm 6.1; handles for
+    ``amdsmi_get_gpu_process_info`` in 6.0), read by ``vendors.amd.amd_smi_process``.
     Unsupported readings come back as "N/A" or raise ``AmdSmiLibraryException(ERR_NOT_SUPPORTED)``: None.
     """
 
@@ -106,6 +109,46 @@ class AmdSmiLibrary:
 
     def sample(self) -> list[DeviceSample]:
         return [self._sample_one(h, dev) for _, h, dev in self._handles]
+
+    def _processes(self, h: Any, notes: Notes) -> tuple[ProcessMemory, ...] | None:
+        """``amdsmi_get_gpu_process_list(h)``: VRAM per process on this GPU (see ``amd_smi_process``).
+
+        None (no series) when the call is missing or NOT_SUPPORTED; None and ``unread["processes"]`` when
+        it fails otherwise (NO_PERM for a user outside the render group, RETRY): never the device down.
+        Not counted among the readings that make a device lost. Entries that are process handles (ROCm
+        6.0) are resolved with ``amdsmi_get_gpu_process_info(h, process)``; a failed one is unread.
+        """
+        fn = getattr(self.lib, "amdsmi_get_gpu_process_list", None)
+        if fn is None:
+            return None
+        unsupported = int(getattr(getattr(self.lib, "AmdSmiRetCode", None), "ERR_NOT_SUPPORTED", 2))
+        try:
+            listed = fn(h)
+        except self._exc as exc:
+            code = getattr(exc, "err_code", None)
+            if code is not None and abs(int(code)) == unsupported:
+                return None
+            notes.drop(
+                READING, f"amdsmi_get_gpu_process_list: {code if code is not None else type(exc).__name__}"
+            )
+            return None
+        if not isinstance(listed, list | tuple):
+            notes.drop(READING, f"amdsmi_get_gpu_process_list returned {type(listed).__name__}")
+            return None
+        entries: list[object] = []
+        for item in listed:
+            if isinstance(item, Mapping):
+                entries.append(item)
+                continue
+            try:  # ROCm 6.0: a process handle
+                entries.append(self.lib.amdsmi_get_gpu_process_info(h, item))
+            except self._exc as exc:
+                code = getattr(exc, "err_code", None)
+                notes.drop(
+                    READING,
+                    f"amdsmi_get_gpu_process_info: {code if code is not None else type(exc).__name__}",
+                )
+        return process_memory(entries, notes)
 
     def _sample_one(self, h: Any, dev: Device) -> DeviceSample:
         lib, notes = self.lib, Notes()
@@ -200,6 +243,7 @@ class AmdSmiLibrary:
                 field_of(field_of(pcie, "pcie_metric"), "pcie_replay_count"), notes, "pcie_replay_errors"
             ),
             vendor_metrics={ECC_DEFERRED.name: float(deferred)} if deferred is not None else {},
+            processes=self._processes(h, notes),
         )
         # NOT_SUPPORTED is the vendor saying "cannot tell" (no series), not a failure worth a note.
         unsupported = f": {int(getattr(getattr(lib, 'AmdSmiRetCode', None), 'ERR_NOT_SUPPORTED', 2))}"

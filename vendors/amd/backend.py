@@ -9,7 +9,8 @@ import importlib
 import importlib.util
 import logging
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 from vendors.amd.amd_smi_json import (
@@ -21,10 +22,17 @@ from vendors.amd.amd_smi_json import (
     sniff_amd_smi_static_json,
 )
 from vendors.amd.amd_smi_monitor import parse_amd_smi_monitor, sniff_amd_smi_monitor
+from vendors.amd.amd_smi_process import (
+    READING,
+    GpuProcesses,
+    parse_amd_smi_process,
+    parse_amd_smi_process_samples,
+    sniff_amd_smi_process_json,
+)
 from vendors.amd.amdsmi_library import AmdSmiLibrary
 from vendors.amd.readings import ECC_DEFERRED, VENDOR
 from vendors.amd.rocm_smi_json import parse_rocm_smi_json, sniff_rocm_smi_json
-from vendors.base import BackendError, Device, DeviceSample
+from vendors.base import BackendError, Device, DeviceSample, ParseError
 from vendors.command import CommandRunner, SubprocessRunner
 from vendors.registry import BackendContext, BackendSpec, Detection, OutputFormat, register
 
@@ -37,6 +45,7 @@ STATIC_REFRESH_POLLS = 60
 
 AMD_SMI_METRIC = ("metric", "--json")
 AMD_SMI_STATIC = ("static", "--json")
+AMD_SMI_PROCESS = ("process", "--json")
 # The flags gpustack runs against rocm-smi 6.2.4 and DTK 24.04.3 (source of both JSON fixtures) ...
 ROCM_SMI_BASE_ARGS = (
     "-i",
@@ -109,7 +118,10 @@ class LostTracker:
 class AmdBackend:
     """Backend ``amd``: amdsmi library where importable, else ``amd-smi``, else ``rocm-smi`` (see module doc).
 
-    ``options``: ``source`` (auto|amdsmi|amd-smi|rocm-smi), ``timeout_seconds`` per tool call (10).
+    ``options``: ``source`` (auto|amdsmi|amd-smi|rocm-smi), ``timeout_seconds`` per tool call (10),
+    ``processes`` (false): with the ``amd-smi`` CLI, also run ``amd-smi process --json`` each poll for the
+    per-process VRAM (a second CLI start per poll, so opt-in; the amdsmi library always lists processes,
+    one cheap call per GPU).
     ``amdsmi_module`` injects a module with the amdsmi API (tests); ``None`` imports ``amdsmi``.
     """
 
@@ -123,6 +135,7 @@ class AmdBackend:
                 f"amd: unknown source {self.source!r} (one of {', '.join(SOURCES)})", reason="init"
             )
         self.timeout = float(ctx.options.get("timeout_seconds", DEFAULT_TIMEOUT_SECONDS))
+        self.processes = bool(ctx.options.get("processes", False))
         self._module = amdsmi_module
         self._lib: AmdSmiLibrary | None = None
         self._tool: str | None = None
@@ -176,10 +189,24 @@ class AmdBackend:
                 self._refresh_static()
             self._polls += 1
             out = self.ctx.runner.run([self._tool, *AMD_SMI_METRIC], self.timeout)
-            return self._tracker.merge(parse_amd_smi_metric(out.stdout, self._static))
+            samples = parse_amd_smi_metric(out.stdout, self._static)
+            if self.processes:
+                samples = with_processes(samples, self._read_processes())
+            return self._tracker.merge(samples)
         return self._tracker.merge(
             parse_rocm_smi_json(self._flags.run(self.ctx.runner, self._tool, self.timeout))
         )
+
+    def _read_processes(self) -> Mapping[str, GpuProcesses] | str:
+        """``amd-smi process --json`` by GPU index, or the reason it could not be read (that costs the
+        processes reading of each GPU, never the poll)."""
+        assert self._tool is not None
+        try:
+            out = self.ctx.runner.run([self._tool, *AMD_SMI_PROCESS], self.timeout)
+            return parse_amd_smi_process(out.stdout)
+        except (BackendError, ParseError) as exc:
+            log.warning("amd-smi process failed: %s", exc)
+            return f"amd-smi process: {exc}"[:120]
 
     def _refresh_static(self) -> None:
         # Identity is best-effort: a failing `static` leaves the last good one (or index-based ids).
@@ -194,6 +221,25 @@ class AmdBackend:
         if self._lib is not None:
             self._lib.close()
         self._lib, self._kind = None, None
+
+
+def with_processes(
+    samples: Sequence[DeviceSample], procs: Mapping[str, GpuProcesses] | str
+) -> list[DeviceSample]:
+    """Samples with ``processes`` from ``amd-smi process`` (joined on the GPU index both commands print).
+    ``procs`` a string (the command failed): every up sample gets ``unread["processes"]``. A GPU missing
+    from the process output keeps ``processes`` None."""
+    out: list[DeviceSample] = []
+    for s in samples:
+        if not s.up:
+            out.append(s)
+        elif isinstance(procs, str):
+            out.append(replace(s, unread={**s.unread, READING: procs}))
+        elif (g := procs.get(s.device.index)) is not None:
+            out.append(replace(s, processes=g.processes, unread={**s.unread, **g.unread}))
+        else:
+            out.append(s)
+    return out
 
 
 def detect(ctx: BackendContext) -> Detection:
@@ -212,6 +258,7 @@ def detect(ctx: BackendContext) -> Detection:
 FORMATS: tuple[OutputFormat, ...] = (
     OutputFormat("amd-smi-json", parse_amd_smi_metric, sniff_amd_smi_json),
     OutputFormat("amd-smi-static-json", parse_amd_smi_static_samples, sniff_amd_smi_static_json),
+    OutputFormat("amd-smi-process-json", parse_amd_smi_process_samples, sniff_amd_smi_process_json),
     OutputFormat("amd-smi-monitor", parse_amd_smi_monitor, sniff_amd_smi_monitor),
     OutputFormat("rocm-smi-json", parse_rocm_smi_json, sniff_rocm_smi_json),
 )
@@ -230,6 +277,11 @@ SPEC = register(
         formats=FORMATS,
         metrics=(ECC_DEFERRED,),
         priority=50,
-        options={"source": "string", "timeout_seconds": "seconds", "kfd_path": "string"},
+        options={
+            "source": "string",
+            "timeout_seconds": "seconds",
+            "kfd_path": "string",
+            "processes": "bool",
+        },
     )
 )
