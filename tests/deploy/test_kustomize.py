@@ -142,6 +142,9 @@ def test_exporters_keep_least_privilege() -> None:
         mounts = {m["mountPath"]: m for m in ctr["volumeMounts"]}
         assert all(m.get("readOnly") for p, m in mounts.items() if p != "/tmp"), vendor
         assert {"operator": "Exists"} in spec["tolerations"]  # keeps watching cards marked faulty
+        # Only amdsmi needs the host's PID namespace for its process list (docs/vendors/amd.md); the others
+        # read host PIDs from the vendor and their cgroups from /host/proc.
+        assert spec.get("hostPID", False) is (vendor == "amd"), vendor
 
 
 def test_one_daemonset_per_vendor_without_overlapping_selectors() -> None:
