@@ -341,9 +341,10 @@ class ExpositionCache:
         plain = bodies.get((content_type, False))
         if plain is None:
             self.renders += 1
-            # No cyclic GC during a render: its ~10 objects per series live exactly as long as the render,
-            # and collections in the middle would promote them to the old generation, triggering full
-            # collections (300-700 ms at 512 devices, every few polls) that stall the event loop. They are
+            # No cyclic GC during a render: the objects it makes (lines, per-family lists; for the reference
+            # path ~10 objects per series) live exactly as long as the render, and collections in the
+            # middle would promote them to the old generation, triggering full collections that stall the
+            # event loop (300-700 ms at 512 devices before; see also gc.freeze() in exporter.cli). They are
             # freed by reference counting when the render ends.
             enabled = gc.isenabled()
             gc.disable()
