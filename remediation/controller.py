@@ -146,6 +146,7 @@ class Controller:
                     raise NotLeader()
                 out.append(await self._handle_one(alert, now))
             summary = dry_run_summary(out) if self.settings.guard.dry_run and len(out) > 1 else ""
+            categories = {a.label("category") for a in alerts}
             if summary:
                 now = self.clock()
                 log.info("dry run: %s", summary)
@@ -153,7 +154,14 @@ class Controller:
                 await send(
                     self.session,
                     self.settings.notify_url,
-                    payload({}, f"[dry-run] {summary}", summary, now),
+                    payload(
+                        {"category": categories.pop()}
+                        if len(categories) == 1 and "" not in categories
+                        else {},
+                        f"[dry-run] {summary}",
+                        summary,
+                        now,
+                    ),
                     token=self.settings.notify_token,
                 )
         return out
@@ -222,7 +230,7 @@ class Controller:
         if not v.allowed:
             return await self._refuse(d, v, now)
         if v.mode == "dry-run":
-            return await self._dry_run(d, now)
+            return await self._dry_run(d, now, alert.label("category"))
         try:
             out = await self._execute(d, state, now)
         except KubeError as exc:
@@ -298,7 +306,9 @@ class Controller:
             "detail": detail,
         }
 
-    async def _dry_run(self, d: Decision, now: datetime) -> dict[str, str]:
+    async def _dry_run(self, d: Decision, now: datetime, category: str = "") -> dict[str, str]:
+        """Report what ``d`` would do (audit, Event, log, and a notice to the relay channel under the
+        triggering alert's ``category``, so a drain for a hardware fault reaches the hardware channel)."""
         detail = f"would {d.step} {d.action} on {d.target.key if d.target else '?'}: {d.reason}"
         if d.action == "resize" and d.step == "recommend":
             out = await resize.recommend(self.ctx, d, now, dry_run=True)
@@ -325,6 +335,7 @@ class Controller:
         labels = {
             "node": d.target.node if d.target else "",
             "namespace": d.target.namespace if d.target else "",
+            **({"category": category} if category else {}),
         }
         await send(
             self.session,

@@ -15,7 +15,9 @@ from .progress import stamp
 
 
 def payload(labels: Mapping[str, str], summary: str, description: str, now: datetime) -> dict[str, object]:
-    """Build the v4 webhook body (shape: prometheus.io/docs/alerting/latest/configuration/#webhook_config)."""
+    """Build the v4 webhook body (shape: prometheus.io/docs/alerting/latest/configuration/#webhook_config).
+    ``labels`` override the defaults: callers pass the triggering alert's ``category`` (hardware or
+    performance), which the relay's channels and silence links key on; ``performance`` when none."""
     lab = {
         "alertname": "XpuwatchRemediationNotice",
         "category": "performance",

@@ -329,6 +329,11 @@ async def test_dry_run_storm_reports_what_the_cap_would_allow(fake, kube, sessio
     assert [n["alerts"][0]["annotations"]["summary"] for n in notices][
         -1
     ] == "[dry-run] would drain 3; 97 held by the cap"
+    # A drain for a hardware fault is reported under the alert's category (the hardware channel), the
+    # summary too: the notices were all labelled performance before.
+    assert len(notices) == 4
+    assert {n["alerts"][0]["labels"]["category"] for n in notices} == {"hardware"}
+    assert {n["commonLabels"]["category"] for n in notices} == {"hardware"}
     assert tainted_nodes(fake) == set() and fake.evictions == []
 
 
