@@ -15,10 +15,11 @@ after ours; docs/deploy.md "Target labels" says what they change). The golden fi
 ``pkg/prometheus/testdata/SettingHonorLabels.golden`` is the same sequence for a ServiceMonitor without
 relabelings.
 
-There is no Kubernetes API here, so ``kubernetes_sd_configs`` (role ``endpoints``) is replaced by a
+There is no Kubernetes API here, so ``kubernetes_sd_configs`` (role ``endpoints``, the operator's default, or
+``endpointslice``, the Prometheus' ``serviceDiscoveryRole: EndpointSlice``) is replaced by a
 ``static_configs`` entry whose labels are the ``__meta_kubernetes_*`` labels that role discovers for an
-endpoint backed by a pod (Prometheus docs, kubernetes_sd_config, "endpoints"); Prometheus relabels them like
-discovered ones and drops every ``__``-prefixed label afterwards. Scrape interval and timeout are shortened
+endpoint backed by a pod (Prometheus docs, kubernetes_sd_config, "endpoints" and "endpointslice"); Prometheus
+relabels them like discovered ones and drops every ``__``-prefixed label afterwards. Scrape interval and timeout are shortened
 to 1 s: label handling does not depend on them.
 """
 
@@ -78,10 +79,16 @@ def _user_relabeling(r: dict[str, Any]) -> dict[str, Any]:
 
 
 def operator_scrape_config(
-    sm: dict[str, Any], i: int, targets: list[dict[str, Any]], *, override_honor_labels: bool = False
+    sm: dict[str, Any],
+    i: int,
+    targets: list[dict[str, Any]],
+    *,
+    role: str = "endpoints",
+    override_honor_labels: bool = False,
 ) -> dict[str, Any]:
-    """The scrape config prometheus-operator generates for endpoint ``i`` of ServiceMonitor ``sm`` (role
-    endpoints, one shard), with ``targets`` (static_configs entries) standing for the discovered endpoints."""
+    """The scrape config prometheus-operator generates for endpoint ``i`` of ServiceMonitor ``sm`` (``role``
+    endpoints, the default, or endpointslice; one shard), with ``targets`` (static_configs entries) standing
+    for the discovered endpoints."""
     spec, ep = sm["spec"], sm["spec"]["endpoints"][i]
     assert set(spec["selector"]) == {"matchLabels"}, "only matchLabels is written out here"
     assert "port" in ep, "only named ports are written out here"
@@ -98,13 +105,11 @@ def operator_scrape_config(
                 "regex": f"({spec['selector']['matchLabels'][k]});true",
             }
         )
+    sd = "endpointslice" if role == "endpointslice" else "endpoint"
     relabel.append(
-        {"action": "keep", "source_labels": ["__meta_kubernetes_endpoint_port_name"], "regex": ep["port"]}
+        {"action": "keep", "source_labels": [f"__meta_kubernetes_{sd}_port_name"], "regex": ep["port"]}
     )
-    kind = [
-        "__meta_kubernetes_endpoint_address_target_kind",
-        "__meta_kubernetes_endpoint_address_target_name",
-    ]
+    kind = [f"__meta_kubernetes_{sd}_address_target_kind", f"__meta_kubernetes_{sd}_address_target_name"]
     relabel += [
         {
             "source_labels": kind,
@@ -187,21 +192,39 @@ def operator_scrape_config(
 
 
 def endpoints_target(
-    address: str, service: dict[str, Any], pod: str, node: str, pod_labels: dict[str, str]
+    address: str,
+    service: dict[str, Any],
+    pod: str,
+    node: str,
+    pod_labels: dict[str, str],
+    role: str = "endpoints",
 ) -> dict[str, Any]:
-    """The ``__meta_kubernetes_*`` labels the endpoints role discovers for ``address``, an endpoint of
-    ``service`` (its first port) backed by a running pod ``pod`` on ``node``."""
+    """The ``__meta_kubernetes_*`` labels the ``role`` (endpoints or endpointslice) discovers for ``address``,
+    an endpoint of ``service`` (its first port) backed by a running pod ``pod`` on ``node``."""
     meta = service["metadata"]
+    sd = "endpointslice" if role == "endpointslice" else "endpoint"
     labels = {
+        f"__meta_kubernetes_{sd}_port_name": service["spec"]["ports"][0]["name"],
+        f"__meta_kubernetes_{sd}_port_protocol": "TCP",
+        f"__meta_kubernetes_{sd}_address_target_kind": "Pod",
+        f"__meta_kubernetes_{sd}_address_target_name": pod,
+    }
+    if role == "endpointslice":
+        labels |= {
+            "__meta_kubernetes_endpointslice_name": f"{meta['name']}-x7q2k",
+            "__meta_kubernetes_endpointslice_address_type": "IPv4",
+            "__meta_kubernetes_endpointslice_endpoint_conditions_ready": "true",
+            "__meta_kubernetes_endpointslice_endpoint_node_name": node,
+        }
+    else:
+        labels |= {
+            "__meta_kubernetes_endpoints_name": meta["name"],
+            "__meta_kubernetes_endpoint_ready": "true",
+            "__meta_kubernetes_endpoint_node_name": node,
+        }
+    labels |= {
         "__meta_kubernetes_namespace": meta["namespace"],
-        "__meta_kubernetes_endpoints_name": meta["name"],
         "__meta_kubernetes_service_name": meta["name"],
-        "__meta_kubernetes_endpoint_port_name": service["spec"]["ports"][0]["name"],
-        "__meta_kubernetes_endpoint_port_protocol": "TCP",
-        "__meta_kubernetes_endpoint_ready": "true",
-        "__meta_kubernetes_endpoint_node_name": node,
-        "__meta_kubernetes_endpoint_address_target_kind": "Pod",
-        "__meta_kubernetes_endpoint_address_target_name": pod,
         "__meta_kubernetes_pod_name": pod,
         "__meta_kubernetes_pod_ip": address.rsplit(":", 1)[0],
         "__meta_kubernetes_pod_node_name": node,
@@ -286,9 +309,13 @@ def _series(base: str, q: str) -> set[frozenset[tuple[str, str]]]:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("override_honor_labels", [False, True], ids=["as-shipped", "overrideHonorLabels"])
+@pytest.mark.parametrize(
+    ("role", "override_honor_labels"),
+    [("endpoints", False), ("endpoints", True), ("endpointslice", False)],
+    ids=["as-shipped", "overrideHonorLabels", "endpointslice"],
+)
 def test_device_series_keep_the_workloads_labels_and_none_of_the_exporter_pods(
-    sim_exporter: str, tmp_path: Path, override_honor_labels: bool
+    sim_exporter: str, tmp_path: Path, role: str, override_honor_labels: bool
 ) -> None:
     binary = shutil.which("prometheus")
     assert binary, "Debian package prometheus is required"
@@ -304,10 +331,10 @@ def test_device_series_keep_the_workloads_labels_and_none_of_the_exporter_pods(
     dead = f"127.0.0.1:{free_port()}"  # nothing listens: an exporter that is down
     amd_labels = {**pod_labels, "xpuwatch.io/vendor": "amd"}
     targets = [
-        endpoints_target(sim_exporter, svc, EXPORTER_POD, SIM_NODE, pod_labels),
-        endpoints_target(dead, svc, DEAD_POD, "gpu-node-2", amd_labels),
+        endpoints_target(sim_exporter, svc, EXPORTER_POD, SIM_NODE, pod_labels, role),
+        endpoints_target(dead, svc, DEAD_POD, "gpu-node-2", amd_labels, role),
     ]
-    job = operator_scrape_config(sm, 0, targets, override_honor_labels=override_honor_labels)
+    job = operator_scrape_config(sm, 0, targets, role=role, override_honor_labels=override_honor_labels)
     assert job["honor_labels"] is not override_honor_labels
     (tmp_path / "prometheus.yml").write_text(yaml.safe_dump({"scrape_configs": [job]}, sort_keys=False))
     port = free_port()
@@ -378,3 +405,11 @@ def test_device_series_keep_the_workloads_labels_and_none_of_the_exporter_pods(
     finally:
         prom.terminate()
         prom.wait(timeout=10)
+
+
+def test_every_exporter_daemonset_gives_its_pods_a_distinct_vendor_label() -> None:
+    """instance is ``<node>/<xpuwatch.io/vendor>``: unique per target only while every exporter DaemonSet
+    labels its pods with its own vendor (two DaemonSets may run on a node carrying two vendors' labels)."""
+    sets = [o for o in render("overlays/mixed") if o["kind"] == "DaemonSet"]
+    vendors = [o["spec"]["template"]["metadata"]["labels"].get("xpuwatch.io/vendor") for o in sets]
+    assert len(sets) == 10 and None not in vendors and len(set(vendors)) == len(sets)
