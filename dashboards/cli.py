@@ -1,4 +1,5 @@
-"""Dashboard subcommands: `xpuwatch dashboards generate [--check]` writes (or verifies) dashboards/generated/."""
+"""Dashboard subcommands: `xpuwatch dashboards generate [--check]` writes (or verifies) dashboards/generated/
+and the Grafana sidecar ConfigMaps of deploy/kustomize/components/grafana-dashboards/."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from dashboards.configmap import render_configmaps
 from dashboards.generator import render_all, stale_files
 
 
@@ -20,24 +22,34 @@ def add_commands(sub: Any) -> None:
     gen.add_argument(
         "--out", type=Path, default=Path("dashboards/generated"), help="output folder (default: %(default)s)"
     )
+    gen.add_argument(
+        "--configmaps",
+        type=Path,
+        default=Path("deploy/kustomize/components/grafana-dashboards/dashboards.yaml"),
+        help="the Grafana sidecar ConfigMaps file (default: %(default)s)",
+    )
     gen.add_argument("--check", action="store_true", help="write nothing; exit 1 if any output is stale")
     gen.set_defaults(func=generate)
     dash.set_defaults(func=lambda args: (dash.print_help(), 2)[1])
 
 
 def generate(args: argparse.Namespace) -> int:
-    """Write (or with ``args.check`` verify) ``args.out``; exit code 0 ok, 1 stale, 2 generation failed."""
+    """Write (or with ``args.check`` verify) ``args.out`` and ``args.configmaps``; exit code 0 ok, 1 stale,
+    2 generation failed."""
     try:
         files = render_all()
+        configmaps = render_configmaps(files)
     except (OSError, ValueError, KeyError) as exc:
         print(f"xpuwatch dashboards generate: {exc}", file=sys.stderr)
         return 2
+    cm_path: Path = args.configmaps
+    cm_stale = not cm_path.is_file() or cm_path.read_text("utf-8") != configmaps
     if args.check:
-        stale = stale_files(args.out, files)
-        for name in stale:
-            print(f"stale: {args.out / name} (run `xpuwatch dashboards generate`)", file=sys.stderr)
+        stale = [args.out / name for name in stale_files(args.out, files)] + ([cm_path] if cm_stale else [])
+        for path in stale:
+            print(f"stale: {path} (run `xpuwatch dashboards generate`)", file=sys.stderr)
         if not stale:
-            print(f"{args.out}: {len(files)} dashboards up to date")
+            print(f"{args.out}: {len(files)} dashboards up to date; {cm_path} up to date")
         return 1 if stale else 0
     args.out.mkdir(parents=True, exist_ok=True)
     for name in stale_files(args.out, {}):
@@ -46,4 +58,11 @@ def generate(args: argparse.Namespace) -> int:
     for name, text in files.items():
         (args.out / name).write_text(text, encoding="utf-8")
         print(f"wrote {args.out / name}")
+    try:
+        cm_path.parent.mkdir(parents=True, exist_ok=True)
+        cm_path.write_text(configmaps, encoding="utf-8")
+    except OSError as exc:
+        print(f"xpuwatch dashboards generate: {exc}", file=sys.stderr)
+        return 2
+    print(f"wrote {cm_path}")
     return 0

@@ -16,6 +16,7 @@ import yaml
 
 from dashboards import sources
 from dashboards.cli import generate
+from dashboards.configmap import render_configmaps
 from dashboards.generator import DEFAULT_OUT, MODULES, render_all, stale_files
 from dashboards.layout import Row, place
 from dashboards.panel import Panel, Query
@@ -48,22 +49,28 @@ def test_cli_check_passes_on_the_committed_dashboards() -> None:
 def test_generate_writes_then_check_fails_on_a_stale_and_a_stray_file(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    configmaps = tmp_path / "component" / "dashboards.yaml"
+
     def run(check: bool) -> int:
-        return generate(argparse.Namespace(out=tmp_path, check=check))
+        return generate(argparse.Namespace(out=tmp_path / "out", configmaps=configmaps, check=check))
 
     assert run(check=False) == 0
-    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(render_all())
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == sorted(render_all())
+    assert configmaps.read_text("utf-8") == render_configmaps(render_all())
     assert run(check=True) == 0
-    (tmp_path / "xpuwatch-fleet.json").write_text("{}\n")
-    (tmp_path / "old.json").write_text("{}\n")
+    (tmp_path / "out" / "xpuwatch-fleet.json").write_text("{}\n")
+    (tmp_path / "out" / "old.json").write_text("{}\n")
+    configmaps.write_text(
+        configmaps.read_text("utf-8").replace('"title": "xpuwatch / Fleet"', '"title": "x"')
+    )
     capsys.readouterr()
     assert run(check=True) == 1
     assert capsys.readouterr().err.splitlines() == [
-        f"stale: {tmp_path / name} (run `xpuwatch dashboards generate`)"
-        for name in ("xpuwatch-fleet.json", "old.json")
+        f"stale: {path} (run `xpuwatch dashboards generate`)"
+        for path in (tmp_path / "out" / "xpuwatch-fleet.json", tmp_path / "out" / "old.json", configmaps)
     ]
     assert run(check=False) == 0
-    assert not (tmp_path / "old.json").exists()
+    assert not (tmp_path / "out" / "old.json").exists()
     assert run(check=True) == 0
 
 
