@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 import yaml
 
+from alerts.spec import CATEGORIES
 from tests.deploy.test_kustomize import render
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -201,7 +202,8 @@ def _routes(config: Path, labels: Mapping[str, str]) -> set[str]:
 
 def _test(config: Path, labels: Mapping[str, str]) -> tuple[set[str], list[str]]:
     """``amtool config routes test --tree``: (receivers, the matched leaf routes as ``{matchers}  receiver: r``
-    with any ``<ns>/<name>/`` receiver prefix removed), so two configs can be compared route for route."""
+    with the ``xpuwatch/xpuwatch/`` receiver prefix removed and the AlertmanagerConfig's top route named
+    ``default-route`` as the dedicated config's root is), so two configs can be compared route for route."""
     out = _amtool(
         "config",
         "routes",
@@ -241,7 +243,8 @@ EXPECTED = {
     "AcceleratorPoolSaturated": {"team-feishu"},  # capacity
     "AcceleratorQueueTimeHigh": {"team-feishu"},  # capacity
 }
-WORKLOAD = ({}, {"namespace": "team-a"})  # without and with a workload namespace label
+WORKLOAD = ({}, {"namespace": "team-a"})
+TOP = f'category=~"{"|".join(CATEGORIES)}"'  # the AlertmanagerConfig's top-route matcher  # without and with a workload namespace label
 
 
 @pytest.fixture(scope="module")
@@ -300,16 +303,16 @@ def test_the_transformation_adds_the_namespace_matcher_only_when_enforced() -> N
     enforced = operator_merge(base, amc, "")
     top = enforced["route"]["routes"][0]
     assert top["receiver"] == "xpuwatch/xpuwatch/team-feishu" and top["continue"] is True
-    assert top["matchers"] == ['category=~"hardware|performance"', 'namespace="xpuwatch"']
+    assert top["matchers"] == [TOP, 'namespace="xpuwatch"']
     assert enforced["route"]["routes"][1] == {"receiver": "null", "matchers": ['alertname = "Watchdog"']}
     ours = enforced["inhibit_rules"][len(base["inhibit_rules"]) :]
     assert ours and all('namespace="xpuwatch"' in r["source_matchers"] + r["target_matchers"] for r in ours)
     none = operator_merge(base, amc, "None")
     generated = yaml.safe_load((GENERATED / "alertmanager.yml").read_text())
     assert none["inhibit_rules"][len(base["inhibit_rules"]) :] == generated["inhibit_rules"]
-    assert none["route"]["routes"][0]["matchers"] == ['category=~"hardware|performance"']
+    assert none["route"]["routes"][0]["matchers"] == [TOP]
     # in the Alertmanager's own namespace the Except strategy would not enforce either
     moved = {**amc, "metadata": {**amc["metadata"], "namespace": AM_NAMESPACE}}
     there = {(AM_NAMESPACE, name, key): v for (_, name, key), v in SECRETS.items()}
     except_ = operator_merge(base, moved, "OnNamespaceExceptForAlertmanagerNamespace", secrets=there)
-    assert except_["route"]["routes"][0]["matchers"] == ['category=~"hardware|performance"']
+    assert except_["route"]["routes"][0]["matchers"] == [TOP]
