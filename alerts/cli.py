@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from alerts.alertmanager import Endpoints, render_alertmanager
+from alerts.alertmanagerconfig import render_alertmanagerconfig
 from alerts.rules import render_prometheusrule, render_rules
 from alerts.spec import DEFAULT_SPEC_PATH, SpecError, load_user_spec
 
@@ -26,6 +27,7 @@ def render_all(spec_path: Path, endpoints: Endpoints) -> dict[str, str]:
         "rules.yml": render_rules(spec),
         "prometheusrule.yaml": render_prometheusrule(spec),
         "alertmanager.yml": render_alertmanager(spec, endpoints),
+        "alertmanagerconfig.yaml": render_alertmanagerconfig(spec, endpoints),
     }
 
 
@@ -44,7 +46,8 @@ def add_commands(sub: Any) -> None:
     rules_sub = rules.add_subparsers(dest="rules_command", metavar="SUBCOMMAND")
     gen = rules_sub.add_parser(
         "generate",
-        help="write alerts/generated/{rules.yml,prometheusrule.yaml,alertmanager.yml} from the spec",
+        help="write alerts/generated/{rules.yml,prometheusrule.yaml,alertmanager.yml,alertmanagerconfig.yaml} "
+        "from the spec",
     )
     gen.add_argument(
         "--spec",

@@ -1,0 +1,132 @@
+"""AlertmanagerConfig builder: the generated alertmanager.yml dict -> a prometheus-operator AlertmanagerConfig
+(``monitoring.coreos.com/v1alpha1``) routing the same way in a shared Alertmanager (kube-prometheus-stack), pure.
+
+One source of truth: the object is a translation of :func:`alerts.alertmanager.build_config`, so a receiver,
+route or inhibit rule added to the spec shows up in both. What differs, and why:
+
+- The top route carries ``category=~"<every category>"``: in a shared Alertmanager the operator makes it a
+  child of the global root with ``continue: true``, and without a matcher it would catch every alert of the
+  cluster (kube-prometheus-stack's own rules included) and send them to the performance channel.
+- Bearer tokens come from the Secret :data:`SECRET` in the object's namespace, one key per token file of the
+  generated config, named like the file (``.../relay-token`` -> key ``relay-token``), the same keys the
+  operator mounts at ``/etc/alertmanager/secrets/<secret>/<key>`` when the Secret is listed in
+  ``Alertmanager.spec.secrets``.
+- A matcher whose operator is ``=`` is written without ``matchType``: the operator reads an empty matchType
+  (``regex`` false) as ``name="value"`` (prometheus-operator v0.93.0 pkg/alertmanager/amcfg.go
+  ``convertMatchersV2`` -> ``inhibitRuleToV2``), and a bare ``=`` is YAML 1.1's ``!!value`` tag, which
+  PyYAML refuses once kustomize has re-serialised it unquoted.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping, Sequence
+from pathlib import PurePosixPath
+from typing import Any
+
+from alerts.alertmanager import Endpoints, build_config
+from alerts.rules import dump_yaml
+from alerts.spec import CATEGORIES, Spec
+
+NAME = "xpuwatch"
+NAMESPACE = "xpuwatch"
+SECRET = "xpuwatch-alertmanager"
+_DEFAULT_ENDPOINTS = Endpoints()
+# kube-prometheus-stack's convention; overlays replace it with the user's Helm release name.
+LABELS = {"app.kubernetes.io/name": "xpuwatch", "release": "kube-prometheus-stack"}
+
+# Alertmanager's matcher syntax as build_config writes it: name, operator, double-quoted value.
+_MATCHER = re.compile(r'^(?P<name>[A-Za-z_][A-Za-z0-9_]*)(?P<op>=~|!~|!=|=)"(?P<value>(?:[^"\\]|\\.)*)"$')
+_ROUTE_FIELDS = {
+    "group_by": "groupBy",
+    "group_wait": "groupWait",
+    "group_interval": "groupInterval",
+    "repeat_interval": "repeatInterval",
+    "continue": "continue",
+}
+
+
+def matcher(text: str) -> dict[str, str]:
+    """``'name=~"v"'`` -> ``{"name": "name", "matchType": "=~", "value": "v"}`` (no matchType for ``=``).
+
+    Raises ValueError on text that is not one quoted Alertmanager matcher."""
+    m = _MATCHER.match(text)
+    if m is None:
+        raise ValueError(f"not an Alertmanager matcher: {text!r}")
+    out = {"name": m["name"]}
+    if m["op"] != "=":
+        out["matchType"] = m["op"]
+    out["value"] = json.loads(f'"{m["value"]}"')
+    return out
+
+
+def _route(r: Mapping[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {"receiver": r["receiver"]}
+    if r.get("matchers"):
+        out["matchers"] = [matcher(t) for t in r["matchers"]]
+    for key, name in _ROUTE_FIELDS.items():
+        if key in r:
+            out[name] = r[key]
+    if r.get("routes"):
+        out["routes"] = [_route(c) for c in r["routes"]]
+    return out
+
+
+def _receiver(r: Mapping[str, Any], secret: str) -> dict[str, Any]:
+    unsupported = set(r) - {"name", "webhook_configs"}
+    if unsupported:
+        raise ValueError(f"receiver {r['name']}: only webhook_configs translate, not {sorted(unsupported)}")
+    hooks = []
+    for hook in r.get("webhook_configs", []):
+        auth = hook["http_config"]["authorization"]
+        key = PurePosixPath(auth["credentials_file"]).name
+        hooks.append(
+            {
+                "url": hook["url"],
+                "sendResolved": hook["send_resolved"],
+                "httpConfig": {
+                    "authorization": {"type": auth["type"], "credentials": {"name": secret, "key": key}}
+                },
+            }
+        )
+    return {"name": r["name"], "webhookConfigs": hooks}
+
+
+def from_config(
+    config: Mapping[str, Any],
+    categories: Sequence[str] = CATEGORIES,
+    *,
+    name: str = NAME,
+    namespace: str = NAMESPACE,
+    secret: str = SECRET,
+) -> dict[str, Any]:
+    """The AlertmanagerConfig object (a dict, keys in the CRD's order) for an alertmanager.yml dict as
+    :func:`alerts.alertmanager.build_config` returns it. ``categories``: the values of the ``category`` label
+    the top route accepts. Raises ValueError on a matcher or receiver it cannot translate."""
+    route = _route(config["route"])
+    top = [matcher(f'category=~"{"|".join(categories)}"')]
+    route = {"receiver": route.pop("receiver"), "matchers": top, **route}
+    return {
+        "apiVersion": "monitoring.coreos.com/v1alpha1",
+        "kind": "AlertmanagerConfig",
+        "metadata": {"name": name, "namespace": namespace, "labels": dict(LABELS)},
+        "spec": {
+            "route": route,
+            "receivers": [_receiver(r, secret) for r in config["receivers"]],
+            "inhibitRules": [
+                {
+                    "sourceMatch": [matcher(t) for t in rule["source_matchers"]],
+                    "targetMatch": [matcher(t) for t in rule["target_matchers"]],
+                    "equal": list(rule["equal"]),
+                }
+                for rule in config.get("inhibit_rules", [])
+            ],
+        },
+    }
+
+
+def render_alertmanagerconfig(spec: Spec, endpoints: Endpoints = _DEFAULT_ENDPOINTS) -> str:
+    """alertmanagerconfig.yaml text for the spec and endpoints (deploy/kustomize/components/alertmanagerconfig
+    holds a copy)."""
+    return dump_yaml(from_config(build_config(spec, endpoints)))
