@@ -368,6 +368,24 @@ def test_remediation_configmap_is_valid_and_dry_run(tmp_path: Path) -> None:
     s = parse(yaml.safe_load(text), tmp_path)
     assert s.guard.dry_run is True
     assert s.notify_token == "s3cret"  # notices carry the relay's bearer token
+    # a notice goes to the channel its alert's category went to (was: every notice to team-feishu)
+    relay = yaml.safe_load(_configmap("xpuwatch-relay")["relay.yaml"])
+    assert {c: u.rsplit("/", 1)[1] for c, u in s.notify.items()} == {
+        "hardware": "oncall-wecom",
+        "performance": "team-feishu",
+    }
+    assert set(s.notify.values()) <= {
+        f"http://xpuwatch-relay:9852/alertmanager/{c}" for c in relay["channels"]
+    }
+    generated = yaml.safe_load((ROOT / "alerts" / "generated" / "alertmanager.yml").read_text())
+    by_category = {
+        m.split("=")[1].strip('"'): r["receiver"]
+        for r in generated["route"]["routes"]
+        for m in r.get("matchers", [])
+        if m.startswith("category=")
+    }
+    assert by_category == {"hardware": "oncall-wecom", "performance": "team-feishu"}
+    assert s.notify_url is None
     assert {r.action for r in s.rules} == {"drain", "reclaim", "resize"}
 
 
