@@ -322,16 +322,59 @@ def _granted(objs: list[dict[str, Any]], role_names: set[str]) -> set[tuple[str,
     return out
 
 
-@pytest.mark.parametrize(
-    ("module", "roles"),
-    [
-        ("remediation/kube.py", {"xpuwatch-remediation", "xpuwatch-remediation-leader"}),
-        ("exporter/kubeapi.py", {"xpuwatch-exporter"}),
-    ],
-)
-def test_rbac_grants_exactly_what_the_code_calls(module: str, roles: set[str]) -> None:
+def _granted_to(objs: list[dict[str, Any]], account: str) -> set[tuple[str, str, str]]:
+    """(apiGroup, resource, verb) the ServiceAccount ``account`` gets through the bindings in ``objs``."""
+    roles = {
+        (b["roleRef"]["kind"], b["roleRef"]["name"])
+        for b in objs
+        if b["kind"] in ("ClusterRoleBinding", "RoleBinding")
+        and any(s["kind"] == "ServiceAccount" and s["name"] == account for s in b.get("subjects") or [])
+    }
+    granted = {o["metadata"]["name"] for o in objs if (o["kind"], o["metadata"]["name"]) in roles}
+    return _granted(objs, granted)
+
+
+WRITES = {"create", "update", "patch", "delete", "deletecollection"}
+# What a dry run writes: Events saying what it would do, and its leader-election Lease.
+DRY_RUN_WRITES = {
+    ("", "events", "create"),
+    ("coordination.k8s.io", "leases", "create"),
+    ("coordination.k8s.io", "leases", "update"),
+}
+
+
+def test_exporter_rbac_grants_exactly_what_the_code_calls() -> None:
+    assert _granted_to(render("base"), "xpuwatch-exporter") == _called(ROOT / "exporter" / "kubeapi.py")
+
+
+@pytest.mark.parametrize("overlay", ["base", *(o for o in OVERLAYS if o.startswith("overlays/"))])
+def test_remediation_rbac_writes_only_where_it_acts(overlay: str) -> None:
+    """Dry-run installs (base and every overlay but apply) grant the reads the controller makes and no
+    write but Events and its Lease; overlays/apply (components/remediation-apply) grants exactly the verbs
+    remediation/kube.py calls. Before, the dry-run Deployment had apply's write access."""
+    objs = render(overlay)
+    granted = _granted_to(objs, "xpuwatch-remediation")
+    called = _called(ROOT / "remediation" / "kube.py")
+    args = next(
+        o for o in objs if o["metadata"]["name"] == "xpuwatch-remediation" and o["kind"] == "Deployment"
+    )["spec"]["template"]["spec"]["containers"][0]["args"]
+    if overlay == "overlays/apply":
+        assert "--apply" in args
+        assert granted == called
+    else:
+        assert "--apply" not in args
+        assert granted == {c for c in called if c[2] not in WRITES or c in DRY_RUN_WRITES}
+        assert {g for g in granted if g[2] in WRITES} == DRY_RUN_WRITES
+
+
+def test_remediation_keeps_one_replica_through_voluntary_disruptions() -> None:
     objs = render("base")
-    assert _granted(objs, roles) == _called(ROOT / module)
+    (pdb,) = [o for o in objs if o["kind"] == "PodDisruptionBudget"]
+    deploy = next(
+        o for o in objs if o["kind"] == "Deployment" and o["metadata"]["name"] == "xpuwatch-remediation"
+    )
+    assert deploy["spec"]["replicas"] == 2 and pdb["spec"]["minAvailable"] == 1
+    assert pdb["spec"]["selector"] == deploy["spec"]["selector"]
 
 
 # --- the ConfigMaps hold configs the components accept ---------------------------------------------------
