@@ -615,3 +615,41 @@ def test_relay_silence_links_need_the_users_alertmanager_address(tmp_path: Path)
     objs = render_with(tmp_path, ["overlays/mixed"], [], **yaml.safe_load(textwrap.dedent(recipe.group(1))))
     (cm,) = [o for o in objs if o["kind"] == "ConfigMap" and o["metadata"]["name"] == "xpuwatch-relay"]
     assert yaml.safe_load(cm["data"]["relay.yaml"])["alertmanager_url"] == "https://am.gpu.example.org"
+
+
+# --- images: what the overlays name is what docs/deploy.md tells the user to build -----------------------
+
+PLACEHOLDER_REGISTRY = "registry.example.com/xpuwatch"
+IMAGE_TARGETS = {"xpuwatch": "core", "xpuwatch-nvidia": "nvidia", "xpuwatch-amd": "amd"}
+# ROCm's apt repository publishes amd64 packages only; the other base images are multi-arch.
+PLATFORMS = {"core": "linux/amd64,linux/arm64", "nvidia": "linux/amd64,linux/arm64", "amd": "linux/amd64"}
+
+
+def test_every_deployed_image_is_a_documented_build_of_a_dockerfile_target() -> None:
+    """The overlays named ghcr.io/xpuwatch/*:0.1.0, which nobody publishes, and the docs said nothing of
+    building them or of arm64 (Kunpeng Ascend servers)."""
+    dockerfile = (ROOT / "deploy" / "Dockerfile").read_text()
+    targets = set(re.findall(r"^FROM (?:--platform=\S+ )?\S+ AS (\w+)$", dockerfile, re.M)) - {"wheel"}
+    assert targets == set(IMAGE_TARGETS.values())
+    named = set()
+    for overlay in (o for o in OVERLAYS if o.startswith("overlays/")):
+        for obj in render(overlay):
+            pod = obj.get("spec", {}).get("template", {}).get("spec", {})
+            for c in pod.get("containers", []) + pod.get("initContainers", []):
+                m = re.fullmatch(rf"{re.escape(PLACEHOLDER_REGISTRY)}/([\w-]+):0\.1\.0", c["image"])
+                assert m and m.group(1) in IMAGE_TARGETS, (overlay, obj["metadata"]["name"], c["image"])
+                named.add(m.group(1))
+    assert named == set(IMAGE_TARGETS)
+
+    build = (
+        r"docker buildx build -f deploy/Dockerfile --target (\w+) +--platform (\S+) \\\n#? *"
+        r"--build-arg REVISION=\$\(git rev-parse HEAD\) -t \$REGISTRY/([\w-]+):0\.1\.0 --push \."
+    )
+    expected = {(t, PLATFORMS[t], image) for image, t in IMAGE_TARGETS.items()}
+    docs = (ROOT / "docs" / "deploy.md").read_text()
+    assert set(re.findall(build, docs)) == expected
+    assert set(re.findall(build, dockerfile)) == expected  # the Dockerfile's own header says the same
+    assert f"REGISTRY={PLACEHOLDER_REGISTRY} " in docs
+    assert "xpuwatch publishes no images" in docs
+    amd = dockerfile.split(" AS amd\n", 1)[1].split("\nFROM ", 1)[0]
+    assert '"${TARGETARCH}" != amd64' in amd and "deb [arch=amd64 " in amd
