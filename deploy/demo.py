@@ -10,7 +10,8 @@ log) are printed as they happen, each line stamped with wall time and seconds si
 
 On Ctrl-C, SIGTERM or ``--duration`` seconds after the stack is ready, every child gets SIGTERM (its process group; SIGKILL after
 10 s), the in-process servers stop and the working directory is removed. Exit codes: 0 after a requested
-stop, 1 when a component failed to start or died, 2 for a missing Debian binary or a bad scenario.
+stop, 1 when a component failed to start or died, 2 for a bad scenario or a missing need (Python extra,
+Debian binary; all checked before anything starts, each named with the command that installs it).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import importlib.resources
+import importlib.util
 import json
 import os
 import secrets
@@ -52,6 +54,13 @@ STOP_TIMEOUT_SECONDS = 10.0
 BINARIES: Mapping[str, tuple[tuple[str, ...], str]] = {
     "prometheus": (("prometheus",), "prometheus"),
     "alertmanager": (("prometheus-alertmanager", "alertmanager"), "prometheus-alertmanager"),
+}
+
+
+# Python module -> (the extra that installs it, the part of the stack that imports it). Checked before anything
+# starts: the remediation child imported kubernetes_asyncio only after the rest was up (9.7 s in).
+MODULES: Mapping[str, tuple[str, str]] = {
+    "kubernetes_asyncio": ("kubernetes", "the remediation controller"),
 }
 
 
@@ -97,6 +106,37 @@ def find_binary(kind: str, override: str | None) -> str:
         f"Install Debian's package: sudo apt-get install {package}",
         2,
     )
+
+
+def preflight(opts: Options) -> tuple[str, str]:
+    """Everything the demo needs, checked before anything starts: the Python modules of MODULES (same
+    interpreter as the children) and the Prometheus and Alertmanager binaries. Returns the binaries' paths;
+    DemoError(code 2) listing every missing need with the command that installs it."""
+    missing: list[str] = []
+    for module, (extra, user) in MODULES.items():
+        try:
+            found = importlib.util.find_spec(module) is not None
+        except (ImportError, ValueError):  # a parent package missing or a broken install
+            found = False
+        if not found:
+            missing.append(
+                f"the Python module {module!r} ({user}): pip install '.[{extra}]' in the xpuwatch checkout "
+                f"(or pip install 'xpuwatch[{extra}]'), into {sys.executable}"
+            )
+    binaries: list[str] = []
+    packages: list[str] = []
+    for kind, override in (("prometheus", opts.prometheus_bin), ("alertmanager", opts.alertmanager_bin)):
+        try:
+            binaries.append(find_binary(kind, override))
+        except DemoError as exc:
+            missing.append(str(exc))
+            if not override:
+                packages.append(BINARIES[kind][1])
+    if packages:
+        missing.append(f"all Debian packages at once: sudo apt-get install {' '.join(packages)}")
+    if missing:
+        raise DemoError("cannot start, nothing was started; missing:\n  - " + "\n  - ".join(missing), 2)
+    return binaries[0], binaries[1]
 
 
 def load_demo_scenario(path: Path | None) -> tuple[str, Scenario]:
@@ -341,8 +381,7 @@ async def run(opts: Options, console: Console | None = None) -> int:
     """The demo, start to cleanup. Returns the exit code (see module docstring)."""
     console = console or Console()
     try:
-        prometheus = find_binary("prometheus", opts.prometheus_bin)
-        alertmanager = find_binary("alertmanager", opts.alertmanager_bin)
+        prometheus, alertmanager = preflight(opts)
         scenario_text, scenario = load_demo_scenario(opts.scenario)
         wanted = requested_ports(opts)
     except DemoError as exc:

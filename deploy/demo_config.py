@@ -261,8 +261,9 @@ def remediation_config(ports: Ports, files: Files, kube_url: str, relay_password
 
     The guard's ratio is raised to 1.0 because the sim fleet is one node: with the production 10 % the
     blast-radius cap of a one-node fleet is 0 and every drain would be refused (docs/remediation.md).
-    Notices go to the relay's Feishu channel; the controller posts them without credentials of its own,
-    so the relay's basic-auth user travels in the URL (aiohttp sends URL user info as basic auth).
+    Notices go to the relay channel of their category, as the alerts do: hardware (a drain for an ECC
+    fault) to WeCom, performance (a reclaim) to Feishu. The relay's basic-auth user travels in the URLs
+    (aiohttp sends URL user info as basic auth).
     """
     return {
         "rules": [
@@ -285,5 +286,8 @@ def remediation_config(ports: Ports, files: Files, kube_url: str, relay_password
         "kube": {"host": kube_url},
         "audit_path": str(files.audit),
         "tick_seconds": 2,
-        "notify_url": f"http://remediation:{relay_password}@{LOOPBACK}:{ports.relay}/alertmanager/{FEISHU_CHANNEL}",
+        "notify": {
+            category: f"http://remediation:{relay_password}@{LOOPBACK}:{ports.relay}/alertmanager/{channel}"
+            for category, channel in (("hardware", WECOM_CHANNEL), ("performance", FEISHU_CHANNEL))
+        },
     }

@@ -12,6 +12,7 @@ import os
 import signal
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from exporter.logs import config_error
 from exporter.settings import parse_listen_address
@@ -67,6 +68,14 @@ def describe(settings: Settings) -> str:
     ):
         if doc[section].get(key):
             doc[section][key] = "***"
+    if doc.get("notify_token"):
+        doc["notify_token"] = "***"
+    # a relay password may travel in a notice URL's user info (the demo's basic auth)
+    for where, key in ((doc, "notify_url"), *((doc["notify"], c) for c in doc["notify"])):
+        parts = urlsplit(where.get(key) or "")
+        if parts.password:
+            netloc = f"{parts.username}:***@{parts.hostname}" + (f":{parts.port}" if parts.port else "")
+            where[key] = parts._replace(netloc=netloc).geturl()
     return json.dumps(doc, indent=2, default=str)
 
 

@@ -24,7 +24,7 @@ from .guard import FleetView, Verdict
 from .jupyterhub import Hub, ProbeError
 from .kube import Kube, KubeError, NodeView, ObjectRef
 from .lease import Elector
-from .notice import payload, send
+from .notice import deliver, payload
 from .policy import Decision, HistoryEntry, Target, TargetState
 from .progress import RECLAIM_LABEL, decode, key_for, last_time, unstamp
 from .settings import Settings
@@ -151,9 +151,9 @@ class Controller:
                 now = self.clock()
                 log.info("dry run: %s", summary)
                 self.audit.write(now, "summary", mode="dry-run", detail=summary)
-                await send(
+                await deliver(
                     self.session,
-                    self.settings.notify_url,
+                    self.settings,
                     payload(
                         {"category": categories.pop()}
                         if len(categories) == 1 and "" not in categories
@@ -162,7 +162,6 @@ class Controller:
                         summary,
                         now,
                     ),
-                    token=self.settings.notify_token,
                 )
         return out
 
@@ -337,11 +336,10 @@ class Controller:
             "namespace": d.target.namespace if d.target else "",
             **({"category": category} if category else {}),
         }
-        await send(
+        await deliver(
             self.session,
-            self.settings.notify_url,
+            self.settings,
             payload(labels, f"[dry-run] {d.action} {d.step}", detail, now),
-            token=self.settings.notify_token,
         )
         self.history.append(
             HistoryEntry(d.alert_key, d.action, d.step, d.target.key if d.target else "", now, "dry-run")

@@ -1,7 +1,14 @@
 """Messages to people through the relay: an Alertmanager v4 payload posted to a relay channel URL.
 
 The relay (``POST /alertmanager/<channel>``) accepts exactly what Alertmanager sends, so a notice is a
-one-alert payload (alertname ``XpuwatchRemediationNotice``) whose annotations carry the text.
+one-alert payload (alertname ``XpuwatchRemediationNotice``) whose annotations carry the text. Its
+``category`` label picks the channel (``Settings.notify_url_for``): a drain for a hardware fault goes where
+the hardware alert went (the on-call group), a reclaim or resize notice to the performance group.
+
+Why straight to the relay and not to Alertmanager's ``/api/v2/alerts``: a notice is a one-off message, not a
+state. Alertmanager would merge two notices with the same labels into one alert (same fingerprint) and hold
+the second until ``repeat_interval``, send a RESOLVED for each when it expires, wait ``group_wait`` first,
+and tell the reclaim only that it accepted the notice, not that the owner's group received it.
 """
 
 from __future__ import annotations
@@ -12,6 +19,7 @@ from datetime import datetime
 import aiohttp
 
 from .progress import stamp
+from .settings import Settings
 
 
 def payload(labels: Mapping[str, str], summary: str, description: str, now: datetime) -> dict[str, object]:
@@ -67,3 +75,15 @@ async def send(
             return 200 <= resp.status < 300
     except (aiohttp.ClientError, TimeoutError):
         return False
+
+
+async def deliver(
+    session: aiohttp.ClientSession, settings: Settings, body: Mapping[str, object], timeout: float = 10.0
+) -> bool:
+    """POST a ``payload()`` body to the relay channel of its ``category`` (``settings.notify`` by
+    category, else ``settings.notify_url``) with the relay's token; True on 2xx or when no URL is set."""
+    labels = body.get("commonLabels")
+    category = str(labels.get("category", "")) if isinstance(labels, Mapping) else ""
+    return await send(
+        session, settings.notify_url_for(category), body, timeout=timeout, token=settings.notify_token
+    )

@@ -16,6 +16,7 @@ from typing import Any, Literal
 
 import yaml
 
+from alerts.spec import CATEGORIES
 from exporter.settings import yaml_problem
 
 ActionName = Literal["reclaim", "resize", "drain"]
@@ -145,9 +146,17 @@ class Settings:
     kube: KubeSettings = field(default_factory=KubeSettings)
     audit_path: str | None = None  # JSON lines; None = stdout
     tick_seconds: float = 10.0
-    # Relay channel for notices and recommendations (contract: http://<relay>:9852/alertmanager/<channel>).
+    # Relay channel for notices and recommendations (contract: http://<relay>:9852/alertmanager/<channel>):
+    # ``notify`` maps an alert category (hardware, performance) to the channel of that category's people;
+    # ``notify_url`` takes the categories ``notify`` does not name (and every notice in configs before it).
     notify_url: str | None = None
+    notify: Mapping[str, str] = field(default_factory=dict)
     notify_token: str | None = None  # bearer token the relay requires (``notify_token_file``)
+
+    def notify_url_for(self, category: str) -> str | None:
+        """The relay URL for a notice of ``category`` (hardware, performance): ``notify[category]``, else
+        ``notify_url``; None = notices of that category are not sent."""
+        return self.notify.get(category, self.notify_url)
 
 
 def _read_secret(base: Path, value: Any, key: str) -> str:
@@ -224,6 +233,7 @@ def parse(raw: Any, base: Path = Path(".")) -> Settings:
         "audit_path",
         "tick_seconds",
         "notify_url",
+        "notify",
         "notify_token_file",
     }
     if unknown:
@@ -329,6 +339,14 @@ def parse(raw: Any, base: Path = Path(".")) -> Settings:
     notify_url = raw.get("notify_url")
     if notify_url is not None and not isinstance(notify_url, str):
         raise ConfigError("notify_url: expected a URL")
+    notify = raw.get("notify") or {}
+    if not isinstance(notify, Mapping):
+        raise ConfigError(f"notify: expected a mapping of {' and '.join(CATEGORIES)} to relay channel URLs")
+    for category, url in notify.items():
+        if category not in CATEGORIES:
+            raise ConfigError(f"notify.{category}: unknown category, expected one of {', '.join(CATEGORIES)}")
+        if not isinstance(url, str) or not url:
+            raise ConfigError(f"notify.{category}: expected a URL")
     notify_token = (
         _read_secret(base, raw["notify_token_file"], "notify_token_file")
         if "notify_token_file" in raw
@@ -349,6 +367,7 @@ def parse(raw: Any, base: Path = Path(".")) -> Settings:
         audit_path=audit_path,
         tick_seconds=float(tick),
         notify_url=notify_url,
+        notify=dict(notify),
         notify_token=notify_token,
     )
 

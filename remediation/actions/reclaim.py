@@ -17,7 +17,7 @@ from typing import Any
 from ..alert import PayloadError, parse_time
 from ..jupyterhub import BusyKernel, ProbeError, kernels_activity
 from ..kube import KubeError, ObjectRef
-from ..notice import payload, send
+from ..notice import deliver, payload
 from ..policy import Decision, Target
 from ..progress import RECLAIM_LABEL, Progress, decode, key_for, last_key_for, stamp
 from . import Context, Outcome
@@ -82,11 +82,10 @@ async def notify(ctx: Context, d: Decision, now: datetime) -> Outcome:
         f"It will be stopped at {stamp(deadline)} unless you use it again."
     )
     labels = {"owner": str(prm.get("user", "")), "namespace": d.target.namespace, "pod": d.target.name}
-    if not await send(
+    if not await deliver(
         ctx.session,
-        ctx.settings.notify_url,
+        ctx.settings,
         payload(labels, "Idle notebook will be stopped", msg, now),
-        token=ctx.settings.notify_token,
     ):
         return Outcome("blocked", "could not deliver the notice to the owner; not starting the grace period")
     keep = {k: prm[k] for k in ("platform", "user", "server", "idle_seconds") if k in prm}

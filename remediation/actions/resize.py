@@ -18,7 +18,7 @@ from typing import Any
 
 from .. import mig
 from ..kube import NodeView, ObjectRef, PodView
-from ..notice import payload, send
+from ..notice import deliver, payload
 from ..policy import Decision
 from ..progress import Progress, decode, key_for, last_key_for, stamp, unstamp
 from . import Context, Outcome
@@ -108,11 +108,10 @@ async def recommend(ctx: Context, d: Decision, now: datetime, dry_run: bool) -> 
     if not dry_run:
         await ctx.report("resize", "recommend", ref, out, now, "ResizeRecommended", False)
         labels = {"node": d.target.node, "namespace": d.target.namespace, "uuid": str(prm.get("uuid", ""))}
-        await send(
+        await deliver(
             ctx.session,
-            ctx.settings.notify_url,
+            ctx.settings,
             payload(labels, "Slice resize recommended", msg, now),
-            token=ctx.settings.notify_token,
         )
     return out
 
@@ -179,11 +178,10 @@ async def _fail(ctx: Context, node: NodeView, p: Progress, now: datetime, why: s
     await ctx.kube.annotate_node(node.name, {key_for("resize"): p.encode(), CORDON_REASON: why})
     out = Outcome("failed", why)
     await ctx.report("resize", "configure", ObjectRef("Node", node.name), out, now, "ResizeFailed", True)
-    await send(
+    await deliver(
         ctx.session,
-        ctx.settings.notify_url,
+        ctx.settings,
         payload({"node": node.name}, "MIG reconfiguration failed", why, now),
-        token=ctx.settings.notify_token,
     )
     return out
 

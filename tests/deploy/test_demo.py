@@ -104,6 +104,16 @@ def test_demo_delivers_hardware_and_performance_messages_and_cleans_up(tmp_path:
     assert any(
         m.startswith("dry-run drain start -> ok: would start drain on node/demo-node") for m in remediation
     )
+    # The controller's notices follow their alert's category: the dry-run drain for the ECC fault reaches the
+    # on-call WeCom group, the reclaim notice the team's Feishu group (every notice went to Feishu before).
+    notices = {
+        src: [m for m in msgs if "XpuwatchRemediationNotice" in m]
+        for src, msgs in (("WeCom", wecom), ("Feishu", feishu))
+    }
+    assert any("would start drain on node/demo-node" in m for m in notices["WeCom"]), out
+    assert any("would notify reclaim on pod/ml-team/jupyter-alice" in m for m in notices["Feishu"]), out
+    assert not any("drain" in m for m in notices["Feishu"]), out
+    assert not any("reclaim" in m for m in notices["WeCom"]), out
 
     # every child it started has been reaped, and nothing of the working directory is left
     pids, workdir = pids_and_workdir(out)

@@ -121,9 +121,9 @@ def test_relay_and_remediation_load_the_written_configs(written: cfg.Files) -> N
     rem = load(written.remediation)
     assert rem.guard.dry_run is True and rem.guard.max_disrupted_ratio == 1.0
     assert rem.kube.host == "http://127.0.0.1:16443"
-    assert rem.notify_url == (
-        f"http://remediation:{relay.auth.basic_password}@127.0.0.1:19852/alertmanager/team-feishu"
-    )
+    relay_at = f"http://remediation:{relay.auth.basic_password}@127.0.0.1:19852/alertmanager"
+    assert rem.notify_url is None  # every notice goes by its category, as the alerts do
+    assert rem.notify == {"hardware": f"{relay_at}/oncall-wecom", "performance": f"{relay_at}/team-feishu"}
     assert rem.webhook.bearer_token == written.remediation_token.read_text().strip()
 
 

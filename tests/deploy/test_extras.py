@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tomllib
@@ -129,9 +130,13 @@ def test_dockerfile_targets_install_their_extras_and_copy_every_package() -> Non
     """Read, not built (no docker here): each image family installs its extra, the wheel stage copies every
     package pyproject ships, and every image a DaemonSet names has a target."""
     text = (ROOT / "deploy" / "Dockerfile").read_text()
-    stages = dict(re.findall(r"^FROM \S+ AS (\w+)\n(.*?)(?=^FROM |\Z)", text, re.M | re.S))
+    stages = dict(
+        re.findall(r"^FROM (?:--platform=\S+ )?\S+ AS (\w+)\n(.*?)(?=^FROM |\Z)", text, re.M | re.S)
+    )
     assert set(stages) == {"wheel", "nvidia", "amd", "core"}
     assert list(stages)[-1] == "core"  # `docker build` without --target gives the core image
+    # the pure-Python wheel is built once on the build machine, not under emulation per target platform
+    assert re.search(r"^FROM --platform=\$BUILDPLATFORM \S+ AS wheel$", text, re.M)
     assert (
         "[nvidia,kubernetes]" in stages["nvidia"]
         and "pip install --no-cache-dir /opt/rocm/share/amd_smi" in stages["amd"]
@@ -154,3 +159,68 @@ def test_dockerfile_targets_install_their_extras_and_copy_every_package() -> Non
         )
     )
     assert images == {"xpuwatch-nvidia", "xpuwatch-amd"}  # the others keep the core image `xpuwatch`
+
+
+DEMO_NEEDS = "pip install '.[kubernetes]' in the xpuwatch checkout"
+
+
+@pytest.mark.slow
+def test_demo_without_the_kubernetes_extra_says_so_before_starting_anything(tmp_path: Path) -> None:
+    """The remediation child needs kubernetes_asyncio: the demo used to start everything and die 9.7 s in."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("XPUWATCH_")}
+    code = BLOCKER.format(blocked=KUBERNETES, argv=["demo", "--duration", "1"])
+    res = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=ROOT,
+        env={**env, "PYTHONPATH": str(ROOT), "TMPDIR": str(tmp_path)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert res.returncode == 2, res.stdout + res.stderr
+    assert "Traceback" not in res.stderr and res.stdout == "", res.stdout + res.stderr
+    assert "the Python module 'kubernetes_asyncio' (the remediation controller): " + DEMO_NEEDS in res.stderr
+    assert list(tmp_path.iterdir()) == []  # no working directory: nothing started
+
+
+@pytest.mark.slow
+def test_demo_after_the_readme_install_names_every_missing_need(tmp_path: Path) -> None:
+    """The README's `pip install .` (no extras) into a fresh venv, then `xpuwatch demo` on a PATH without
+    Prometheus or Alertmanager: one message naming the extra and both Debian packages, exit 2, nothing
+    started. The source is copied first so the build leaves nothing in the checkout."""
+    src = tmp_path / "src"
+    include = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]["find"][
+        "include"
+    ]
+    skip = shutil.ignore_patterns("__pycache__", "*.pyc")
+    for pkg in {p.rstrip("*") for p in include}:
+        shutil.copytree(ROOT / pkg, src / pkg, ignore=skip)
+    for name in ("pyproject.toml", "README.md", "LICENSE"):
+        shutil.copy(ROOT / name, src / name)
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("XPUWATCH_", "PYTHON", "VIRTUAL_ENV"))}
+    pip = subprocess.run(
+        [str(venv / "bin" / "pip"), "install", "-q", "--no-cache-dir", str(src)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert pip.returncode == 0, pip.stderr[-3000:]
+    work = tmp_path / "work"
+    work.mkdir()
+    res = subprocess.run(
+        [str(venv / "bin" / "xpuwatch"), "demo", "--duration", "1"],
+        cwd=work,
+        env={**env, "PATH": str(venv / "bin"), "TMPDIR": str(work)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert res.returncode == 2, res.stdout + res.stderr
+    assert res.stdout == "" and "Traceback" not in res.stderr, res.stdout + res.stderr
+    assert res.stderr.startswith("xpuwatch demo: cannot start, nothing was started; missing:\n")
+    assert DEMO_NEEDS in res.stderr
+    assert "sudo apt-get install prometheus prometheus-alertmanager" in res.stderr
+    assert list(work.iterdir()) == []

@@ -6,9 +6,11 @@ from __future__ import annotations
 import ast
 import functools
 import json
+import os
 import re
 import shutil
 import subprocess
+import textwrap
 from pathlib import Path
 from typing import Any
 
@@ -334,16 +336,59 @@ def _granted(objs: list[dict[str, Any]], role_names: set[str]) -> set[tuple[str,
     return out
 
 
-@pytest.mark.parametrize(
-    ("module", "roles"),
-    [
-        ("remediation/kube.py", {"xpuwatch-remediation", "xpuwatch-remediation-leader"}),
-        ("exporter/kubeapi.py", {"xpuwatch-exporter"}),
-    ],
-)
-def test_rbac_grants_exactly_what_the_code_calls(module: str, roles: set[str]) -> None:
+def _granted_to(objs: list[dict[str, Any]], account: str) -> set[tuple[str, str, str]]:
+    """(apiGroup, resource, verb) the ServiceAccount ``account`` gets through the bindings in ``objs``."""
+    roles = {
+        (b["roleRef"]["kind"], b["roleRef"]["name"])
+        for b in objs
+        if b["kind"] in ("ClusterRoleBinding", "RoleBinding")
+        and any(s["kind"] == "ServiceAccount" and s["name"] == account for s in b.get("subjects") or [])
+    }
+    granted = {o["metadata"]["name"] for o in objs if (o["kind"], o["metadata"]["name"]) in roles}
+    return _granted(objs, granted)
+
+
+WRITES = {"create", "update", "patch", "delete", "deletecollection"}
+# What a dry run writes: Events saying what it would do, and its leader-election Lease.
+DRY_RUN_WRITES = {
+    ("", "events", "create"),
+    ("coordination.k8s.io", "leases", "create"),
+    ("coordination.k8s.io", "leases", "update"),
+}
+
+
+def test_exporter_rbac_grants_exactly_what_the_code_calls() -> None:
+    assert _granted_to(render("base"), "xpuwatch-exporter") == _called(ROOT / "exporter" / "kubeapi.py")
+
+
+@pytest.mark.parametrize("overlay", ["base", *(o for o in OVERLAYS if o.startswith("overlays/"))])
+def test_remediation_rbac_writes_only_where_it_acts(overlay: str) -> None:
+    """Dry-run installs (base and every overlay but apply) grant the reads the controller makes and no
+    write but Events and its Lease; overlays/apply (components/remediation-apply) grants exactly the verbs
+    remediation/kube.py calls. Before, the dry-run Deployment had apply's write access."""
+    objs = render(overlay)
+    granted = _granted_to(objs, "xpuwatch-remediation")
+    called = _called(ROOT / "remediation" / "kube.py")
+    args = next(
+        o for o in objs if o["metadata"]["name"] == "xpuwatch-remediation" and o["kind"] == "Deployment"
+    )["spec"]["template"]["spec"]["containers"][0]["args"]
+    if overlay == "overlays/apply":
+        assert "--apply" in args
+        assert granted == called
+    else:
+        assert "--apply" not in args
+        assert granted == {c for c in called if c[2] not in WRITES or c in DRY_RUN_WRITES}
+        assert {g for g in granted if g[2] in WRITES} == DRY_RUN_WRITES
+
+
+def test_remediation_keeps_one_replica_through_voluntary_disruptions() -> None:
     objs = render("base")
-    assert _granted(objs, roles) == _called(ROOT / module)
+    (pdb,) = [o for o in objs if o["kind"] == "PodDisruptionBudget"]
+    deploy = next(
+        o for o in objs if o["kind"] == "Deployment" and o["metadata"]["name"] == "xpuwatch-remediation"
+    )
+    assert deploy["spec"]["replicas"] == 2 and pdb["spec"]["minAvailable"] == 1
+    assert pdb["spec"]["selector"] == deploy["spec"]["selector"]
 
 
 # --- the ConfigMaps hold configs the components accept ---------------------------------------------------
@@ -380,6 +425,24 @@ def test_remediation_configmap_is_valid_and_dry_run(tmp_path: Path) -> None:
     s = parse(yaml.safe_load(text), tmp_path)
     assert s.guard.dry_run is True
     assert s.notify_token == "s3cret"  # notices carry the relay's bearer token
+    # a notice goes to the channel its alert's category went to (was: every notice to team-feishu)
+    relay = yaml.safe_load(_configmap("xpuwatch-relay")["relay.yaml"])
+    assert {c: u.rsplit("/", 1)[1] for c, u in s.notify.items()} == {
+        "hardware": "oncall-wecom",
+        "performance": "team-feishu",
+    }
+    assert set(s.notify.values()) <= {
+        f"http://xpuwatch-relay:9852/alertmanager/{c}" for c in relay["channels"]
+    }
+    generated = yaml.safe_load((ROOT / "alerts" / "generated" / "alertmanager.yml").read_text())
+    by_category = {
+        m.split("=")[1].strip('"'): r["receiver"]
+        for r in generated["route"]["routes"]
+        for m in r.get("matchers", [])
+        if m.startswith("category=")
+    }
+    assert by_category == {"hardware": "oncall-wecom", "performance": "team-feishu"}
+    assert s.notify_url is None
     assert {r.action for r in s.rules} == {"drain", "reclaim", "resize"}
 
 
@@ -393,3 +456,212 @@ def test_relay_configmap_is_valid(tmp_path: Path) -> None:
         "team-feishu",
     }  # the receivers alerts/generated/alertmanager.yml posts to
     assert s.channels["team-feishu"].secret == "s3cret" and s.auth.bearer_token == "s3cret"
+
+
+# --- optional components, rendered into an overlay of their own --------------------------------------------
+
+
+def render_with(
+    tmp: Path,
+    resources: list[str],
+    components: list[str],
+    patches: list[dict[str, Any]] | None = None,
+    **more: Any,
+) -> list[dict[str, Any]]:
+    """Render a kustomization in ``tmp`` made of tree paths (relative to deploy/kustomize), as a user's
+    overlay would be (kustomize refuses absolute paths); ``more``: other kustomization fields."""
+    up = Path(os.path.relpath(KUSTOMIZE, tmp))
+    doc: dict[str, Any] = {
+        "apiVersion": "kustomize.config.k8s.io/v1beta1",
+        "kind": "Kustomization",
+        "resources": [str(up / r) for r in resources],
+        "components": [str(up / c) for c in components],
+    }
+    if patches:
+        doc["patches"] = patches
+    doc.update(more)
+    (tmp / "kustomization.yaml").write_text(yaml.safe_dump(doc))
+    kubectl = shutil.which("kubectl")
+    assert kubectl
+    out = subprocess.run([kubectl, "kustomize", str(tmp)], capture_output=True, text=True, check=False)
+    assert out.returncode == 0, out.stderr
+    return [d for d in yaml.load_all(out.stdout, Loader=_Loader) if d]
+
+
+def test_runtimeclass_is_optional_and_its_component_sets_it(tmp_path: Path) -> None:
+    """runtimeClassName: nvidia was hard-coded: a node whose default runtime is NVIDIA's (the GPU Operator's
+    default) but that has no RuntimeClass `nvidia` could not run the exporter."""
+
+    def runtime(objs: list[dict[str, Any]]) -> dict[str, str | None]:
+        return {
+            o["metadata"]["name"]: o["spec"]["template"]["spec"].get("runtimeClassName")
+            for o in objs
+            if o["kind"] == "DaemonSet"
+        }
+
+    assert set(runtime(render("overlays/mixed")).values()) == {None}
+    with_component = runtime(render_with(tmp_path, ["overlays/mixed"], ["components/nvidia-runtimeclass"]))
+    assert {k: v for k, v in with_component.items() if v} == {"xpuwatch-exporter-nvidia": "nvidia"}
+
+
+def _selects(selector: dict[str, Any], labels: dict[str, str]) -> bool:
+    return all(labels.get(k) == v for k, v in (selector.get("matchLabels") or {}).items())
+
+
+def _peer_matches(peer: dict[str, Any], policy_ns: str, ns: str, labels: dict[str, str]) -> bool:
+    """One NetworkPolicyPeer (matchLabels selectors; no ipBlock here): a podSelector alone means the
+    policy's namespace, a namespaceSelector alone every pod there (kubernetes.io/docs/concepts/services-
+    networking/network-policies). Namespaces carry kubernetes.io/metadata.name."""
+    ns_ok = (
+        _selects(peer["namespaceSelector"], {"kubernetes.io/metadata.name": ns})
+        if "namespaceSelector" in peer
+        else ns == policy_ns
+    )
+    return ns_ok and _selects(peer.get("podSelector") or {}, labels)
+
+
+def _allowed(
+    policies: list[dict[str, Any]],
+    direction: str,
+    pod: tuple[str, dict[str, str]],
+    peer: tuple[str, dict[str, str]],
+    port: int,
+) -> bool:
+    """Is TCP ``port`` traffic allowed for ``pod`` (namespace, labels) from (ingress) or to (egress)
+    ``peer``? A pod no policy of that direction selects is not isolated; else one rule must allow it."""
+    key, peers = ("ingress", "from") if direction == "Ingress" else ("egress", "to")
+    mine = [
+        p
+        for p in policies
+        if p["metadata"]["namespace"] == pod[0]
+        and _selects(p["spec"]["podSelector"], pod[1])
+        and direction in p["spec"]["policyTypes"]
+    ]
+    if not mine:
+        return True
+    return any(
+        any(pt.get("protocol", "TCP") == "TCP" and pt["port"] == port for pt in rule.get("ports") or [])
+        and (
+            not rule.get(peers)
+            or any(_peer_matches(x, p["metadata"]["namespace"], *peer) for x in rule[peers])
+        )
+        for p in mine
+        for rule in p["spec"].get(key) or []
+    )
+
+
+def test_networkpolicy_admits_only_monitoring_and_the_controllers_notices(tmp_path: Path) -> None:
+    objs = render_with(tmp_path, ["overlays/mixed"], ["components/networkpolicy"])
+    policies = [o for o in objs if o["kind"] == "NetworkPolicy"]
+    pods = {
+        o["metadata"]["name"]: ("xpuwatch", o["spec"]["template"]["metadata"]["labels"])
+        for o in objs
+        if o["kind"] in ("Deployment", "DaemonSet")
+    }
+    assert {o["metadata"]["namespace"] for o in objs if o["kind"] in ("Deployment", "DaemonSet")} == {
+        "xpuwatch"
+    }
+    relay, remediation = pods.pop("xpuwatch-relay"), pods.pop("xpuwatch-remediation")
+    exporters = list(pods.values())
+    assert len(exporters) == len(VENDORS)
+    prometheus, stranger = ("monitoring", {"app.kubernetes.io/name": "prometheus"}), ("default", {})
+    for exporter in exporters:
+        assert _allowed(policies, "Ingress", exporter, prometheus, 9851)
+        assert not _allowed(policies, "Ingress", exporter, stranger, 9851)
+        assert not _allowed(policies, "Ingress", exporter, remediation, 9851)
+        assert _allowed(policies, "Egress", exporter, ("default", {}), 443)  # API server
+        assert not _allowed(policies, "Egress", exporter, prometheus, 9090)
+    assert _allowed(policies, "Ingress", relay, prometheus, 9852)
+    assert _allowed(policies, "Ingress", relay, remediation, 9852)  # notices
+    assert not _allowed(policies, "Ingress", relay, stranger, 9852)
+    assert not _allowed(policies, "Ingress", relay, exporters[0], 9852)
+    assert _allowed(policies, "Ingress", remediation, prometheus, 9853)
+    assert not _allowed(policies, "Ingress", remediation, relay, 9853)
+    assert not _allowed(policies, "Ingress", remediation, stranger, 9853)
+    assert _allowed(policies, "Egress", remediation, relay, 9852)
+    assert _allowed(policies, "Egress", remediation, prometheus, 9090)  # drain.prometheus_url
+    assert not _allowed(policies, "Egress", relay, remediation, 9853)
+    # every port a container serves is reachable from the monitoring namespace, and none other
+    for obj in objs:
+        if obj["kind"] in ("Deployment", "DaemonSet"):
+            pod = ("xpuwatch", obj["spec"]["template"]["metadata"]["labels"])
+            for port in obj["spec"]["template"]["spec"]["containers"][0]["ports"]:
+                assert _allowed(policies, "Ingress", pod, prometheus, port["containerPort"])
+
+    # the namespace patch docs/deploy.md gives (and the component's comment) moves every ingress rule
+    (tmp_path / "p").mkdir()
+    section = (ROOT / "docs" / "deploy.md").read_text().split("## NetworkPolicy\n", 1)[1].split("\n## ", 1)[0]
+    block = re.search(r"```yaml\n(.*?)```", section, re.S)
+    assert block
+    patch = yaml.safe_load(block.group(1))
+    assert patch["components"] == ["../../components/networkpolicy"]
+    comment = (KUSTOMIZE / "components" / "networkpolicy" / "kustomization.yaml").read_text()
+    assert patch["patches"][0]["patch"] in comment
+    moved = [
+        o
+        for o in render_with(
+            tmp_path / "p", ["overlays/mixed"], ["components/networkpolicy"], patch["patches"]
+        )
+        if o["kind"] == "NetworkPolicy"
+    ]
+    elsewhere = ("prometheus", {})
+    assert _allowed(moved, "Ingress", relay, elsewhere, 9852)
+    assert _allowed(moved, "Ingress", relay, remediation, 9852)
+    assert all(_allowed(moved, "Ingress", e, elsewhere, 9851) for e in exporters)
+    assert not _allowed(moved, "Ingress", remediation, prometheus, 9853)
+
+
+def test_relay_silence_links_need_the_users_alertmanager_address(tmp_path: Path) -> None:
+    """base pointed silence links at http://alertmanager-operated.monitoring:9093, which no phone opens: now a
+    placeholder docs/relay.md names, and the overlay recipe there replaces it."""
+    text = _configmap("xpuwatch-relay")["relay.yaml"]
+    placeholder = yaml.safe_load(text)["alertmanager_url"]
+    assert placeholder == "https://alertmanager.example.com"
+    assert "PLACEHOLDER, set yours" in text
+    docs = (ROOT / "docs" / "relay.md").read_text()
+    assert f"ships the placeholder `{placeholder}`" in docs
+    recipe = re.search(r"```yaml\n  # kustomization.yaml of your overlay.*?\n(.*?)  ```", docs, re.S)
+    assert recipe
+    mine = text.replace(placeholder, "https://am.gpu.example.org")
+    (tmp_path / "relay.yaml").write_text(mine)
+    objs = render_with(tmp_path, ["overlays/mixed"], [], **yaml.safe_load(textwrap.dedent(recipe.group(1))))
+    (cm,) = [o for o in objs if o["kind"] == "ConfigMap" and o["metadata"]["name"] == "xpuwatch-relay"]
+    assert yaml.safe_load(cm["data"]["relay.yaml"])["alertmanager_url"] == "https://am.gpu.example.org"
+
+
+# --- images: what the overlays name is what docs/deploy.md tells the user to build -----------------------
+
+PLACEHOLDER_REGISTRY = "registry.example.com/xpuwatch"
+IMAGE_TARGETS = {"xpuwatch": "core", "xpuwatch-nvidia": "nvidia", "xpuwatch-amd": "amd"}
+# ROCm's apt repository publishes amd64 packages only; the other base images are multi-arch.
+PLATFORMS = {"core": "linux/amd64,linux/arm64", "nvidia": "linux/amd64,linux/arm64", "amd": "linux/amd64"}
+
+
+def test_every_deployed_image_is_a_documented_build_of_a_dockerfile_target() -> None:
+    """The overlays named ghcr.io/xpuwatch/*:0.1.0, which nobody publishes, and the docs said nothing of
+    building them or of arm64 (Kunpeng Ascend servers)."""
+    dockerfile = (ROOT / "deploy" / "Dockerfile").read_text()
+    targets = set(re.findall(r"^FROM (?:--platform=\S+ )?\S+ AS (\w+)$", dockerfile, re.M)) - {"wheel"}
+    assert targets == set(IMAGE_TARGETS.values())
+    named = set()
+    for overlay in (o for o in OVERLAYS if o.startswith("overlays/")):
+        for obj in render(overlay):
+            pod = obj.get("spec", {}).get("template", {}).get("spec", {})
+            for c in pod.get("containers", []) + pod.get("initContainers", []):
+                m = re.fullmatch(rf"{re.escape(PLACEHOLDER_REGISTRY)}/([\w-]+):0\.1\.0", c["image"])
+                assert m and m.group(1) in IMAGE_TARGETS, (overlay, obj["metadata"]["name"], c["image"])
+                named.add(m.group(1))
+    assert named == set(IMAGE_TARGETS)
+
+    build = (
+        r"docker buildx build -f deploy/Dockerfile --target (\w+) +--platform (\S+) \\\n#? *"
+        r"--build-arg REVISION=\$\(git rev-parse HEAD\) -t \$REGISTRY/([\w-]+):0\.1\.0 --push \."
+    )
+    expected = {(t, PLATFORMS[t], image) for image, t in IMAGE_TARGETS.items()}
+    docs = (ROOT / "docs" / "deploy.md").read_text()
+    assert set(re.findall(build, docs)) == expected
+    assert set(re.findall(build, dockerfile)) == expected  # the Dockerfile's own header says the same
+    assert f"REGISTRY={PLACEHOLDER_REGISTRY} " in docs
+    assert "xpuwatch publishes no images" in docs
+    amd = dockerfile.split(" AS amd\n", 1)[1].split("\nFROM ", 1)[0]
+    assert '"${TARGETARCH}" != amd64' in amd and "deb [arch=amd64 " in amd

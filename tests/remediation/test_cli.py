@@ -169,3 +169,26 @@ async def test_metrics_carry_build_info_and_process_metrics(tmp_path: Path, fake
     assert "xpuwatch_remediation_leader" in body
     logs = [json.loads(line) for line in err.decode().splitlines() if line.startswith("{")]
     assert any(doc["msg"].startswith("remediation controller starting") for doc in logs)
+
+
+def test_check_masks_the_relay_token_and_passwords_in_notice_urls(tmp_path: Path) -> None:
+    """--check printed notify_token in clear, and the demo's relay password in the notice URL."""
+    from remediation.cli import describe
+    from remediation.settings import parse
+
+    (tmp_path / "relay-token").write_text("tok-123")
+    s = parse(
+        {
+            "webhook": {"allow_unauthenticated": True},
+            "notify_url": "http://remediation:pw-1@127.0.0.1:9852/alertmanager/team-feishu",
+            "notify": {"hardware": "http://remediation:pw-2@relay:9852/alertmanager/oncall-wecom"},
+            "notify_token_file": "relay-token",
+        },
+        tmp_path,
+    )
+    text = describe(s)
+    assert "tok-123" not in text and "pw-1" not in text and "pw-2" not in text
+    doc = json.loads(text)
+    assert doc["notify_token"] == "***"
+    assert doc["notify_url"] == "http://remediation:***@127.0.0.1:9852/alertmanager/team-feishu"
+    assert doc["notify"] == {"hardware": "http://remediation:***@relay:9852/alertmanager/oncall-wecom"}
