@@ -186,6 +186,9 @@ def test_exporter_serves_build_info_and_process_metrics_with_json_logs(processes
     exp = Process("serve", "--simulate", "--web.listen-address", "127.0.0.1:0", "--log.format=json")
     processes.append(exp)
     url = exp.wait_for(r'"msg": "listening on (http://[^/\s]+)')[1]
+    deadline = time.monotonic() + 30
+    while get(url + "/readyz")[0] != 200 and time.monotonic() < deadline:
+        time.sleep(0.2)  # /readyz: 503 until the first poll (a loaded machine polls late)
     status, body = get(url + "/metrics")
     assert status == 200
     check_standard_metrics(body)
