@@ -485,7 +485,7 @@ def render_with(
     assert kubectl
     out = subprocess.run([kubectl, "kustomize", str(tmp)], capture_output=True, text=True, check=False)
     assert out.returncode == 0, out.stderr
-    return [d for d in yaml.load_all(out.stdout, Loader=_Loader) if d]
+    return [d for d in yaml.safe_load_all(out.stdout) if d]
 
 
 def test_runtimeclass_is_optional_and_its_component_sets_it(tmp_path: Path) -> None:
