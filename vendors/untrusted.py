@@ -1,0 +1,109 @@
+"""Reading files from paths that others can write (HAMi regions written from inside tenant containers, the
+host's /proc), so that one hostile or broken file costs one reading, never the poll or the process.
+
+Every read here opens the path non-blocking (``O_NONBLOCK``: a FIFO without a writer answers at once instead
+of hanging the backend's only thread), without following a final symlink (``O_NOFOLLOW``: a link to
+/dev/zero, to another tenant's region or to a host secret is refused), checks the opened file with
+``fstat`` (a regular file, not a FIFO, device, socket or directory; checked on the open descriptor, so
+swapping the path after a check gains nothing), and reads at most a given number of bytes (a huge or
+growing file never costs more memory or time than that). Reads use ``read(2)``, never ``mmap``: a file
+truncated while mapped would kill the exporter with SIGBUS.
+
+Errors are ``OSError`` (``RefusedFile`` for what this module refuses), with a message naming the path and
+what is wrong, ready for an error reason or a log line.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import stat
+from pathlib import Path
+
+_CHUNK = 65536
+_FLAGS = os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
+
+
+class RefusedFile(OSError):
+    """The path is not a regular file (a symlink, FIFO, device, socket, directory) or is over the limit.
+    ``kind`` says what it is instead ("a FIFO", "a symbolic link", ...; None when it is over the limit)."""
+
+    def __init__(self, code: int, message: str, kind: str | None = None) -> None:
+        super().__init__(code, message)
+        self.kind = kind
+
+    def __str__(self) -> str:
+        return str(self.strerror)  # the message alone, without "[Errno N]"
+
+
+def _kind(mode: int) -> str:
+    if stat.S_ISFIFO(mode):
+        return "a FIFO"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "a device"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    if stat.S_ISDIR(mode):
+        return "a directory"
+    return "not a regular file"
+
+
+def _open_regular(path: Path, follow_symlinks: bool, max_size: int | None = None) -> int:
+    """A read-only descriptor of the regular file at ``path``, whose size (as stat tells: 0 for /proc
+    files) is at most ``max_size``. Raises RefusedFile or OSError."""
+    try:
+        fd = os.open(path, _FLAGS | (0 if follow_symlinks else os.O_NOFOLLOW))
+    except OSError as exc:
+        if exc.errno == errno.ELOOP and not follow_symlinks:
+            raise RefusedFile(
+                errno.ELOOP, f"{path}: is a symbolic link, not followed", "a symbolic link"
+            ) from None
+        raise
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            kind = _kind(st.st_mode)
+            raise RefusedFile(errno.EINVAL, f"{path}: is {kind}, not a regular file", kind)
+        if max_size is not None and st.st_size > max_size:  # refused before reading a byte of it
+            raise RefusedFile(errno.EFBIG, f"{path}: {st.st_size} bytes is over the {max_size}-byte limit")
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _read_upto(fd: int, limit: int) -> bytes:
+    chunks: list[bytes] = []
+    got = 0
+    while got < limit:
+        data = os.read(fd, min(_CHUNK, limit - got))
+        if not data:
+            break
+        chunks.append(data)
+        got += len(data)
+    return b"".join(chunks)
+
+
+def read_capped(path: Path, max_bytes: int, follow_symlinks: bool = False) -> bytes:
+    """The whole content of the regular file at ``path``, at most ``max_bytes`` bytes. Reads until end of
+    file, so files that report size 0 (/proc) work. Raises RefusedFile for anything but a regular file, a
+    symlink (unless ``follow_symlinks``) and a file longer than ``max_bytes``; OSError when it cannot be
+    opened or read (ENOENT for a process that exited)."""
+    fd = _open_regular(path, follow_symlinks, max_bytes)
+    try:
+        data = _read_upto(fd, max_bytes + 1)
+    finally:
+        os.close(fd)
+    if len(data) > max_bytes:  # grew since fstat, or a /proc file
+        raise RefusedFile(errno.EFBIG, f"{path}: over the {max_bytes}-byte limit")
+    return data
+
+
+def read_head(path: Path, size: int, follow_symlinks: bool = False) -> bytes:
+    """The first ``size`` bytes of the regular file at ``path`` (fewer when it is shorter: the caller
+    checks). Raises as ``read_capped``, except that a longer file is not an error."""
+    fd = _open_regular(path, follow_symlinks)
+    try:
+        return _read_upto(fd, size)
+    finally:
+        os.close(fd)
