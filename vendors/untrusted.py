@@ -15,9 +15,11 @@ what is wrong, ready for an error reason or a log line.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import stat
+from collections.abc import Iterator
 from pathlib import Path
 
 _CHUNK = 65536
@@ -48,9 +50,9 @@ def _kind(mode: int) -> str:
     return "not a regular file"
 
 
-def _open_regular(path: Path, follow_symlinks: bool, max_size: int | None = None) -> int:
-    """A read-only descriptor of the regular file at ``path``, whose size (as stat tells: 0 for /proc
-    files) is at most ``max_size``. Raises RefusedFile or OSError."""
+def _open_regular(path: Path, follow_symlinks: bool, max_size: int | None = None) -> tuple[int, int]:
+    """(a read-only descriptor of the regular file at ``path``, its size as fstat tells: 0 for /proc
+    files), the size at most ``max_size``. Raises RefusedFile or OSError."""
     try:
         fd = os.open(path, _FLAGS | (0 if follow_symlinks else os.O_NOFOLLOW))
     except OSError as exc:
@@ -69,7 +71,19 @@ def _open_regular(path: Path, follow_symlinks: bool, max_size: int | None = None
     except BaseException:
         os.close(fd)
         raise
-    return fd
+    return fd, st.st_size
+
+
+@contextlib.contextmanager
+def opened(path: Path, follow_symlinks: bool = False) -> Iterator[tuple[int, int]]:
+    """``with opened(path) as (fd, size)``: the regular file at ``path`` open for reading (checked as
+    ``read_capped`` checks it), for a reader that takes only some parts with ``os.pread`` (each read
+    bounded by the caller; the file may change meanwhile, so a short read is the caller's to handle)."""
+    fd, size = _open_regular(path, follow_symlinks)
+    try:
+        yield fd, size
+    finally:
+        os.close(fd)
 
 
 def _read_upto(fd: int, limit: int) -> bytes:
@@ -89,7 +103,7 @@ def read_capped(path: Path, max_bytes: int, follow_symlinks: bool = False) -> by
     file, so files that report size 0 (/proc) work. Raises RefusedFile for anything but a regular file, a
     symlink (unless ``follow_symlinks``) and a file longer than ``max_bytes``; OSError when it cannot be
     opened or read (ENOENT for a process that exited)."""
-    fd = _open_regular(path, follow_symlinks, max_bytes)
+    fd, _ = _open_regular(path, follow_symlinks, max_bytes)
     try:
         data = _read_upto(fd, max_bytes + 1)
     finally:
@@ -97,13 +111,3 @@ def read_capped(path: Path, max_bytes: int, follow_symlinks: bool = False) -> by
     if len(data) > max_bytes:  # grew since fstat, or a /proc file
         raise RefusedFile(errno.EFBIG, f"{path}: over the {max_bytes}-byte limit")
     return data
-
-
-def read_head(path: Path, size: int, follow_symlinks: bool = False) -> bytes:
-    """The first ``size`` bytes of the regular file at ``path`` (fewer when it is shorter: the caller
-    checks). Raises as ``read_capped``, except that a longer file is not an error."""
-    fd = _open_regular(path, follow_symlinks)
-    try:
-        return _read_upto(fd, size)
-    finally:
-        os.close(fd)
