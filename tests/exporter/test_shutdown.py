@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -18,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from tests.exporter import faketools
-from tests.exporter.conftest import Exporter, cli_env
+from tests.exporter.conftest import ROOT, Exporter, cli_env
 
 TRIALS = 10
 
@@ -66,3 +67,29 @@ def test_no_vendor_tool_survives_sigterm_or_sigint_while_one_hangs(
             left[f"{trial} {sig.name}"] = faketools.alive(marker)
         assert "Traceback" not in "".join(exp.log)
     assert left == {}, f"vendor tools left running after the exporter exited, per trial: {left}"
+
+
+@pytest.mark.slow
+def test_sigterm_during_backend_detection_kills_the_detecting_tool(tmp_path: Path) -> None:
+    """Before the event loop runs, SIGTERM's default would end the exporter at once and leave the tool that
+    detection is running (rocm-smi, asked whether its GPUs are Hygon DCUs) behind in its own session."""
+    marker = f"0.{os.getpid()}99{int(time.time())}"
+    faketools.hanging(tmp_path / "bin", "rocm-smi", marker)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "exporter.entry", "serve", "--web.listen-address", "127.0.0.1:0"],
+        cwd=ROOT,
+        env=cli_env(PATH=str(tmp_path / "bin")),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert _wait(lambda: faketools.alive(marker) == 1, 30)
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=15)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert _wait(lambda: faketools.alive(marker) == 0, 1), "the detecting rocm-smi survived"
+    assert proc.returncode == 128 + signal.SIGTERM, err
+    assert "Traceback" not in err
