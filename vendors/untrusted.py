@@ -1,12 +1,12 @@
 """Reading files from paths that others can write (HAMi regions written from inside tenant containers, the
 host's /proc), so that one hostile or broken file costs one reading, never the poll or the process.
 
-Every read here opens the path non-blocking (``O_NONBLOCK``: a FIFO without a writer answers at once instead
-of hanging the backend's only thread), without following a final symlink (``O_NOFOLLOW``: a link to
-/dev/zero, to another tenant's region or to a host secret is refused), checks the opened file with
-``fstat`` (a regular file, not a FIFO, device, socket or directory; checked on the open descriptor, so
-swapping the path after a check gains nothing), and reads at most a given number of bytes (a huge or
-growing file never costs more memory or time than that). Reads use ``read(2)``, never ``mmap``: a file
+Every read here looks the path up once without following a final symlink (``O_PATH|O_NOFOLLOW``: a link
+to /dev/zero, to another tenant's region or to a host secret is refused), checks what it found with
+``fstat`` (a regular file, not a FIFO, device, socket or directory) before opening it for reading (so a
+FIFO never blocks the backend's only thread and a device node's driver is never called), opens that same
+inode non-blocking, and reads at most a given number of bytes (a huge or growing file never costs more
+memory or time than that). Reads use ``read(2)``, never ``mmap``: a file
 truncated while mapped would kill the exporter with SIGBUS.
 
 Errors are ``OSError`` (``RefusedFile`` for what this module refuses), with a message naming the path and
@@ -52,9 +52,19 @@ def _kind(mode: int) -> str:
 
 def _open_regular(path: Path, follow_symlinks: bool, max_size: int | None = None) -> tuple[int, int]:
     """(a read-only descriptor of the regular file at ``path``, its size as fstat tells: 0 for /proc
-    files), the size at most ``max_size``. Raises RefusedFile or OSError."""
+    files), the size at most ``max_size``. Raises RefusedFile or OSError.
+
+    The path is first opened with ``O_PATH``, which reaches no driver and no FIFO (a device node a tenant
+    made with mknod, say a watchdog, is never opened, so its open has no effect); only once fstat says it is
+    a regular file is that same inode opened for reading, through ``/proc/self/fd`` (no second lookup of
+    the path, so nothing can be swapped in between). Without O_PATH or /proc, the path is opened again
+    non-blocking and checked to be the same inode."""
+    o_path = getattr(os, "O_PATH", 0)
+    nofollow = 0 if follow_symlinks else os.O_NOFOLLOW
+    if not o_path:  # not Linux
+        return _checked(path, os.open(path, _FLAGS | nofollow), max_size)
     try:
-        fd = os.open(path, _FLAGS | (0 if follow_symlinks else os.O_NOFOLLOW))
+        pfd = os.open(path, o_path | os.O_CLOEXEC | nofollow)  # a symlink itself, with O_NOFOLLOW
     except OSError as exc:
         if exc.errno == errno.ELOOP and not follow_symlinks:
             raise RefusedFile(
@@ -62,12 +72,35 @@ def _open_regular(path: Path, follow_symlinks: bool, max_size: int | None = None
             ) from None
         raise
     try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            kind = _kind(st.st_mode)
-            raise RefusedFile(errno.EINVAL, f"{path}: is {kind}, not a regular file", kind)
-        if max_size is not None and st.st_size > max_size:  # refused before reading a byte of it
-            raise RefusedFile(errno.EFBIG, f"{path}: {st.st_size} bytes is over the {max_size}-byte limit")
+        st = _check(path, os.fstat(pfd), max_size)
+        try:
+            fd = os.open(f"/proc/self/fd/{pfd}", _FLAGS)
+        except FileNotFoundError:  # no /proc here: open the path again, then make sure it is the same file
+            fd = os.open(path, _FLAGS | nofollow)
+            again = os.fstat(fd)
+            if (again.st_dev, again.st_ino) != (st.st_dev, st.st_ino):
+                os.close(fd)
+                raise RefusedFile(errno.ESTALE, f"{path}: replaced while being opened") from None
+    finally:
+        os.close(pfd)
+    return _checked(path, fd, max_size)
+
+
+def _check(path: Path, st: os.stat_result, max_size: int | None) -> os.stat_result:
+    if stat.S_ISLNK(st.st_mode):
+        raise RefusedFile(errno.ELOOP, f"{path}: is a symbolic link, not followed", "a symbolic link")
+    if not stat.S_ISREG(st.st_mode):
+        kind = _kind(st.st_mode)
+        raise RefusedFile(errno.EINVAL, f"{path}: is {kind}, not a regular file", kind)
+    if max_size is not None and st.st_size > max_size:  # refused before reading a byte of it
+        raise RefusedFile(errno.EFBIG, f"{path}: {st.st_size} bytes is over the {max_size}-byte limit")
+    return st
+
+
+def _checked(path: Path, fd: int, max_size: int | None) -> tuple[int, int]:
+    """``fd`` and its size once fstat on it says it is a regular file within ``max_size`` (else closed)."""
+    try:
+        st = _check(path, os.fstat(fd), max_size)
     except BaseException:
         os.close(fd)
         raise
