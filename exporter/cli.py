@@ -403,7 +403,7 @@ async def _serve(server: Server, asm: Assembly) -> None:
         # of reach of the signal that stopped us): no poll cycle starts, no tool starts (a backend that
         # runs the next tool after one failed gets reason=shutdown), the running tools' groups are killed.
         asm.poller.halt()
-        killed, left = TOOLS.close(wait=SHUTDOWN_WAIT_SECONDS)
+        killed, left = await asyncio.to_thread(TOOLS.close, SHUTDOWN_WAIT_SECONDS)
         if killed:
             log.info("killed %d running vendor tool(s)", killed)
         if left:
