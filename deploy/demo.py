@@ -8,10 +8,11 @@ remediation controller in dry-run against a stand-in Kubernetes API (deploy/stan
 (pending, firing, inhibited, resolved), chat messages and remediation decisions (the controller's audit
 log) are printed as they happen, each line stamped with wall time and seconds since start.
 
-On Ctrl-C, SIGTERM or ``--duration`` seconds after the stack is ready, every child gets SIGTERM (its process group; SIGKILL after
-10 s), the in-process servers stop and the working directory is removed. Exit codes: 0 after a requested
-stop, 1 when a component failed to start or died, 2 for a bad scenario or a missing need (Python extra,
-Debian binary; all checked before anything starts, each named with the command that installs it).
+On Ctrl-C, SIGTERM, SIGHUP (the terminal closed) or ``--duration`` seconds after the stack is ready, every
+child gets SIGTERM (its process group; SIGKILL after 10 s), the in-process servers stop and the working
+directory is removed. Exit codes: 0 after a requested stop, 1 when a component failed to start or died, 2 for a
+bad scenario or a missing need (Python extra, Debian binary; all checked before anything starts, each named with
+the command that installs it).
 """
 
 from __future__ import annotations
@@ -49,6 +50,9 @@ SCENARIO_RESOURCE = "demo_scenario.yaml"
 PACKAGE_ROOT = Path(__file__).resolve().parents[1]  # the folder holding exporter/, deploy/, ...
 READY_TIMEOUT_SECONDS = 60.0
 STOP_TIMEOUT_SECONDS = 10.0
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+"""Each stops the demo cleanly. SIGHUP too: its default (exit at once) left the five children running with
+PPID 1 on their ports and the credentials in the working directory when the terminal closed."""
 
 # binary -> (candidate names on PATH, Debian package that provides it)
 BINARIES: Mapping[str, tuple[tuple[str, ...], str]] = {
@@ -397,7 +401,7 @@ async def run(opts: Options, console: Console | None = None) -> int:
             stop.set()
 
     loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
+    for sig in STOP_SIGNALS:
         loop.add_signal_handler(sig, request_stop, signal.Signals(sig).name)
 
     root = Path(tempfile.mkdtemp(prefix="xpuwatch-demo-"))
@@ -476,7 +480,7 @@ async def run(opts: Options, console: Console | None = None) -> int:
         else:
             shutil.rmtree(root, ignore_errors=True)
             console.line("demo", f"removed working directory {root}")
-        for sig in (signal.SIGINT, signal.SIGTERM):
+        for sig in STOP_SIGNALS:
             loop.remove_signal_handler(sig)
     return code
 

@@ -55,7 +55,9 @@ class Console:
         self.counts[source] = self.counts.get(source, 0) + 1
         head, *rest = text.splitlines() or [""]
         body = "".join(f"\n{'':>28}| {r}" for r in rest)
-        print(f"{now:%H:%M:%S} {t:+7.1f}s  {source:<12}{head}{body}", file=self.out, flush=True)
+        # The terminal hung up (EIO) or the pipe closed: the narration is lost, the cleanup goes on.
+        with contextlib.suppress(OSError):
+            print(f"{now:%H:%M:%S} {t:+7.1f}s  {source:<12}{head}{body}", file=self.out, flush=True)
 
 
 def clip(line: str, limit: int = MAX_LINE) -> str:

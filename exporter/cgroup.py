@@ -21,6 +21,8 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from vendors.untrusted import read_capped
+
 _POD = re.compile(
     r"pod([0-9a-f]{8}[-_][0-9a-f]{4}[-_][0-9a-f]{4}[-_][0-9a-f]{4}[-_][0-9a-f]{12})(?:\.slice)?$"
 )
@@ -56,6 +58,9 @@ def parse(text: str) -> ContainerRef | None:
 
 
 HOST_PROC_MOUNT = "/host/proc"
+MAX_CGROUP_BYTES = 65536
+"""Longest /proc/<pid>/cgroup read: one line on cgroup v2, about a dozen (~2 KiB) on v1; a longer file is
+no kernel's and is not read."""
 
 
 def host_proc_root(configured: str | None, mount: str = HOST_PROC_MOUNT) -> str:
@@ -75,9 +80,13 @@ class ProcCgroups:
         self.root = Path(root)
 
     def lookup(self, pid: int) -> ContainerRef | None:
-        """None when the process is in no pod, has exited, or its cgroup file cannot be read."""
+        """None when the process is in no pod, has exited, or its cgroup file cannot be read. The file is
+        read through ``vendors.untrusted`` (non-blocking, a regular file, at most ``MAX_CGROUP_BYTES``):
+        ``root`` may be a mount others can change (a test tree, a misconfigured ``host_proc``), and the
+        render that asks must never hang on it."""
         try:
-            text = (self.root / str(int(pid)) / "cgroup").read_text(errors="replace")
+            path = self.root / str(int(pid)) / "cgroup"
+            text = read_capped(path, MAX_CGROUP_BYTES).decode("utf-8", errors="replace")
         except (OSError, ValueError):
             return None
         return parse(text)

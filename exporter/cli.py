@@ -43,10 +43,10 @@ from exporter.settings import ConfigError, Settings, WebConfig, load, load_web_c
 from vendors.base import Backend, DeviceSample, ParseError
 from vendors.command import (
     MAX_BUNDLE_BYTES,
+    TOOLS,
     CommandRunner,
     ReplayRunner,
     SubprocessRunner,
-    kill_running_tools,
     read_bundle,
     read_regular_file,
     write_bundle,
@@ -57,6 +57,9 @@ from vendors.sim import SimBackend
 log = logging.getLogger("xpuwatch")
 
 DOC_PATH = Path("docs/metrics.md")
+SHUTDOWN_WAIT_SECONDS = 2.0
+"""How long shutdown waits for killed vendor tools to be reaped: SIGKILL takes effect at once unless the tool
+is in uninterruptible sleep (then it is logged and left; the kubelet's grace period is 30 s)."""
 
 
 def add_commands(sub: Any) -> None:
@@ -311,7 +314,19 @@ def serve_settings(args: argparse.Namespace, env: Mapping[str, str]) -> tuple[Se
     return settings, settings.node or env.get("NODE_NAME") or None
 
 
+def _exit_on_sigterm() -> None:
+    """Until the event loop takes over, SIGTERM exits through Python (SystemExit), not at once, so that a
+    vendor tool run during detection is killed on the way out (SubprocessRunner.run), as on Ctrl-C."""
+
+    def exit_now(signum: int, frame: object) -> None:
+        raise SystemExit(128 + signum)
+
+    with contextlib.suppress(ValueError):  # not the main thread (a test calling run_serve)
+        signal.signal(signal.SIGTERM, exit_now)
+
+
 def run_serve(args: argparse.Namespace) -> int:
+    _exit_on_sigterm()
     try:
         settings, explicit_node = serve_settings(args, os.environ)
         web_config = load_web_config(settings.web.config_file) if settings.web.config_file else WebConfig()
@@ -384,9 +399,19 @@ async def _serve(server: Server, asm: Assembly) -> None:
         await stop.wait()
     finally:
         log.info("shutting down")
-        killed = kill_running_tools()  # a hung vendor tool is not left orphaned in its own session
+        # In this order, so that no vendor tool outlives the exporter (each runs in its own session, out
+        # of reach of the signal that stopped us): no poll cycle starts, no tool starts (a backend that
+        # runs the next tool after one failed gets reason=shutdown), the running tools' groups are killed.
+        asm.poller.halt()
+        killed, left = await asyncio.to_thread(TOOLS.close, SHUTDOWN_WAIT_SECONDS)
         if killed:
             log.info("killed %d running vendor tool(s)", killed)
+        if left:
+            log.warning(
+                "vendor tool(s) %s still running %gs after SIGKILL (stuck in the kernel?)",
+                ", ".join(map(str, left)),
+                SHUTDOWN_WAIT_SECONDS,
+            )
         asm.poller.stop()
         if asm.pod_source is not None:
             asm.pod_source.stop()
@@ -398,6 +423,7 @@ async def _serve(server: Server, asm: Assembly) -> None:
 
 
 def run_capture(args: argparse.Namespace) -> int:
+    _exit_on_sigterm()
     runner = SubprocessRunner()
     node = args.node_name or os.environ.get("NODE_NAME") or socket.gethostname()
     specs = all_specs()

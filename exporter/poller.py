@@ -306,13 +306,18 @@ class BackendPoller:
             delay = self.poll_once()
             self._stop.wait(max(0.0, delay - (self._monotonic() - t0)))
 
-    def stop(self) -> None:
-        """Stop polling and close the backend if no call is stuck in it (close never raises)."""
+    def halt(self) -> None:
+        """Start no further poll cycle (a cycle under way finishes its current call; returns at once)."""
+        self._stop.set()
+
+    def stop(self, join_timeout: float = 1.0) -> None:
+        """Stop polling and close the backend if no call is stuck in it (close never raises). Waits at most
+        ``join_timeout`` seconds for the cycle under way."""
         self._stop.set()
         with self._lock:
             stuck = self._in_flight_since is not None
         if self._thread is not None:
-            self._thread.join(timeout=1.0)
+            self._thread.join(timeout=join_timeout)
         if self._opened and not stuck:
             try:
                 self.backend.close()
@@ -364,6 +369,14 @@ class Poller:
         for p in self.pollers:
             p.start()
 
-    def stop(self) -> None:
+    def halt(self) -> None:
+        """No poller starts another cycle (the first step of shutdown; returns at once)."""
         for p in self.pollers:
-            p.stop()
+            p.halt()
+
+    def stop(self, wait: float = 1.0) -> None:
+        """Halt every poller, then join them and close their backends within ``wait`` seconds in all."""
+        self.halt()
+        deadline = time.monotonic() + wait
+        for p in self.pollers:
+            p.stop(join_timeout=max(0.0, deadline - time.monotonic()))

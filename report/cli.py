@@ -22,6 +22,17 @@ def duration(text: str) -> int:
     return sum(int(n) * _UNITS[u] for n, u in re.findall(r"(\d+)([smhdw])", text))
 
 
+def positive(text: str) -> float:
+    """A number > 0 (argparse type)."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number > 0")
+    return value
+
+
 def add_commands(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p = sub.add_parser(
         "report",
@@ -48,7 +59,19 @@ def add_commands(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-
         default=Path("report.html"),
         help="HTML file to write (default report.html)",
     )
-    p.add_argument("--timeout", type=float, default=120.0, help="seconds per query")
+    p.add_argument(
+        "--timeout",
+        type=positive,
+        default=120.0,
+        help="seconds per query, the whole answer included (default 120)",
+    )
+    p.add_argument(
+        "--max-answer-mib",
+        type=positive,
+        default=64.0,
+        metavar="MIB",
+        help="largest answer read from Prometheus per query, in MiB (default 64)",
+    )
     p.set_defaults(func=run_report)
 
     h = sub.add_parser(
@@ -96,7 +119,8 @@ def run_report(args: argparse.Namespace) -> int:
         bar.update(1)
 
     try:
-        answers = collect(Prometheus(args.prometheus, timeout=args.timeout), spec, window, progress)
+        prom = Prometheus(args.prometheus, args.timeout, int(args.max_answer_mib * 2**20))
+        answers = collect(prom, spec, window, progress)
     except ReportError as exc:
         bar.close()
         print(f"xpuwatch report: {exc}", file=sys.stderr)

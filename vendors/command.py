@@ -12,7 +12,6 @@ import os
 import selectors
 import shutil
 import signal
-import stat
 import subprocess
 import threading
 import time
@@ -22,6 +21,7 @@ from pathlib import Path
 from typing import Protocol
 
 from vendors.base import BackendError
+from vendors.untrusted import RefusedFile, read_capped
 
 BUNDLE_FORMAT_VERSION = 1
 DEFAULT_MAX_OUTPUT_BYTES = 16 * 1024 * 1024
@@ -61,7 +61,9 @@ class SubprocessRunner:
     (stdout + stderr): beyond that the group is killed and the call raises ``reason="output_too_large"``,
     having held at most that much. ``max_timeout`` caps every call's deadline (the poller's timeout for the
     backend: a tool is never left running after the poll that started it gave up). Running tools are
-    tracked so that ``kill_running_tools()`` (on SIGTERM) kills their process groups.
+    registered in ``tools`` (by default the process-wide ``TOOLS``), whose ``close()`` at shutdown refuses
+    new ones (``BackendError(reason="shutdown")``) and kills the running ones' process groups. Any
+    exception while a tool runs (a KeyboardInterrupt included) kills its group before it propagates.
     """
 
     def __init__(
@@ -70,11 +72,13 @@ class SubprocessRunner:
         clock: Callable[[], float] = time.time,
         max_output_bytes: int = DEFAULT_MAX_OUTPUT_BYTES,
         max_timeout: float | None = None,
+        tools: RunningTools | None = None,
     ) -> None:
         self._env = env
         self._clock = clock
         self.max_output_bytes = max_output_bytes
         self.max_timeout = max_timeout
+        self.tools = TOOLS if tools is None else tools
 
     def limited(self, max_output_bytes: int | None, max_timeout: float | None) -> SubprocessRunner:
         """A runner like this one with a backend's own output cap and deadline cap (None: keep this one's)."""
@@ -83,6 +87,7 @@ class SubprocessRunner:
             self._clock,
             self.max_output_bytes if max_output_bytes is None else max_output_bytes,
             self.max_timeout if max_timeout is None else max_timeout,
+            self.tools,
         )
 
     def which(self, tool: str) -> str | None:
@@ -95,6 +100,8 @@ class SubprocessRunner:
             timeout = min(timeout, self.max_timeout)
         started = self._clock()
         t0 = time.monotonic()
+        if self.tools.closed:  # shutting down: start nothing that could outlive the exporter
+            raise BackendError(f"{argv[0]}: not started, the exporter is shutting down", reason="shutdown")
         try:
             proc = subprocess.Popen(
                 list(argv),
@@ -108,8 +115,9 @@ class SubprocessRunner:
             raise BackendError(f"{argv[0]}: not found", reason="not_found") from exc
         except OSError as exc:
             raise BackendError(f"{argv[0]}: cannot execute: {exc}", reason="exec_failed") from exc
-        with _RUNNING_LOCK:
-            _RUNNING.add(proc)
+        if not self.tools.add(proc):  # closed while it was being started: close() will not see it
+            _kill_group(proc)
+            raise BackendError(f"{argv[0]}: killed, the exporter is shutting down", reason="shutdown")
         try:
             out, err = _read_bounded(proc, t0 + timeout, self.max_output_bytes)
         except _TooLarge as exc:
@@ -121,9 +129,11 @@ class SubprocessRunner:
         except subprocess.TimeoutExpired as exc:
             _kill_group(proc)
             raise BackendError(f"{argv[0]}: no answer within {timeout:g}s, killed", reason="timeout") from exc
+        except BaseException:  # KeyboardInterrupt, SystemExit, a bug: the tool never outlives its caller
+            _kill_group(proc)
+            raise
         finally:
-            with _RUNNING_LOCK:
-                _RUNNING.discard(proc)
+            self.tools.discard(proc)
         result = CommandResult(
             argv=tuple(argv),
             stdout=out.decode("utf-8", errors="replace"),
@@ -141,18 +151,67 @@ class _TooLarge(Exception):
     pass
 
 
-_RUNNING: set[subprocess.Popen[bytes]] = set()
-_RUNNING_LOCK = threading.Lock()
+class RunningTools:
+    """The vendor tool processes running now (thread-safe), so that shutdown leaves none behind.
+
+    ``close(wait)`` is the shutdown step: from then on ``add`` refuses every new process (the runner kills
+    one that was starting and raises ``BackendError(reason="shutdown")``), the running ones' process groups
+    get SIGKILL, and it waits up to ``wait`` seconds for their callers to reap them; it reports the pids
+    still not reaped then (a tool in uninterruptible sleep, D state, dies only when its kernel call returns).
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._cv = threading.Condition(self._lock)
+        self._procs: set[subprocess.Popen[bytes]] = set()
+        self._closed = False
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def add(self, proc: subprocess.Popen[bytes]) -> bool:
+        """Track ``proc``; False (not tracked) once closed."""
+        with self._lock:
+            if self._closed:
+                return False
+            self._procs.add(proc)
+            return True
+
+    def discard(self, proc: subprocess.Popen[bytes]) -> None:
+        with self._lock:
+            self._procs.discard(proc)
+            self._cv.notify_all()
+
+    def kill(self) -> int:
+        """SIGKILL the process group of every tool running now; returns how many."""
+        with self._lock:
+            procs = list(self._procs)
+        for proc in procs:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(proc.pid, signal.SIGKILL)
+        return len(procs)
+
+    def close(self, wait: float = 2.0) -> tuple[int, list[int]]:
+        """Refuse new tools, kill the running ones' groups, wait up to ``wait`` s for them to be reaped.
+        Returns (how many were killed, the pids of those still running after the wait)."""
+        with self._lock:
+            self._closed = True
+        killed = self.kill()
+        deadline = time.monotonic() + wait
+        with self._lock:
+            while self._procs and (left := deadline - time.monotonic()) > 0:
+                self._cv.wait(left)
+            return killed, sorted(p.pid for p in self._procs)
+
+
+TOOLS = RunningTools()
+"""Every SubprocessRunner's tools unless given its own registry: what ``xpuwatch serve`` closes on exit."""
 
 
 def kill_running_tools() -> int:
-    """Kill the process group of every tool still running (called on SIGTERM); returns how many."""
-    with _RUNNING_LOCK:
-        procs = list(_RUNNING)
-    for proc in procs:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(proc.pid, signal.SIGKILL)
-    return len(procs)
+    """Kill the process group of every tool still running in ``TOOLS``; returns how many."""
+    return TOOLS.kill()
 
 
 def _read_bounded(proc: subprocess.Popen[bytes], deadline: float, cap: int) -> tuple[bytes, bytes]:
@@ -309,29 +368,13 @@ def read_bundle(path: Path) -> tuple[dict[str, object], list[CommandResult]]:
 
 
 def read_regular_file(path: Path, max_bytes: int) -> bytes:
-    """The bytes of a regular file of at most ``max_bytes``. Raises OSError with a clear message for a FIFO,
-    device, socket or directory (checked with stat before opening, so a FIFO never blocks) and for a file
-    over the limit (read is bounded, so /dev/zero-like sources never exhaust memory)."""
-    st = os.stat(path)
-    if not stat.S_ISREG(st.st_mode):
-        kind = (
-            "a FIFO"
-            if stat.S_ISFIFO(st.st_mode)
-            else "a device"
-            if stat.S_ISCHR(st.st_mode) or stat.S_ISBLK(st.st_mode)
-            else "a directory"
-            if stat.S_ISDIR(st.st_mode)
-            else "not a regular file"
-        )
-        raise OSError(f"{path}: is {kind}; give a regular file")
-    if st.st_size > max_bytes:
-        raise OSError(f"{path}: {st.st_size} bytes is over the {max_bytes}-byte limit")
-    # O_NONBLOCK: should the path be swapped for a FIFO between stat and open, open still returns at once.
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
-    with os.fdopen(fd, "rb") as f:
-        if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
-            raise OSError(f"{path}: is not a regular file; give a regular file")
-        data = f.read(max_bytes + 1)
-    if len(data) > max_bytes:
-        raise OSError(f"{path}: over the {max_bytes}-byte limit")
-    return data
+    """The bytes of a regular file of at most ``max_bytes`` (a path the user gave: symlinks are followed).
+    Raises OSError with a clear message for a FIFO, device, socket or directory (opened non-blocking and
+    checked with fstat, so a FIFO never blocks) and for a file over the limit (refused by its size, and the
+    read is bounded, so /dev/zero-like sources never exhaust memory). See ``vendors.untrusted``."""
+    try:
+        return read_capped(path, max_bytes, follow_symlinks=True)
+    except RefusedFile as exc:
+        if exc.kind is None:
+            raise
+        raise OSError(f"{path}: is {exc.kind}; give a regular file") from None

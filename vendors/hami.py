@@ -24,19 +24,26 @@ over the live process slots (HAMi's ``DeviceMemoryTotal``, exported by vGPUmonit
 the pod's ``nvidia.com/gpumem``), ``compute_limit_ratio`` = ``smLimit[i]`` / 100 (``nvidia.com/gpucores``),
 ``utilization_ratio`` = sum of ``smUtil`` / 100 (``Device_utilization_desc_of_container``). The slice id is the
 directory name ``<pod UID>_<container>``: the pod mapping names the holder from it (docs/pods.md).
-Files are read, never mapped writable: the exporter never changes a limit.
+Files are read, never mapped: the exporter never changes a limit, and the region files are written from inside
+tenant containers, so each is opened through ``vendors.untrusted`` (non-blocking, no symlink, regular files
+only) and only the parts used are read (header, ``procnum``, live slots: a few KiB, bounded by
+``REGION_SIZE``): a FIFO, a link to /dev/zero or a huge file costs its container only.
 """
 
 from __future__ import annotations
 
-import mmap
+import logging
+import os
 import struct
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 from vendors.base import BackendError, Device, DeviceSample, Slice
 from vendors.registry import BackendContext, BackendSpec, Detection, register
+from vendors.untrusted import opened
+
+log = logging.getLogger(__name__)
 
 DEFAULT_HOOK_PATH = "/usr/local/vgpu"
 MAGIC = 19920718
@@ -64,33 +71,51 @@ class ShareUsage:
     sm_util_percent: int
 
 
-def parse_region(data: bytes | mmap.mmap) -> tuple[ShareUsage, ...]:
+ReadAt = Callable[[int, int], bytes]
+"""``read_at(offset, size)`` -> exactly ``size`` bytes of a region at ``offset``, else RegionError."""
+
+
+def parse_region(data: bytes) -> tuple[ShareUsage, ...]:
     """A ``shared_region_t`` (as bytes) -> its devices' usage. Raises RegionError; never reads past ``data``."""
-    if len(data) < 12:
-        raise RegionError(f"region of {len(data)} bytes is shorter than its header")
-    flag, major, minor = struct.unpack_from("<iii", data, 0)
+
+    def read_at(offset: int, size: int) -> bytes:
+        return data[offset : offset + size]  # within len(data): checked before each read
+
+    return parse_region_at(len(data), read_at)
+
+
+def parse_region_at(size: int, read_at: ReadAt) -> tuple[ShareUsage, ...]:
+    """A region of ``size`` bytes, read through ``read_at`` only where this reader looks: the header,
+    ``procnum`` and the live process slots (a few KiB, not the whole 2 MB). Raises RegionError."""
+    if size < 12:
+        raise RegionError(f"region of {size} bytes is shorter than its header")
+    flag, major, minor = struct.unpack("<iii", read_at(0, 12))
     if flag != MAGIC:
         raise RegionError(f"magic {flag} is not HAMi-core's {MAGIC}")
     if major != 1:
         raise RegionError(f"shared region version {major}.{minor} is not supported (1.x is)")
-    if len(data) < REGION_SIZE:
-        raise RegionError(f"version {major}.{minor} region of {len(data)} bytes, {REGION_SIZE} expected")
-    (num,) = struct.unpack_from("<Q", data, _NUM)
-    (procnum,) = struct.unpack_from("<i", data, _PROCNUM)
+    if size < REGION_SIZE:
+        raise RegionError(f"version {major}.{minor} region of {size} bytes, {REGION_SIZE} expected")
+    head = read_at(0, _PROCS)
+    (num,) = struct.unpack_from("<Q", head, _NUM)
+    (procnum,) = struct.unpack("<i", read_at(_PROCNUM, 4))
     procs = max(0, min(procnum, MAX_PROCS))
+    slots = read_at(_PROCS, procs * _SLOT)
     out: list[ShareUsage] = []
     for i in range(min(num, MAX_DEVICES)):
-        raw = bytes(data[_UUIDS + i * _UUID_LEN : _UUIDS + (i + 1) * _UUID_LEN])
-        uuid = raw.split(b"\0", 1)[0].decode("ascii", errors="replace").strip()
-        if not uuid:  # HAMi's IsValidUUID: not yet initialised
+        raw = head[_UUIDS + i * _UUID_LEN : _UUIDS + (i + 1) * _UUID_LEN].split(b"\0", 1)[0].strip()
+        if not raw:  # HAMi's IsValidUUID: not yet initialised
             continue
-        (limit,) = struct.unpack_from("<Q", data, _LIMIT + 8 * i)
-        (sm_limit,) = struct.unpack_from("<Q", data, _SM_LIMIT + 8 * i)
+        if not all(0x21 <= b <= 0x7E for b in raw):  # a UUID is printable ASCII; else no parent to name
+            raise RegionError(f"device {i}: uuid {raw[:40]!r} is not printable ASCII")
+        uuid = raw.decode("ascii")
+        (limit,) = struct.unpack_from("<Q", head, _LIMIT + 8 * i)
+        (sm_limit,) = struct.unpack_from("<Q", head, _SM_LIMIT + 8 * i)
         used = util = 0
         for p in range(procs):
-            slot = _PROCS + p * _SLOT
-            used += struct.unpack_from("<Q", data, slot + _USED + _USED_SIZE * i + _USED_TOTAL)[0]
-            util += struct.unpack_from("<Q", data, slot + _UTIL + _UTIL_SIZE * i + _UTIL_SM)[0]
+            slot = p * _SLOT
+            used += struct.unpack_from("<Q", slots, slot + _USED + _USED_SIZE * i + _USED_TOTAL)[0]
+            util += struct.unpack_from("<Q", slots, slot + _UTIL + _UTIL_SIZE * i + _UTIL_SM)[0]
         out.append(ShareUsage(uuid[:40], used, limit, sm_limit, util))
     return tuple(out)
 
@@ -110,32 +135,54 @@ def share_slice(slice_id: str, u: ShareUsage) -> Slice:
 
 
 def _cache_file(container_dir: Path) -> Path | None:
-    files = sorted(container_dir.iterdir())
-    if len(files) > 2:  # HAMi's loadCache: "cache num not matched"
-        raise RegionError(f"{len(files)} files in {container_dir}, at most 2 expected")
-    for f in files:
-        if "libvgpu.so" not in f.name and ".cache" in f.name:
-            return f
+    # Listed with scandir, stopping at the third entry: a tenant who fills its directory costs one listing
+    # of three names. No entry is followed or opened here (read_head refuses symlinks and non-files).
+    names: list[str] = []
+    with os.scandir(container_dir) as it:
+        for entry in it:
+            names.append(entry.name)
+            if len(names) > 2:  # HAMi's loadCache: "cache num not matched"
+                raise RegionError(f"more than 2 files in {container_dir}, at most 2 expected")
+    for name in sorted(names):
+        if "libvgpu.so" not in name and ".cache" in name:
+            return container_dir / name
     return None  # no cuInit in that container yet
 
 
+def read_region(path: Path) -> tuple[ShareUsage, ...]:
+    """One container's region file -> its devices' usage. The file is written from inside the tenant's
+    container, so it is opened as untrusted (``vendors.untrusted``: no FIFO, device or symlink) and read
+    with bounded ``pread`` calls of the parts used, never mapped (a file truncated while mapped would kill
+    the exporter with SIGBUS). Raises OSError or RegionError (also when it shrinks while read)."""
+    with opened(path) as (fd, size):
+
+        def read_at(offset: int, n: int) -> bytes:
+            data = os.pread(fd, n, offset)
+            if len(data) != n:
+                raise RegionError(f"{path}: shorter than {offset + n} bytes when read (truncated meanwhile?)")
+            return data
+
+        return parse_region_at(size, read_at)
+
+
 def read_containers(root: Path) -> tuple[list[Slice], dict[str, str]]:
-    """Every container's shares under ``root`` (``<hook path>/containers``): (slices, unreadable dir -> reason)."""
+    """Every container's shares under ``root`` (``<hook path>/containers``): (slices, unreadable dir -> reason).
+    One container's directory or region that cannot be read (missing, a FIFO, a symlink, a device, too
+    short, not a region, a uuid that is not ASCII) costs that container only."""
     slices: list[Slice] = []
     bad: dict[str, str] = {}
-    for d in sorted(root.iterdir()):
-        if not d.is_dir() or "_" not in d.name:
-            continue
+    with os.scandir(root) as it:
+        dirs = sorted(e.name for e in it if e.is_dir(follow_symlinks=False) and "_" in e.name)
+    for name in dirs:
         try:
-            f = _cache_file(d)
+            f = _cache_file(root / name)
             if f is None:
                 continue
-            with f.open("rb") as fh, mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as m:
-                usage = parse_region(m)
+            usage = read_region(f)
         except (OSError, ValueError) as exc:  # one container's region never costs the others
-            bad[d.name] = str(exc)
+            bad[name] = str(exc)
             continue
-        slices.extend(share_slice(d.name, u) for u in usage)
+        slices.extend(share_slice(name, u) for u in usage)
     return slices, bad
 
 
@@ -146,6 +193,7 @@ class HamiBackend:
 
     def __init__(self, hook_path: str = DEFAULT_HOOK_PATH) -> None:
         self.root = Path(hook_path) / "containers"
+        self._bad: dict[str, str] = {}  # logged once per container and reason, not once per poll
 
     def open(self) -> None:
         """Nothing to acquire: each poll reads the files."""
@@ -155,6 +203,10 @@ class HamiBackend:
             slices, bad = read_containers(self.root)
         except OSError as exc:
             raise BackendError(f"{self.root}: {exc}", "read") from exc
+        for name, why in sorted(bad.items()):
+            if self._bad.get(name) != why:
+                log.warning("hami: container %s: region not read: %s", name, why)
+        self._bad = bad
         by_gpu: dict[str, list[Slice]] = {}
         for s in slices:
             by_gpu.setdefault(s.parent_uuid, []).append(s)

@@ -4,6 +4,7 @@ Feishu stand-in, the controller logs a dry-run decision, and everything is gone 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
@@ -194,6 +195,48 @@ def test_ctrl_c_stops_every_child_and_removes_the_workdir(tmp_path: Path) -> Non
     assert all(f"stopped {name} (pid {pid})\n" in out for pid, name in pids.items()), out
     assert_gone(pids)
     assert not workdir.exists() and list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.slow
+@NEEDS_TOOLS
+def test_sighup_with_the_terminal_gone_stops_every_child_and_removes_the_workdir(tmp_path: Path) -> None:
+    """A closed terminal: SIGHUP, and every later write to stdout fails. Before, SIGHUP's default killed the
+    demo at once, leaving its five children with PPID 1 on their ports and the working directory (bot
+    secrets included) in TMPDIR."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "TMPDIR": str(tmp_path)}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "exporter.entry", "demo"],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    assert proc.stdout is not None
+    lines = []
+    try:
+        for line in proc.stdout:
+            lines.append(line)
+            if "stack ready after" in line:
+                break
+        proc.stdout.close()  # the terminal is gone: the demo's next write gets EPIPE
+        proc.send_signal(signal.SIGHUP)
+        proc.wait(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    out = "".join(lines)
+    pids, workdir = pids_and_workdir(out)
+    assert sorted(pids.values()) == ["alertmanager", "exporter", "prometheus", "relay", "remediation"]
+    try:
+        assert_gone(pids)
+    finally:  # a failed run leaves no orphan behind for the next test
+        for pid in pids:
+            with contextlib.suppress(OSError):
+                if str(workdir) in Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace"):
+                    os.kill(pid, signal.SIGKILL)
+    assert not workdir.exists() and list(tmp_path.iterdir()) == []
+    assert proc.returncode == 0
 
 
 @pytest.mark.slow

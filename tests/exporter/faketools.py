@@ -57,6 +57,17 @@ def hanging(bin_dir: Path, tool: str, marker: str = "0") -> Path:
     return _write(bin_dir, tool, f"exec {_abs('sleep')} 60 {marker}")
 
 
+def stalling(bin_dir: Path, tool: str, answers: dict[tuple[str, ...], Path], marker: str) -> Path:
+    """``tool`` prints ``answers[args]`` for exactly those arguments and hangs on any other call, like
+    ``hanging`` (``sleep 60 <marker>``): a driver whose listing works but whose per-card query is stuck,
+    so that a backend runs the tool several times per poll and one call hangs."""
+    cases = "".join(
+        f"  {shlex.quote(' '.join(args))}) exec {_abs('cat')} {shlex.quote(str(path))} ;;\n"
+        for args, path in answers.items()
+    )
+    return _write(bin_dir, tool, f'case "$*" in\n{cases}  *) exec {_abs("sleep")} 60 {marker} ;;\nesac')
+
+
 def alive(marker: str) -> int:
     """How many live (non-zombie) processes run ``sleep 60 <marker>``."""
     n = 0

@@ -3,6 +3,9 @@ containerd/CRI-O/docker forms) -> the pods' container IDs -> accelerator_contain
 
 from __future__ import annotations
 
+import os
+import threading
+import time
 from pathlib import Path
 
 from hypothesis import given
@@ -136,6 +139,33 @@ def test_host_proc_root(tmp_path: Path) -> None:
     assert host_proc_root(None, str(tmp_path)) == "/proc"  # nothing mounted there
     (tmp_path / "1").mkdir()
     assert host_proc_root(None, str(tmp_path)) == str(tmp_path)
+
+
+def test_a_cgroup_file_that_is_no_file_costs_that_process_only(tmp_path: Path) -> None:
+    """A proc tree others can change (a bind mount, a misconfigured host_proc): a FIFO would block the
+    render, /dev/zero or a huge file would never end; each is None (no pod) at once, the real one resolves."""
+    for pid in (10, 11, 12, 13, 14):
+        (tmp_path / str(pid)).mkdir()
+    (tmp_path / "10" / "cgroup").write_text(_fixture("v2-systemd-containerd.cgroup"))
+    os.mkfifo(tmp_path / "11" / "cgroup")
+    (tmp_path / "12" / "cgroup").symlink_to("/dev/zero")
+    with open(tmp_path / "13" / "cgroup", "wb") as f:
+        f.truncate(1 << 30)  # sparse
+    (tmp_path / "14" / "cgroup").symlink_to(tmp_path / "10" / "cgroup")  # not followed
+    lookup = ProcCgroups(str(tmp_path)).lookup
+    got: dict[int, ContainerRef | None] = {}
+    t = threading.Thread(target=lambda: got.update({pid: lookup(pid) for pid in (10, 11, 12, 13, 14)}))
+    t.daemon = True
+    t0 = time.monotonic()
+    t.start()
+    t.join(10)
+    try:
+        assert not t.is_alive(), "lookup hung on a FIFO"
+    finally:
+        if t.is_alive():
+            os.close(os.open(tmp_path / "11" / "cgroup", os.O_WRONLY | os.O_NONBLOCK))
+    assert time.monotonic() - t0 < 2
+    assert got == {10: ContainerRef(POD_A, ID_A), 11: None, 12: None, 13: None, 14: None}
 
 
 def test_ascend_process_table_feeds_the_same_series() -> None:

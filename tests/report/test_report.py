@@ -9,6 +9,7 @@ the HTML is rendered by headless Chromium (Debian `chromium`) to a PNG.
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -27,6 +28,7 @@ from report.baseline import Window, collect, figures
 from report.cli import duration
 from report.prom import Prometheus, ReportError
 from tests.ports import free_port
+from tests.report.prom_standin import StandIn, serve
 
 STEP = 900
 DEVICES = 16
@@ -305,3 +307,70 @@ def test_durations() -> None:
 def test_a_url_that_is_no_prometheus_url_is_one_clear_error(url: str) -> None:
     with pytest.raises(ReportError, match="is not a Prometheus URL like http://prometheus:9090"):
         Prometheus(url)
+
+
+def _rss() -> int:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def test_an_answer_over_the_size_limit_fails_at_the_limit_with_bounded_memory() -> None:
+    """A Prometheus streaming a vector of ever more series (a 3M-series answer: 4.4 GB of RSS before, and
+    the report read it all): the read stops at ``max_answer_bytes``, memory grows by about that much."""
+    cap = 8 * 2**20
+    standin = StandIn("huge", limit=256 * 2**20)
+    with serve(standin) as url:
+        before = _rss()
+        t0 = time.monotonic()
+        with pytest.raises(ReportError, match=r"an answer over 8 MiB \(--max-answer-mib\)"):
+            Prometheus(url, timeout=60, max_answer_bytes=cap).query("accelerator_utilization_ratio", 0)
+        took = time.monotonic() - t0
+        grew = _rss() - before
+    assert took < 10, took
+    assert standin.sent < 64 * 2**20  # stopped reading, not drained to the end (256 MiB)
+    assert grew < 4 * cap, f"RSS grew by {grew / 2**20:.0f} MiB"
+
+
+def test_a_declared_length_over_the_limit_is_refused_before_reading() -> None:
+    with serve(StandIn("declared")) as url:
+        t0 = time.monotonic()
+        with pytest.raises(ReportError, match=r"an answer over 64 MiB"):
+            Prometheus(url, timeout=60).query("up", 0)
+        assert time.monotonic() - t0 < 5
+
+
+def test_the_timeout_covers_an_answer_that_trickles_in() -> None:
+    """One byte every 0.1 s: no single read ever waits 2 s, yet the answer never completes. Before, urllib's
+    per-read timeout let this run until the server stopped (here 30 s); now the query fails at 2 s."""
+    with serve(StandIn("slow", limit=300, pause=0.1)) as url:
+        t0 = time.monotonic()
+        with pytest.raises(ReportError, match=r"no complete answer within 2 s \(--timeout\)"):
+            Prometheus(url, timeout=2).query("up", 0)
+        took = time.monotonic() - t0
+    assert 1.9 < took < 5, took
+
+
+def test_report_cli_fails_with_one_line_on_a_huge_answer(tmp_path: Path) -> None:
+    with serve(StandIn("huge", limit=64 * 2**20)) as url:
+        t0 = time.monotonic()
+        cmd = [sys.executable, "-m", "exporter.entry", "report", "--prometheus", url, "--max-answer-mib", "1"]
+        run = subprocess.run(
+            [*cmd, "--timeout", "20", "-o", str(tmp_path / "r.html")],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        took = time.monotonic() - t0
+    assert run.returncode == 1, run.stderr
+    assert run.stderr.splitlines() == [
+        f"xpuwatch report: Prometheus at {url}: an answer over 1 MiB (--max-answer-mib); narrow the "
+        "selection or raise the limit"
+    ]
+    assert took < 30 and not (tmp_path / "r.html").exists()
+    bad = subprocess.run(
+        [sys.executable, "-m", "exporter.entry", "report", "--prometheus", url, "--max-answer-mib", "0"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert bad.returncode == 2 and "--max-answer-mib: '0' is not a number > 0" in bad.stderr

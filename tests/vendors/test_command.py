@@ -17,6 +17,7 @@ import pytest
 from vendors.base import BackendError
 from vendors.command import (
     MAX_BUNDLE_BYTES,
+    RunningTools,
     SubprocessRunner,
     kill_running_tools,
     read_bundle,
@@ -117,6 +118,34 @@ def test_kill_running_tools_kills_their_process_groups(tmp_path: Path) -> None:
     t.join(30)
     assert not t.is_alive() and len(errors) == 1 and errors[0].reason == "exit_status"  # type: ignore[attr-defined]
     assert kill_running_tools() == 0
+
+
+def test_closed_registry_kills_running_tools_and_refuses_new_ones(tmp_path: Path) -> None:
+    """Shutdown: a backend that runs its tool again after one call failed (npu-smi's per-card queries)
+    gets reason=shutdown instead of a new process that would outlive the exporter."""
+    tool, pids = hanging_tool(tmp_path)
+    tools = RunningTools()
+    runner = SubprocessRunner(tools=tools).limited(None, 300)
+    reasons: list[str | None] = []
+
+    def backend_poll() -> None:
+        for _ in range(3):  # keeps going after a failure, as ascend does per card
+            try:
+                runner.run([str(tool)], timeout=300)
+            except BackendError as exc:
+                reasons.append(exc.reason)
+
+    t = threading.Thread(target=backend_poll)
+    t.start()
+    running = wait_for_pids(pids)
+    t0 = time.monotonic()
+    killed, left = tools.close(wait=10)
+    assert (killed, left) == (1, [])
+    assert time.monotonic() - t0 < 5  # waited for the reaping, not the deadline
+    wait_dead(running)
+    t.join(30)
+    assert reasons == ["exit_status", "shutdown", "shutdown"]
+    assert tools.closed and tools.close(wait=0) == (0, [])
 
 
 def bundle(tmp_path: Path, commands: object) -> Path:

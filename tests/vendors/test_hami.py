@@ -4,7 +4,10 @@ TestSharedRegionTLayoutMatchesCABI), read by the backend, overlaid onto NVML, at
 
 from __future__ import annotations
 
+import os
 import struct
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -133,10 +136,77 @@ def test_parse_region_never_raises_anything_else(head: bytes, major: int) -> Non
     data = struct.pack("<iii", 19920718, major, 1) + head
     try:
         out = parse_region(data + b"\x00" * (SIZE - len(data)) if major == 1 else data)
-    except RegionError:
-        assert major != 1  # a full-size 1.x region always reads
+    except RegionError as exc:
+        # a full-size 1.x region always reads, unless a device's uuid is not printable ASCII
+        assert major != 1 or "not printable ASCII" in str(exc)
         return
     assert len(out) <= 16 and all(len(u.uuid) <= 40 and u.memory_used_bytes == 0 for u in out)
+    assert all(u.uuid.isascii() and u.uuid.isprintable() and " " not in u.uuid for u in out)
+
+
+def with_uuid_bytes(data: bytes, raw: bytes) -> bytes:
+    """``data`` (a region) with device 0's uuid replaced by the bytes ``raw``."""
+    buf = bytearray(data)
+    buf[OFF["uuids"] : OFF["uuids"] + 96] = raw.ljust(96, b"\0")
+    return bytes(buf)
+
+
+def test_a_uuid_that_is_not_ascii_is_refused_not_turned_into_replacement_characters() -> None:
+    """Before, b"GPU-\\xff\\xfe" became the slice parent "GPU-\ufffd\ufffd" (a series under a GPU that is
+    no GPU); now the region is unread, with the bytes named."""
+    data = with_uuid_bytes(region([(GPU_A, 8 << 30, 30)], [[(1 << 30, 5)]]), b"GPU-\xff\xfe")
+    with pytest.raises(RegionError, match=r"device 0: uuid b'GPU-\\xff\\xfe' is not printable ASCII"):
+        parse_region(data)
+
+
+def test_hostile_files_in_one_container_cost_that_container_only(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Files written from inside tenants' containers: a FIFO (opening it for reading would wait for a writer
+    forever), a symlink to /dev/zero, a symlink to another tenant's region, a huge sparse file, a region
+    with a non-ASCII uuid, a directory filled with files. The sample returns at once; the others read."""
+    root = hook_tree(tmp_path)
+    c = root / "containers"
+    hostile = {
+        "fifo": "is a FIFO, not a regular file",
+        "zero": "is a symbolic link, not followed",
+        "peer": "is a symbolic link, not followed",
+        "huge": "magic 0 is not HAMi-core's",
+        "ascii": "is not printable ASCII",
+        "crowd": "more than 2 files",
+    }
+    dirs = {name: c / f"{POD_2}_{name}" for name in hostile}
+    for d in dirs.values():
+        d.mkdir()
+    fifo = dirs["fifo"] / "f.cache"
+    os.mkfifo(fifo)
+    (dirs["zero"] / "z.cache").symlink_to("/dev/zero")
+    (dirs["peer"] / "p.cache").symlink_to(c / f"{POD_1}_trainer" / "a1b2c3.cache")
+    with open(dirs["huge"] / "h.cache", "wb") as f:
+        f.truncate(64 << 30)  # 64 GiB, sparse: no disk used, but never to be read whole
+    (dirs["ascii"] / "u.cache").write_bytes(with_uuid_bytes(region([(GPU_B, 1 << 30, 0)], []), b"\xff\xfe"))
+    for i in range(2000):
+        (dirs["crowd"] / f"{i}.cache").write_bytes(b"")
+    got: list[DeviceSample] = []
+    t = threading.Thread(target=lambda: got.extend(HamiBackend(str(root)).sample()), daemon=True)
+    t0 = time.monotonic()
+    t.start()
+    t.join(10)
+    try:
+        assert not t.is_alive(), "sample() hung on a tenant's file"
+    finally:
+        if t.is_alive():  # unblock the reader stuck in open() so that the test process can exit
+            os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+    assert time.monotonic() - t0 < 2
+    a, gb = got
+    assert {s.slice_id for s in a.slices} == {f"{POD_1}_trainer", f"{POD_2}_server"}
+    assert [s.slice_id for s in gb.slices] == [f"{POD_2}_server"]
+    unread = {k.removeprefix(f"region {POD_2}_"): v for k, v in a.unread.items()}
+    assert unread.keys() == {*hostile, "old"}
+    for name, why in hostile.items():
+        assert why in unread[name], (name, unread[name])
+    logged = [r.getMessage() for r in caplog.records if r.name == "vendors.hami"]
+    assert len(logged) == 7 and all(" region not read: " in m for m in logged)
 
 
 def test_every_region_unreadable_is_a_backend_error(tmp_path: Path) -> None:
@@ -146,7 +216,7 @@ def test_every_region_unreadable_is_a_backend_error(tmp_path: Path) -> None:
         (d / name).write_bytes(b"")
     with pytest.raises(BackendError) as exc:
         HamiBackend(str(tmp_path)).sample()
-    assert exc.value.reason == "parse" and "3 files" in str(exc.value)
+    assert exc.value.reason == "parse" and "more than 2 files" in str(exc.value)
 
 
 def test_shares_attributed_to_their_container_not_the_card(tmp_path: Path) -> None:

@@ -1,0 +1,70 @@
+"""Reading files others can write (vendors.untrusted): special files are refused without being opened for
+reading, symlinks are not followed, reads are bounded, and /proc files (size 0) read whole."""
+
+from __future__ import annotations
+
+import os
+import threading
+from pathlib import Path
+
+import pytest
+
+from vendors.untrusted import RefusedFile, opened, read_capped
+
+
+def test_a_fifo_is_never_opened_for_reading(tmp_path: Path) -> None:
+    """A writer blocks in open() until some process opens the FIFO for reading: it still blocks after the
+    refusal, so the exporter never became a reader (opened, a device node's driver would have run)."""
+    fifo = tmp_path / "x.cache"
+    os.mkfifo(fifo)
+    opened_for_writing = threading.Event()
+
+    def writer() -> None:
+        os.close(os.open(fifo, os.O_WRONLY))  # blocks until a reader opens it
+        opened_for_writing.set()
+
+    t = threading.Thread(target=writer, daemon=True)
+    t.start()
+    with pytest.raises(RefusedFile, match=r"x.cache: is a FIFO, not a regular file") as err:
+        read_capped(fifo, 4096)
+    assert err.value.kind == "a FIFO"
+    assert not opened_for_writing.wait(0.5), "the FIFO was opened for reading"
+    os.close(os.open(fifo, os.O_RDONLY | os.O_NONBLOCK))  # release the writer
+    assert opened_for_writing.wait(10)
+
+
+def test_symlinks_are_refused_unless_followed(tmp_path: Path) -> None:
+    target = tmp_path / "real"
+    target.write_bytes(b"secret")
+    link = tmp_path / "link"
+    link.symlink_to(target)
+    with pytest.raises(RefusedFile, match="is a symbolic link, not followed"):
+        read_capped(link, 100)
+    with pytest.raises(RefusedFile, match="is a symbolic link"), opened(link):
+        pass
+    assert read_capped(link, 100, follow_symlinks=True) == b"secret"
+    (tmp_path / "zero").symlink_to("/dev/zero")
+    with pytest.raises(RefusedFile, match="is a device"):
+        read_capped(tmp_path / "zero", 100, follow_symlinks=True)
+
+
+def test_reads_are_bounded(tmp_path: Path) -> None:
+    big = tmp_path / "big"
+    with open(big, "wb") as f:
+        f.truncate(1 << 40)  # 1 TiB, sparse
+    with pytest.raises(RefusedFile, match=r"1099511627776 bytes is over the 4096-byte limit"):
+        read_capped(big, 4096)
+    with opened(big) as (fd, size):
+        assert size == 1 << 40 and os.pread(fd, 8, 1 << 39) == b"\0" * 8
+    small = tmp_path / "small"
+    small.write_bytes(b"12345")
+    assert read_capped(small, 5) == b"12345"
+    with pytest.raises(RefusedFile, match="over the 4-byte limit"):
+        read_capped(small, 4)
+
+
+def test_proc_files_report_size_zero_and_read_whole() -> None:
+    text = read_capped(Path(f"/proc/{os.getpid()}/status"), 65536)
+    assert text.startswith(b"Name:") and f"Pid:\t{os.getpid()}\n".encode() in text
+    with pytest.raises(RefusedFile, match="over the 8-byte limit"):
+        read_capped(Path(f"/proc/{os.getpid()}/status"), 8)
