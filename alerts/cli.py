@@ -52,9 +52,9 @@ def promtool_problem(rules_yml: str, promtool: str | None = None) -> str | None:
             return f"promtool check rules could not run: {exc}"
     if res.returncode == 0:
         return None
-    lines = [ln.strip() for ln in (res.stderr + res.stdout).splitlines() if ln.strip()]
-    errors = [ln for ln in lines if "FAILED" not in ln and not ln.startswith("Checking ")]
-    return "promtool check rules failed on the generated rules: " + "; ".join(errors or lines).replace(
+    lines = [ln.strip().removeprefix("FAILED:").strip() for ln in (res.stderr + res.stdout).splitlines()]
+    errors = [ln for ln in lines if ln and not ln.startswith("Checking ")]
+    return "promtool check rules failed on the generated rules: " + "; ".join(errors).replace(
         str(path), "rules.yml"
     )
 

@@ -32,8 +32,11 @@ DEFAULT_SPEC_PATH = Path(__file__).parent / "spec.yaml"
 CATEGORIES = ("hardware", "performance")
 SEVERITIES = ("critical", "warning", "info")
 ACTIONS = ("drain", "reclaim", "resize", "none")
-# Prometheus duration: one or more <number><unit>, e.g. "90s", "1h30m", "0m".
-_DURATION = re.compile(r"^(\d+(ms|s|m|h|d|w|y))+$")
+# Prometheus duration (common/model ParseDuration, also Alertmanager's): units largest first, each at most
+# once, e.g. "90s", "1h30m", "0m"; "1m1h" and "5s5s" are refused there, so here too.
+_DURATION = re.compile(r"^(?:(\d+)y)?(?:(\d+)w)?(?:(\d+)d)?(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?(?:(\d+)ms)?$")
+_DURATION_MS = (365 * 86_400_000, 7 * 86_400_000, 86_400_000, 3_600_000, 60_000, 1000, 1)
+_MAX_DURATION_MS = (1 << 63) - 1  # a time.Duration in nanoseconds would be smaller; ParseDuration's own bound
 
 
 class SpecError(ValueError):
@@ -225,8 +228,12 @@ def _mapping(node: Any, path: str) -> dict[str, Any]:
 
 
 def _duration(value: Any, path: str) -> str:
-    if not isinstance(value, str) or not _DURATION.match(value):
+    m = _DURATION.match(value) if isinstance(value, str) and value else None
+    if m is None:
         raise SpecError(f"{path}: {value!r} is not a Prometheus duration like 5m or 1h30m")
+    total = sum(int(n) * ms for n, ms in zip(m.groups(), _DURATION_MS, strict=True) if n)
+    if total > _MAX_DURATION_MS:
+        raise SpecError(f"{path}: {value!r} is out of range for a Prometheus duration")
     return value
 
 

@@ -13,6 +13,7 @@ import copy
 import dataclasses
 import math
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -24,6 +25,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from alerts import spec as alert_spec
+from alerts.cli import promtool_problem
 from alerts.relay import config as relay_config
 from exporter import settings as exporter_settings
 from exporter import validation
@@ -154,6 +156,12 @@ CASES = [
         "alerts.AcceleratorEccCorrectableStorm.threshold",
     ),
     ("rules", {"runbook_base_url": "javascript:alert(1)"}, "runbook_base_url"),
+    ("rules", {"alerts": {"AcceleratorLost": {"for": "1m1h"}}}, "alerts.AcceleratorLost.for"),
+    (
+        "rules",
+        {"routing": {"hardware": {"repeat_interval": "300000000y"}}},
+        "routing.hardware.repeat_interval",
+    ),
 ]
 
 
@@ -177,6 +185,17 @@ def test_rules_generate_refuses_a_non_http_relay_url(tmp_path: Path) -> None:
     assert res.stderr.strip().startswith(
         "xpuwatch: config error: --relay-url: must be an http:// or https://"
     )
+
+
+@pytest.mark.skipif(shutil.which("promtool") is None, reason="needs promtool")
+def test_promtool_complaints_become_one_line() -> None:
+    """The oracle behind the spec checks: promtool's verdict on generated rules, as one line."""
+    bad = "groups:\n- name: g\n  rules:\n  - alert: A\n    expr: vector(1)\n    for: 5s5s\n"
+    assert promtool_problem(bad) == (
+        'promtool check rules failed on the generated rules: rules.yml: not a valid duration string: "5s5s"'
+    )
+    good = bad.replace("5s5s", "5s")
+    assert promtool_problem(good) is None
 
 
 def test_good_values_at_the_bounds_are_accepted(tmp_path: Path) -> None:
