@@ -368,7 +368,12 @@ def _secret(
         path = Path(str(doc[file_key]))
         path = path if path.is_absolute() else base / path
         # empty is refused like an empty *_env: an empty secret_file would silently mean "unsigned"
-        value = validation.secret_text(path, f"{where}.{file_key}", ConfigError)
+        try:
+            value = validation.secret_text(path, f"{where}.{file_key}", ConfigError)
+        except ConfigError as exc:
+            if key == "secret" and str(exc).endswith(" is empty"):
+                raise ConfigError(f"{exc} (for an unsigned bot leave {file_key} out)") from None
+            raise
     elif env_key in doc:
         value = env.get(str(doc[env_key]), "").strip()
         if not value:
