@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import shutil
+import subprocess
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -11,6 +14,8 @@ from alerts.alertmanager import Endpoints, render_alertmanager
 from alerts.alertmanagerconfig import render_alertmanagerconfig
 from alerts.rules import render_prometheusrule, render_rules
 from alerts.spec import DEFAULT_SPEC_PATH, SpecError, load_user_spec
+from exporter import validation
+from exporter.logs import config_error
 
 # Relative to the current directory (the repository root): an installed package never writes into
 # site-packages, and a checkout's own spec.yaml is the one edited.
@@ -29,6 +34,31 @@ def render_all(spec_path: Path, endpoints: Endpoints) -> dict[str, str]:
         "alertmanager.yml": render_alertmanager(spec, endpoints),
         "alertmanagerconfig.yaml": render_alertmanagerconfig(spec, endpoints),
     }
+
+
+def promtool_problem(rules_yml: str, promtool: str | None = None) -> str | None:
+    """``promtool check rules`` on the generated rules file when promtool is on PATH (or given): None
+    when it passes or promtool is absent, else its complaint as one line. The spec parser already checks
+    selectors, regexes and numbers; promtool is the oracle for what it cannot foresee."""
+    promtool = promtool or shutil.which("promtool")
+    if not promtool:
+        return None
+    with tempfile.TemporaryDirectory(prefix="xpuwatch-rules-") as tmp:
+        path = Path(tmp) / "rules.yml"
+        path.write_text(rules_yml, encoding="utf-8")
+        try:
+            res = subprocess.run(
+                [promtool, "check", "rules", str(path)], capture_output=True, text=True, timeout=60
+            )
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            return f"promtool check rules could not run: {exc}"
+    if res.returncode == 0:
+        return None
+    lines = [ln.strip().removeprefix("FAILED:").strip() for ln in (res.stderr + res.stdout).splitlines()]
+    errors = [ln for ln in lines if ln and not ln.startswith("Checking ")]
+    return "promtool check rules failed on the generated rules: " + "; ".join(errors).replace(
+        str(path), "rules.yml"
+    )
 
 
 def stale_files(out: Path, files: dict[str, str]) -> list[str]:
@@ -79,17 +109,19 @@ def add_commands(sub: Any) -> None:
 
 
 def _generate(args: argparse.Namespace) -> int:
-    endpoints = Endpoints(
-        relay_url=args.relay_url,
-        remediator_url=args.remediator_url,
-        relay_credentials_file=args.relay_credentials_file,
-        remediator_credentials_file=args.remediator_credentials_file,
-    )
     try:
+        endpoints = Endpoints(
+            relay_url=validation.http_url(args.relay_url, "--relay-url", SpecError),
+            remediator_url=validation.http_url(args.remediator_url, "--remediator-url", SpecError),
+            relay_credentials_file=args.relay_credentials_file,
+            remediator_credentials_file=args.remediator_credentials_file,
+        )
         files = render_all(args.spec, endpoints)
+        problem = promtool_problem(files["rules.yml"])
+        if problem:
+            raise SpecError(f"{args.spec}: {problem}")
     except (SpecError, OSError, ValueError, KeyError) as exc:
-        print(f"xpuwatch rules generate: {exc}", file=sys.stderr)
-        return 2
+        return config_error(" ".join(str(exc).split()))
     if args.check:
         stale = stale_files(args.out, files)
         for name in stale:

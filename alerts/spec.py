@@ -21,8 +21,10 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
+import re2  # google-re2: the regex syntax Prometheus compiles (Go regexp/syntax is RE2's)
 import yaml
 
+from exporter import validation
 from exporter.settings import yaml_problem
 
 DEFAULT_SPEC_PATH = Path(__file__).parent / "spec.yaml"
@@ -30,8 +32,11 @@ DEFAULT_SPEC_PATH = Path(__file__).parent / "spec.yaml"
 CATEGORIES = ("hardware", "performance")
 SEVERITIES = ("critical", "warning", "info")
 ACTIONS = ("drain", "reclaim", "resize", "none")
-# Prometheus duration: one or more <number><unit>, e.g. "90s", "1h30m", "0m".
-_DURATION = re.compile(r"^(\d+(ms|s|m|h|d|w|y))+$")
+# Prometheus duration (common/model ParseDuration, also Alertmanager's): units largest first, each at most
+# once, e.g. "90s", "1h30m", "0m"; "1m1h" and "5s5s" are refused there, so here too.
+_DURATION = re.compile(r"^(?:(\d+)y)?(?:(\d+)w)?(?:(\d+)d)?(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?(?:(\d+)ms)?$")
+_DURATION_MS = (365 * 86_400_000, 7 * 86_400_000, 86_400_000, 3_600_000, 60_000, 1000, 1)
+_MAX_DURATION_MS = (1 << 63) - 1  # a time.Duration in nanoseconds would be smaller; ParseDuration's own bound
 
 
 class SpecError(ValueError):
@@ -223,8 +228,12 @@ def _mapping(node: Any, path: str) -> dict[str, Any]:
 
 
 def _duration(value: Any, path: str) -> str:
-    if not isinstance(value, str) or not _DURATION.match(value):
+    m = _DURATION.match(value) if isinstance(value, str) and value else None
+    if m is None:
         raise SpecError(f"{path}: {value!r} is not a Prometheus duration like 5m or 1h30m")
+    total = sum(int(n) * ms for n, ms in zip(m.groups(), _DURATION_MS, strict=True) if n)
+    if total > _MAX_DURATION_MS:
+        raise SpecError(f"{path}: {value!r} is out of range for a Prometheus duration")
     return value
 
 
@@ -249,20 +258,65 @@ def _labels(value: Any, path: str) -> tuple[str, ...]:
 def _number(value: Any, path: str) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float) or value != value or value < 0:
         raise SpecError(f"{path}: {value!r} is not a non-negative number")
+    validation.finite(value, path, SpecError)  # .inf renders as +Inf: an alert that can never fire
     return value
 
 
 # One PromQL label matcher: name, operator, double-quoted value (backslash escapes allowed).
 _MATCHER = r'\s*[A-Za-z_][A-Za-z0-9_]*\s*(=~|!~|!=|=)\s*"(?:[^"\\]|\\.)*"\s*'
 _MATCHERS = re.compile(rf"^{_MATCHER}(,{_MATCHER})*$")
+_ONE_MATCHER = re.compile(r'\s*[A-Za-z_][A-Za-z0-9_]*\s*(=~|!~|!=|=)\s*"((?:[^"\\]|\\.)*)"\s*')
+# The escapes a double-quoted PromQL string allows (promql/parser/lex.go lexEscape, then strconv.Unquote).
+_ESCAPE = re.compile(
+    r'\\(?:([abfnrtv\\"])|([0-7]{3})|x([0-9a-fA-F]{2})|u([0-9a-fA-F]{4})|U([0-9a-fA-F]{8})|(.))', re.S
+)
+_ESCAPED = {"a": "\a", "b": "\b", "f": "\f", "n": "\n", "r": "\r", "t": "\t", "v": "\v", "\\": "\\", '"': '"'}
+_RE2_OPTIONS = re2.Options()
+_RE2_OPTIONS.log_errors = False  # else RE2 logs each bad pattern to stderr besides raising
+
+
+def _promql_string(body: str, path: str) -> str:
+    """The value of a double-quoted PromQL string literal (``body`` without its quotes)."""
+
+    def one(m: re.Match[str]) -> str:
+        simple, octal, x, u, big, bad = m.groups()
+        if bad is not None:
+            raise SpecError(
+                f"{path}: unknown escape \\{bad} in a PromQL string (a regex's backslash is written \\\\)"
+            )
+        if simple is not None:
+            return _ESCAPED[simple]
+        code = int(octal, 8) if octal else int(x or u or big, 16)
+        if code > 0x10FFFF or 0xD800 <= code <= 0xDFFF:
+            raise SpecError(f"{path}: escape {m.group()} is not a Unicode character")
+        return chr(code)
+
+    return _ESCAPE.sub(one, body)
+
+
+def check_regex(pattern: str, path: str) -> str:
+    """``pattern`` if Prometheus can compile it: RE2 syntax (Go ``regexp``), which lacks lookaround and
+    backreferences that Python's ``re`` has and has ``\\pL``/``[[:alpha:]]`` that ``re`` lacks.
+    Raises SpecError: ``<path>: invalid regex 'a(?=b)': invalid perl operator: (?=``."""
+    try:
+        re2.compile(pattern, _RE2_OPTIONS)
+    except re2.error as exc:
+        reason = exc.args[0].decode(errors="replace") if exc.args and isinstance(exc.args[0], bytes) else exc
+        raise SpecError(f"{path}: invalid regex {pattern!r}: {reason}") from None
+    return pattern
 
 
 def _selector(value: Any, path: str, empty_ok: bool = False) -> str:
-    """A comma-separated list of label matchers (``job=~"a|b", cluster="x"``), as written inside braces."""
+    """A comma-separated list of label matchers (``job=~"a|b", cluster="x"``), as written inside braces.
+    String escapes and ``=~``/``!~`` regexes are checked as Prometheus parses them."""
     if empty_ok and value == "":
         return ""
     if not isinstance(value, str) or not _MATCHERS.match(value):
         raise SpecError(f'{path}: {value!r} is not a list of label matchers like job="xpuwatch"')
+    for m in _ONE_MATCHER.finditer(value):
+        text = _promql_string(m.group(2), path)
+        if m.group(1) in ("=~", "!~"):
+            check_regex(text, path)
     return value.strip()
 
 
@@ -301,6 +355,7 @@ def _check_param(key: str, value: Any, path: str) -> None:
                 raise SpecError(
                     f"{path}.{vendor}: expected a resource-name regex without quotes or backslashes"
                 )
+            check_regex(regex, f"{path}.{vendor}")
     elif key in ("reasons", "metrics"):
         if (
             not isinstance(value, list)
@@ -407,7 +462,9 @@ def parse_spec(data: Any) -> Spec:
             return _selector(_param(top[key], key).value, key, empty_ok)
 
         return Spec(
-            runbook_base_url=str(_param(top["runbook_base_url"], "runbook_base_url").value).rstrip("/"),
+            runbook_base_url=validation.http_url(
+                _param(top["runbook_base_url"], "runbook_base_url").value, "runbook_base_url", SpecError
+            ).rstrip("/"),
             exporter_job_selector=top_selector("exporter_job_selector"),
             cluster_selector=top_selector("cluster_selector", empty_ok=True),
             kube_state_metrics_selector=top_selector("kube_state_metrics_selector"),

@@ -34,7 +34,6 @@ runs contiguously from 9100 upwards); 9852/9853 are our relay and remediation co
 from __future__ import annotations
 
 import dataclasses
-import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -44,6 +43,7 @@ from typing import Any
 
 import yaml
 
+from exporter import validation
 from exporter.podsource import PodMappingSettings
 
 DEFAULT_PORT = 9851
@@ -52,6 +52,12 @@ RESERVED_PATHS = ("/healthz", "/readyz", "/")
 POLL_KEYS = ("interval", "timeout", "stale_after", "max_output_bytes")
 MIN_INTERVAL_SECONDS = 0.5
 """Shortest poll interval accepted: vendor tools take 0.1-2 s per call, and each poll re-renders /metrics."""
+MAX_POLL_SECONDS = validation.HOUR
+"""Longest poll interval / timeout (backends and pod mapping): data an hour old is no monitoring."""
+MAX_STALE_SECONDS = validation.DAY
+"""Longest ``stale_after`` and ``pod_mapping.grace``: how long last-good data may be served."""
+MAX_OUTPUT_BYTES = validation.GIB
+"""Largest ``max_output_bytes``: the cap bounds memory, so "unbounded" is not a value it takes."""
 
 
 class ConfigError(ValueError):
@@ -129,10 +135,8 @@ def parse_listen_address(value: str, key: str, default_port: int = DEFAULT_PORT)
     return m.group(1).strip("[]"), int(m.group(2))
 
 
-def _positive(v: Any, key: str) -> float:
-    if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v) or v <= 0:
-        raise ConfigError(f"{key}: must be a number > 0 (seconds), got {v!r}")
-    return float(v)
+def _positive(v: Any, key: str, high: float = MAX_POLL_SECONDS) -> float:
+    return validation.number(v, key, low=0, high=high, low_open=True, unit="seconds", error=ConfigError)
 
 
 def _str(v: Any, key: str) -> str:
@@ -191,13 +195,21 @@ def _backend(name: str, raw: Any) -> BackendSettings:
             f"{key}.interval: must be at least {MIN_INTERVAL_SECONDS} seconds, got {interval:g}"
         )
     cap = section.get("max_output_bytes")
-    if cap is not None and (isinstance(cap, bool) or not isinstance(cap, int) or cap < 1024):
-        raise ConfigError(f"{key}.max_output_bytes: must be a whole number of bytes >= 1024, got {cap!r}")
+    if cap is not None:
+        validation.number(
+            cap,
+            f"{key}.max_output_bytes",
+            low=1024,
+            high=MAX_OUTPUT_BYTES,
+            integer=True,
+            unit="bytes",
+            error=ConfigError,
+        )
     timeout = None if section.get("timeout") is None else _positive(section["timeout"], f"{key}.timeout")
     stale = (
         None
         if section.get("stale_after") is None
-        else _positive(section["stale_after"], f"{key}.stale_after")
+        else _positive(section["stale_after"], f"{key}.stale_after", MAX_STALE_SECONDS)
     )
     options = {k: v for k, v in section.items() if k not in POLL_KEYS}
     return BackendSettings(interval, timeout, stale, cap, MappingProxyType(options))
@@ -244,7 +256,7 @@ def _pod_mapping(raw: Any) -> PodMappingSettings:
             if section.get("grace") is None
             else 0.0
             if section["grace"] == 0 and not isinstance(section["grace"], bool)
-            else _positive(section["grace"], "pod_mapping.grace")
+            else _positive(section["grace"], "pod_mapping.grace", MAX_STALE_SECONDS)
         ),
         host_proc=None
         if section.get("host_proc") is None
@@ -397,11 +409,11 @@ def _http_server_config(raw: Any) -> Mapping[str, str]:
     allowed = {h.lower(): h for h in _HEADERS}
     out = {}
     for name, value in headers.items():
+        where = f"http_server_config.headers.{name!s}"
+        validation.header_name(name, "http_server_config.headers", ConfigError)
         if str(name).lower() not in allowed:
-            raise ConfigError(f"http_server_config.headers.{name}: not one of {', '.join(_HEADERS)}")
-        if not isinstance(value, str):
-            raise ConfigError(f"http_server_config.headers.{name}: must be a string")
-        out[allowed[str(name).lower()]] = value
+            raise ConfigError(f"{where}: not one of {', '.join(_HEADERS)}")
+        out[allowed[str(name).lower()]] = validation.header_value(value, where, ConfigError)
     return MappingProxyType(out)
 
 

@@ -17,6 +17,7 @@ from typing import Any, Literal
 import yaml
 
 from alerts.spec import CATEGORIES
+from exporter import validation
 from exporter.settings import yaml_problem
 
 ActionName = Literal["reclaim", "resize", "drain"]
@@ -27,6 +28,37 @@ EVICTION_MODES: tuple[EvictionMode, ...] = ("immediate", "after-notice", "wait-f
 
 class ConfigError(ValueError):
     """The config file is unreadable or a key has a wrong type or value; the message names the key."""
+
+
+# Upper bound of a numeric setting: by field name, else by suffix, else MAX_NUMBER. A value past one would
+# overflow a timer (``asyncio.sleep(1e308)``) or switch a limit off (a body cap of 1e20 bytes).
+_BOUND_BY_NAME: dict[str, tuple[float, str]] = {
+    "max_disrupted_nodes": (100_000, "nodes"),
+    "hub_timeout_seconds": (5 * validation.MINUTE, "seconds"),
+    "lease_duration_seconds": (validation.HOUR, "seconds"),
+    "renew_deadline_seconds": (validation.HOUR, "seconds"),
+    "retry_period_seconds": (validation.HOUR, "seconds"),
+}
+_BOUND_BY_SUFFIX: tuple[tuple[str, float, str], ...] = (
+    ("_bytes", 64 * validation.MIB, "bytes"),
+    ("_seconds", validation.MAX_DURATION_SECONDS, "seconds"),
+)
+MAX_TICK_SECONDS = validation.HOUR
+_URL_KEYS = {"hub_api_url", "kernels_url", "prometheus_url", "host"}  # http(s) URLs inside sections
+
+
+def _bound(name: str) -> tuple[float, str]:
+    if name in _BOUND_BY_NAME:
+        return _BOUND_BY_NAME[name]
+    for suffix, high, unit in _BOUND_BY_SUFFIX:
+        if name.endswith(suffix):
+            return high, unit
+    return validation.MAX_NUMBER, ""
+
+
+def _bounded(value: Any, key: str, name: str) -> None:
+    high, unit = _bound(name)
+    validation.number(value, key, low=0, high=high, unit=unit, error=ConfigError)
 
 
 @dataclass(frozen=True)
@@ -163,10 +195,8 @@ def _read_secret(base: Path, value: Any, key: str) -> str:
     if not isinstance(value, str) or not value:
         raise ConfigError(f"{key}: expected a file path")
     path = (base / value) if not os.path.isabs(value) else Path(value)
-    try:
-        return path.read_text().strip()
-    except OSError as exc:
-        raise ConfigError(f"{key}: cannot read {path}: {exc.strerror}") from None
+    # an empty token file is refused: it would silently mean "no credentials"
+    return validation.secret_text(path, key, ConfigError)
 
 
 def _secret(doc: dict[str, Any], name: str, base: Path, where: str) -> str | None:
@@ -201,6 +231,7 @@ def _section(cls: type, raw: Any, key: str, overrides: Mapping[str, Any] | None 
         elif isinstance(default, int | float) and not isinstance(default, bool):
             if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
                 raise ConfigError(f"{key}.{name}: expected a non-negative number")
+            _bounded(value, f"{key}.{name}", name)
             value = type(default)(value)
         elif isinstance(default, tuple):
             if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
@@ -209,8 +240,11 @@ def _section(cls: type, raw: Any, key: str, overrides: Mapping[str, Any] | None 
         elif default is None and name.endswith("_seconds"):
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
                 raise ConfigError(f"{key}.{name}: expected a non-negative integer")
+            _bounded(value, f"{key}.{name}", name)
         elif (default is None or isinstance(default, str)) and not isinstance(value, str):
             raise ConfigError(f"{key}.{name}: expected a string")
+        if name in _URL_KEYS and value is not None:
+            validation.http_url(value, f"{key}.{name}", ConfigError)
         kwargs[name] = value
     return cls(**kwargs)
 
@@ -307,9 +341,7 @@ def parse(raw: Any, base: Path = Path(".")) -> Settings:
         raise ConfigError("reclaim.hub_token: give hub_token_file, secrets are not inlined")
     for k in ("hub_api_url",):
         if k in rc:
-            if not isinstance(rc[k], str):
-                raise ConfigError(f"reclaim.{k}: expected a URL")
-            rc_over[k] = rc.pop(k)
+            rc_over[k] = validation.http_url(rc.pop(k), f"reclaim.{k}", ConfigError)
     reclaim = _section(ReclaimSettings, rc, "reclaim", rc_over)
 
     rs = dict(raw.get("resize") or {})
@@ -337,16 +369,15 @@ def parse(raw: Any, base: Path = Path(".")) -> Settings:
     if audit_path is not None and not isinstance(audit_path, str):
         raise ConfigError("audit_path: expected a path")
     notify_url = raw.get("notify_url")
-    if notify_url is not None and not isinstance(notify_url, str):
-        raise ConfigError("notify_url: expected a URL")
+    if notify_url is not None:
+        validation.http_url(notify_url, "notify_url", ConfigError)
     notify = raw.get("notify") or {}
     if not isinstance(notify, Mapping):
         raise ConfigError(f"notify: expected a mapping of {' and '.join(CATEGORIES)} to relay channel URLs")
     for category, url in notify.items():
         if category not in CATEGORIES:
             raise ConfigError(f"notify.{category}: unknown category, expected one of {', '.join(CATEGORIES)}")
-        if not isinstance(url, str) or not url:
-            raise ConfigError(f"notify.{category}: expected a URL")
+        validation.http_url(url, f"notify.{category}", ConfigError)
     notify_token = (
         _read_secret(base, raw["notify_token_file"], "notify_token_file")
         if "notify_token_file" in raw
@@ -355,6 +386,9 @@ def parse(raw: Any, base: Path = Path(".")) -> Settings:
     tick = raw.get("tick_seconds", 10.0)
     if isinstance(tick, bool) or not isinstance(tick, int | float) or tick <= 0:
         raise ConfigError("tick_seconds: expected a positive number")
+    validation.number(
+        tick, "tick_seconds", low=0, high=MAX_TICK_SECONDS, low_open=True, unit="seconds", error=ConfigError
+    )
     return Settings(
         rules=tuple(rules),
         webhook=webhook,

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib
 import logging
+import math
 import pkgutil
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -89,6 +90,10 @@ class BackendSpec:
 
 
 OPTION_KINDS = ("seconds", "number", "int", "bool", "string", "strings", "any")
+MAX_OPTION_SECONDS = 3600.0
+"""Largest ``seconds`` option (tool timeouts, backoffs, update intervals): past it a poll never ends."""
+MAX_OPTION_INT = 2**31 - 1
+"""Largest ``int`` option: vendor libraries take C ints (NVML's event-wait milliseconds)."""
 
 
 def check_options(spec: BackendSpec, options: Mapping[str, Any], where: str) -> None:
@@ -102,13 +107,13 @@ def check_options(spec: BackendSpec, options: Mapping[str, Any], where: str) -> 
         if value is None or kind == "any":
             continue
         if kind == "seconds":
-            ok = _number(value) and value > 0
-            why = "must be a number of seconds > 0"
+            ok = _number(value) and 0 < value <= MAX_OPTION_SECONDS
+            why = f"must be a number of seconds > 0 and <= {MAX_OPTION_SECONDS:g}"
         elif kind == "number":
-            ok, why = _number(value), "must be a number"
+            ok, why = _number(value), "must be a finite number"
         elif kind == "int":
-            ok = isinstance(value, int) and not isinstance(value, bool) and value >= 0
-            why = "must be a whole number >= 0"
+            ok = isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= MAX_OPTION_INT
+            why = f"must be a whole number >= 0 and <= {MAX_OPTION_INT}"
         elif kind == "bool":
             ok, why = isinstance(value, bool), "must be true or false"
         elif kind == "string":
@@ -121,12 +126,12 @@ def check_options(spec: BackendSpec, options: Mapping[str, Any], where: str) -> 
 
 
 def _number(value: Any) -> bool:
-    return (
-        isinstance(value, int | float)
-        and not isinstance(value, bool)
-        and value == value
-        and abs(value) != float("inf")
-    )
+    if not isinstance(value, int | float) or isinstance(value, bool):
+        return False
+    try:
+        return math.isfinite(value)  # an int past float64 (a 400-digit YAML int) overflows here
+    except OverflowError:
+        return False
 
 
 _SPECS: dict[str, BackendSpec] = {}

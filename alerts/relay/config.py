@@ -11,6 +11,8 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import yaml
 
+from alerts.spec import SEVERITIES
+from exporter import validation
 from exporter.credentials import is_bcrypt_hash
 from exporter.settings import yaml_problem
 
@@ -18,6 +20,10 @@ DEFAULT_LISTEN = ":9852"  # contract: relay default port 9852
 DEFAULT_TIMEZONE = "Asia/Shanghai"
 CHANNEL_TYPES = ("wecom", "feishu", "dingtalk")
 SIGNED_TYPES = ("feishu", "dingtalk")  # bots with a signing secret and a custom-keyword setting
+# Upper bounds (name -> (low, high, unit)); a value past one would overflow a timer or switch a bound off.
+MAX_BODY_BYTES = 64 * validation.MIB  # an Alertmanager group of thousands of alerts is a few MiB
+MAX_PARTS = 100  # parts per notification; each is one bot message under the bot's rate limit
+MAX_RATE_COUNT = 1_000_000
 
 
 class ConfigError(ValueError):
@@ -172,23 +178,39 @@ def parse_settings(doc: Any, base: Path, env: Mapping[str, str]) -> Settings:
     retry_doc = doc.get("retry", {}) or {}
     _no_unknown(retry_doc, {"initial_seconds", "max_seconds", "multiplier"}, "retry")
     retry = Retry(
-        initial_seconds=_pos(retry_doc.get("initial_seconds", 2.0), "retry.initial_seconds"),
-        max_seconds=_pos(retry_doc.get("max_seconds", 300.0), "retry.max_seconds"),
-        multiplier=_pos(retry_doc.get("multiplier", 2.0), "retry.multiplier"),
+        initial_seconds=_pos(
+            retry_doc.get("initial_seconds", 2.0), "retry.initial_seconds", high=validation.HOUR
+        ),
+        max_seconds=_pos(retry_doc.get("max_seconds", 300.0), "retry.max_seconds", high=validation.DAY),
+        multiplier=_pos(retry_doc.get("multiplier", 2.0), "retry.multiplier", high=10, unit=""),
     )
+    alertmanager_url = doc.get("alertmanager_url", "")
+    if alertmanager_url != "":
+        validation.http_url(alertmanager_url, "alertmanager_url", ConfigError)
     outbox = doc.get("outbox", "relay-outbox.sqlite")
     return Settings(
         channels=channels,
         auth=_auth(doc.get("auth"), base, env),
         outbox=str(outbox if Path(str(outbox)).is_absolute() else base / str(outbox)),
         listen_address=str(doc.get("listen_address", DEFAULT_LISTEN)),
-        alertmanager_url=str(doc.get("alertmanager_url", "")).rstrip("/"),
-        max_body_bytes=int(_pos(doc.get("max_body_bytes", 4 * 1024 * 1024), "max_body_bytes")),
-        dedup_window_seconds=_pos(doc.get("dedup_window_seconds", 600.0), "dedup_window_seconds", zero=True),
-        max_delivery_age_seconds=_pos(
-            doc.get("max_delivery_age_seconds", 86400.0), "max_delivery_age_seconds"
+        alertmanager_url=str(alertmanager_url).rstrip("/"),
+        max_body_bytes=int(
+            _pos(
+                doc.get("max_body_bytes", 4 * 1024 * 1024),
+                "max_body_bytes",
+                high=MAX_BODY_BYTES,
+                unit="bytes",
+            )
         ),
-        request_timeout_seconds=_pos(doc.get("request_timeout_seconds", 10.0), "request_timeout_seconds"),
+        dedup_window_seconds=_pos(
+            doc.get("dedup_window_seconds", 600.0), "dedup_window_seconds", zero=True, high=validation.WEEK
+        ),
+        max_delivery_age_seconds=_pos(
+            doc.get("max_delivery_age_seconds", 86400.0), "max_delivery_age_seconds", high=validation.WEEK
+        ),
+        request_timeout_seconds=_pos(
+            doc.get("request_timeout_seconds", 10.0), "request_timeout_seconds", high=5 * validation.MINUTE
+        ),
         retry=retry,
     )
 
@@ -202,8 +224,8 @@ def _channel(name: str, doc: Any, base: Path, env: Mapping[str, str]) -> Channel
     if kind not in CHANNEL_TYPES:
         raise ConfigError(f"{where}.type must be one of {list(CHANNEL_TYPES)}, got {kind!r}")
     url = _secret(doc, "webhook_url", base, env, where, required=True)
-    if not url.startswith(("http://", "https://")):
-        raise ConfigError(f"{where}: webhook URL must start with http:// or https://")
+    url_key = f"{where}.webhook_url_file" if "webhook_url_file" in doc else f"{where}.webhook_url_env"
+    validation.http_url(url, url_key, ConfigError)
     secret = _secret(doc, "secret", base, env, where, required=False)
     if secret and kind not in SIGNED_TYPES:
         raise ConfigError(f"{where}: a signing secret only applies to {' and '.join(SIGNED_TYPES)} bots")
@@ -236,8 +258,10 @@ def _channel(name: str, doc: Any, base: Path, env: Mapping[str, str]) -> Channel
         _rate_limit(r, f"{where}.rate_limits[{i}]") for i, r in enumerate(doc.get("rate_limits", []))
     )
     max_parts = doc.get("max_parts", 5)
-    if not isinstance(max_parts, int) or max_parts < 1:
+    if isinstance(max_parts, bool) or not isinstance(max_parts, int) or max_parts < 1:
         raise ConfigError(f"{where}.max_parts must be a positive integer")
+    if max_parts > MAX_PARTS:
+        raise ConfigError(f"{where}.max_parts: must be at most {MAX_PARTS}, got {max_parts}")
     return Channel(
         name=name,
         type=kind,
@@ -270,13 +294,20 @@ def _mentions(doc: Any, where: str) -> Mentions:
             f"{where}.emails: custom group bots cannot mention by email (Feishu answers 11246 'invalid at "
             "user'); use open_ids or user_ids"
         )
+    severities = ids("severities")
+    unknown = [s for s in severities if s not in SEVERITIES]
+    if unknown:
+        # a typo here would silently mean "never mention" (no alert carries that severity)
+        raise ConfigError(
+            f"{where}.severities: {unknown[0]!r} is not a severity of the alert spec ({', '.join(SEVERITIES)})"
+        )
     return Mentions(
         users=ids("users"),
         mobiles=ids("mobiles"),
         open_ids=ids("open_ids"),
         user_ids=ids("user_ids"),
         all=bool(doc.get("all", False)),
-        severities=ids("severities"),
+        severities=severities,
     )
 
 
@@ -285,9 +316,12 @@ def _rate_limit(doc: Any, where: str) -> RateLimit:
         raise ConfigError(f"{where} must be a mapping with count and per_seconds")
     _no_unknown(doc, {"count", "per_seconds"}, where)
     count = doc.get("count")
-    if not isinstance(count, int) or count < 1:
+    if isinstance(count, bool) or not isinstance(count, int) or count < 1:
         raise ConfigError(f"{where}.count must be a positive integer")
-    return RateLimit(count=count, per_seconds=_pos(doc.get("per_seconds"), f"{where}.per_seconds"))
+    if count > MAX_RATE_COUNT:
+        raise ConfigError(f"{where}.count: must be at most {MAX_RATE_COUNT}, got {count}")
+    per = _pos(doc.get("per_seconds"), f"{where}.per_seconds", high=validation.DAY)
+    return RateLimit(count=count, per_seconds=per)
 
 
 def _auth(doc: Any, base: Path, env: Mapping[str, str]) -> Auth:
@@ -333,10 +367,13 @@ def _secret(
     if file_key in doc:
         path = Path(str(doc[file_key]))
         path = path if path.is_absolute() else base / path
+        # empty is refused like an empty *_env: an empty secret_file would silently mean "unsigned"
         try:
-            value = path.read_text(encoding="utf-8").strip()
-        except OSError as exc:
-            raise ConfigError(f"{where}.{file_key}: {exc}") from None
+            value = validation.secret_text(path, f"{where}.{file_key}", ConfigError)
+        except ConfigError as exc:
+            if key == "secret" and str(exc).endswith(" is empty"):
+                raise ConfigError(f"{exc} (for an unsigned bot leave {file_key} out)") from None
+            raise
     elif env_key in doc:
         value = env.get(str(doc[env_key]), "").strip()
         if not value:
@@ -348,15 +385,11 @@ def _secret(
     return value
 
 
-def _pos(value: Any, where: str, zero: bool = False) -> float:
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, int | float)
-        or value < 0
-        or (value == 0 and not zero)
-    ):
-        raise ConfigError(f"{where} must be a positive number")
-    return float(value)
+def _pos(
+    value: Any, where: str, zero: bool = False, high: float = validation.DAY, unit: str = "seconds"
+) -> float:
+    """A finite number > 0 (>= 0 with ``zero``) and <= ``high``."""
+    return validation.number(value, where, low=0, high=high, low_open=not zero, unit=unit, error=ConfigError)
 
 
 def _no_unknown(doc: Any, allowed: set[str], where: str) -> None:
