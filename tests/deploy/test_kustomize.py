@@ -262,6 +262,7 @@ def test_alertmanagerconfig_routes_like_the_generated_alertmanager_config() -> N
         "oncall-wecom": "relay-token",
         "team-feishu": "relay-token",
         "remediate": "remediation-token",
+        "xpuwatch-meta": "relay-token",
     }
 
 
