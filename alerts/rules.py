@@ -657,7 +657,7 @@ def relay_messages_failing(a: AlertSpec, spec: Spec) -> Body:
         "Relay gave up messages to channel {{ $labels.channel }} ({{ $labels.reason }})",
         f"{_COUNT} messages to channel {{{{ $labels.channel }}}} failed permanently in the last {w} with reason {{{{ $labels.reason }}}} "
         "(a bot code such as WeCom 93000 bad key, Feishu 19021 bad signature, DingTalk 310000 keyword or signature, "
-        "or expired / render_failed / channel_removed); nobody saw them.",
+        "or expired / unconfirmed / render_failed / channel_removed); nobody saw them.",
     )
 
 
