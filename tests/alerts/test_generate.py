@@ -268,3 +268,11 @@ def test_meta_receiver_must_not_be_the_on_call_bot() -> None:
     data["routing"]["meta"]["receiver"]["value"] = "oncall-wecom"
     with pytest.raises(SpecError, match=r"routing\.meta\.receiver"):
         parse_spec(data)
+
+
+def test_cli_meta_url_adds_the_out_of_band_webhook(tmp_path: Path) -> None:
+    result = _cli("--out", str(tmp_path), "--meta-url", "https://pager.example/hook")
+    assert result.returncode == 0, result.stderr
+    cfg = yaml.safe_load((tmp_path / "alertmanager.yml").read_text())
+    (meta,) = [r for r in cfg["receivers"] if r["name"] == "xpuwatch-meta"]
+    assert [h["url"] for h in meta["webhook_configs"]][1:] == ["https://pager.example/hook"]

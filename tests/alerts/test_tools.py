@@ -69,6 +69,23 @@ def test_amtool_check_config_accepts_alertmanager_yml() -> None:
     assert "3 inhibit rules" in result.stdout and "4 receivers" in result.stdout
 
 
+def test_amtool_accepts_the_meta_receiver_with_an_out_of_band_webhook(tmp_path: Path) -> None:
+    """--meta-url adds a second webhook (with or without a token file) that Alertmanager 0.25 accepts."""
+    from alerts.alertmanager import Endpoints, render_alertmanager
+    from alerts.spec import load_spec
+
+    for creds in ("", "/etc/alertmanager/secrets/pager/token"):
+        path = tmp_path / "alertmanager.yml"
+        path.write_text(
+            render_alertmanager(
+                load_spec(), Endpoints(meta_url="https://pager.example/hook", meta_credentials_file=creds)
+            )
+        )
+        result = _run("amtool", "check-config", str(path))
+        assert result.returncode == 0, result.stdout + result.stderr
+        assert "4 receivers" in result.stdout
+
+
 @pytest.mark.parametrize(
     ("labels", "receivers"),
     [
