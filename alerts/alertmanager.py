@@ -2,7 +2,11 @@
 
 Two streams, split on the ``category`` label the rules set: hardware to the on-call WeCom group via the
 relay, performance to the owning team's Feishu group via the relay, grouped and quiet. Alerts whose
-``action`` is not ``none`` also go (``continue: true``) to the remediation controller. Inhibition runs
+``action`` is not ``none`` also go (``continue: true``) to the remediation controller. The paging path's own
+alerts (``category="meta"``: relay, controller, Alertmanager) go to a receiver of their own that does not need
+the on-call bot: the relay channel ``routing.meta.relay_channel`` (another bot, so a revoked WeCom key still
+reaches people) and, when given, an out-of-band webhook that does not pass through the relay at all
+(``Endpoints.meta_url``: a dead relay still reaches someone). Inhibition runs
 before routing, so an inhibited alert reaches neither people nor the controller. The syntax is the one
 Alertmanager 0.25 accepts (``matchers``, ``authorization.credentials_file``; no ``url_file``).
 """
@@ -36,14 +40,18 @@ class Endpoints:
     remediator_url: str = "http://xpuwatch-remediation.xpuwatch.svc:9853"
     relay_credentials_file: str = "/etc/alertmanager/secrets/xpuwatch/relay-token"
     remediator_credentials_file: str = "/etc/alertmanager/secrets/xpuwatch/remediation-token"
+    meta_url: str = ""
+    """Out-of-band webhook for the ``meta`` alerts (a second relay on another node, an incident tool's
+    webhook, an SMS gateway); "" = none, the meta alerts then reach people only through the relay."""
+    meta_credentials_file: str = ""
+    """Bearer token file for ``meta_url``; "" = no Authorization header."""
 
 
 def _webhook(url: str, credentials_file: str) -> dict[str, Any]:
-    return {
-        "url": url,
-        "send_resolved": True,
-        "http_config": {"authorization": {"type": "Bearer", "credentials_file": credentials_file}},
-    }
+    hook: dict[str, Any] = {"url": url, "send_resolved": True}
+    if credentials_file:
+        hook["http_config"] = {"authorization": {"type": "Bearer", "credentials_file": credentials_file}}
+    return hook
 
 
 def _route(r: RouteSpec, matchers: list[str], **extra: Any) -> dict[str, Any]:
@@ -84,6 +92,15 @@ def build_config(spec: Spec, endpoints: Endpoints = Endpoints()) -> dict[str, An
         if ro.capacity is not None
         else []
     )
+    meta: list[dict[str, Any]] = []
+    meta_hooks: list[dict[str, Any]] = []
+    if ro.meta is not None:
+        meta_hooks = [
+            _webhook(f"{relay}/alertmanager/{ro.meta_relay_channel}", endpoints.relay_credentials_file)
+        ]
+        if endpoints.meta_url:
+            meta_hooks.append(_webhook(endpoints.meta_url, endpoints.meta_credentials_file))
+        meta = [_route(ro.meta, ['category="meta"'])]
     if ro.root_receiver not in receivers:
         raise ValueError(f"routing.root_receiver {ro.root_receiver!r} is none of {sorted(receivers)}")
     return {
@@ -92,6 +109,7 @@ def build_config(spec: Spec, endpoints: Endpoints = Endpoints()) -> dict[str, An
             "group_by": list(ro.root_group_by),
             "routes": [
                 _route(ro.remediation, [f'action=~"{actions}"'], **{"continue": True}),
+                *meta,
                 _route(ro.hardware, ['category="hardware"']),
                 *capacity,
                 _route(ro.performance, ['category="performance"']),
@@ -114,7 +132,8 @@ def build_config(spec: Spec, endpoints: Endpoints = Endpoints()) -> dict[str, An
                 "equal": list(inh.exporter_down_silences_node),
             },
         ],
-        "receivers": [{"name": name, "webhook_configs": [hook]} for name, hook in receivers.items()],
+        "receivers": [{"name": name, "webhook_configs": [hook]} for name, hook in receivers.items()]
+        + ([{"name": ro.meta.receiver, "webhook_configs": meta_hooks}] if ro.meta is not None else []),
     }
 
 

@@ -104,6 +104,17 @@ def add_commands(sub: Any) -> None:
         default=_DEFAULTS.remediator_credentials_file,
         help="file with the remediation controller's bearer token (default: %(default)s)",
     )
+    gen.add_argument(
+        "--meta-url",
+        default=_DEFAULTS.meta_url,
+        help="out-of-band webhook for the paging path's own alerts (category meta), not through the relay: "
+        "without it a dead relay is told to nobody (default: none)",
+    )
+    gen.add_argument(
+        "--meta-credentials-file",
+        default=_DEFAULTS.meta_credentials_file,
+        help="file with the bearer token for --meta-url (default: none)",
+    )
     gen.set_defaults(func=_generate)
     rules.set_defaults(func=lambda args: (rules.print_help(), 2)[1])
 
@@ -115,6 +126,8 @@ def _generate(args: argparse.Namespace) -> int:
             remediator_url=validation.http_url(args.remediator_url, "--remediator-url", SpecError),
             relay_credentials_file=args.relay_credentials_file,
             remediator_credentials_file=args.remediator_credentials_file,
+            meta_url=args.meta_url and validation.http_url(args.meta_url, "--meta-url", SpecError),
+            meta_credentials_file=args.meta_credentials_file,
         )
         files = render_all(args.spec, endpoints)
         problem = promtool_problem(files["rules.yml"])

@@ -25,12 +25,15 @@ from typing import Any
 import yaml
 
 from alerts import queue
+from alerts.relay import metrics as relay_metrics
 from alerts.spec import AlertSpec, Spec, SpecError
 from exporter import catalog as c
+from remediation import telemetry as remediation_metrics
 
 GROUP_RECORDING = "xpuwatch.recording"
 GROUP_HARDWARE = "xpuwatch.hardware"
 GROUP_PERFORMANCE = "xpuwatch.performance"
+GROUP_META = "xpuwatch.meta"
 
 # The label that tells clusters apart: the external label a Prometheus adds on remote_write/federation, or a
 # target label; absent in a single-cluster Prometheus, where `by (cluster, ...)` simply yields no such label.
@@ -593,6 +596,137 @@ def pool_saturated(a: AlertSpec, spec: Spec) -> Body:
     )
 
 
+def backend_empty(a: AlertSpec, spec: Spec) -> Body:
+    devices = series(spec, c.BACKEND_DEVICES)
+    return (
+        _with_node(
+            f"{devices} == 0\nand on ({CLUSTER}, instance, backend)\n{series(spec, c.BACKEND_UP)} == 1", spec
+        ),
+        "xpuwatch backend {{ $labels.backend }} reads no device on {{ $labels.instance }}",
+        f"Backend {{{{ $labels.backend }}}} of {{{{ $labels.instance }}}} (node {{{{ $labels.node }}}}) polls fine but has listed {{{{ $value }}}} devices for {a.for_}; every card of its vendor is unwatched.",
+    )
+
+
+def fields_unread(a: AlertSpec, spec: Spec) -> Body:
+    w, t = a.value("window"), a.value("threshold")
+    return (
+        _with_node(f"increase({series(spec, c.BACKEND_ERRORS, _eq('reason', 'field'))}[{w}]) > {t}", spec),
+        "xpuwatch backend {{ $labels.backend }} cannot read some fields on {{ $labels.instance }}",
+        f"Backend {{{{ $labels.backend }}}} of {{{{ $labels.instance }}}} (node {{{{ $labels.node }}}}) could not read {_COUNT} cells in the last {w} (threshold {t}), for {a.for_}; those readings are missing.",
+    )
+
+
+# ------------------------------------------------------------------------------------ meta: the paging path
+def _component(spec: Spec, metric: str, selector: str, extra: str = "") -> str:
+    """A series of the relay, the controller or Alertmanager: their own job selector, the cluster selector."""
+    return f"{metric}{{{_matchers(selector, spec.cluster_selector, extra)}}}"
+
+
+def _new_or_increased(counter: str, window: str) -> str:
+    """Events of a labelled counter in ``window``, including its first: a series created at its first event
+    (``xpuwatch_relay_messages_failed_total{reason="93000"}`` starts at 1) has no increase() until a second one,
+    so a series that did not exist ``window`` ago counts with its value. Set operators ignore the metric name,
+    so a series in both halves gives one alert."""
+    return f"increase({counter}[{window}]) > 0\nor\n({counter} unless {counter} offset {window})"
+
+
+# _down's value: 0 from up == 0, 1 from absent() (no target of the job at all).
+_UP_OR_ABSENT = (
+    "{{ if eq $value 1.0 }}no target of its job is scraped at all{{ else }}up = {{ $value }}{{ end }}"
+)
+
+
+def _down(spec: Spec, selector: str) -> str:
+    up = _component(spec, "up", selector)
+    return f"{up} == 0\nor\nabsent({up})"
+
+
+def relay_down(a: AlertSpec, spec: Spec) -> Body:
+    return (
+        _down(spec, a.value("relay_selector")),
+        "xpuwatch relay down{{ with $labels.instance }} ({{ . }}){{ end }}",
+        f"The relay has not been scraped successfully for {a.for_} ({_UP_OR_ABSENT}): no alert reaches the chat groups through it.",
+    )
+
+
+def relay_messages_failing(a: AlertSpec, spec: Spec) -> Body:
+    w = a.value("window")
+    failed = _component(spec, relay_metrics.FAILED, a.value("relay_selector"))
+    return (
+        _new_or_increased(failed, w),
+        "Relay gave up messages to channel {{ $labels.channel }} ({{ $labels.reason }})",
+        f"{_COUNT} messages to channel {{{{ $labels.channel }}}} failed permanently in the last {w} with reason {{{{ $labels.reason }}}} "
+        "(a bot code such as WeCom 93000 bad key, Feishu 19021 bad signature, DingTalk 310000 keyword or signature, "
+        "or expired / unconfirmed / render_failed / channel_removed); nobody saw them.",
+    )
+
+
+def relay_backlog(a: AlertSpec, spec: Spec) -> Body:
+    t = a.value("max_age_seconds")
+    age = _component(spec, relay_metrics.OLDEST_AGE, a.value("relay_selector"))
+    return (
+        f"{age} > {t}",
+        "Relay messages to channel {{ $labels.channel }} are waiting",
+        f"The oldest pending message to channel {{{{ $labels.channel }}}} is {{{{ $value | humanizeDuration }}}} old (threshold {t} s) for {a.for_}: the bot is refusing, rate-limiting or not answering.",
+    )
+
+
+def relay_outbox_failing(a: AlertSpec, spec: Spec) -> Body:
+    w, sel = a.value("window"), a.value("relay_selector")
+    up = _component(spec, relay_metrics.OUTBOX_UP, sel)
+    errors = _component(spec, relay_metrics.OUTBOX_ERRORS, sel)
+    store = _component(spec, relay_metrics.REJECTED, sel, _eq("reason", "store_failed"))
+    return (
+        f"{up} == 0\nor\nincrease({errors}[{w}]) > 0\nor\n({_new_or_increased(store, w)})",
+        "Relay outbox failing{{ with $labels.instance }} on {{ . }}{{ end }}",
+        f"The relay's outbox cannot be read or written (value {{{{ $value }}}}: 0 = unreadable at scrape, else failed reads/writes or refused notifications in the last {w}) for {a.for_}: disk full or corrupt pages; notifications are refused (503) or not delivered.",
+    )
+
+
+def remediation_down(a: AlertSpec, spec: Spec) -> Body:
+    return (
+        _down(spec, a.value("remediation_selector")),
+        "xpuwatch remediation controller down{{ with $labels.instance }} ({{ . }}){{ end }}",
+        f"The remediation controller has not been scraped successfully for {a.for_} ({_UP_OR_ABSENT}): drain, reclaim and resize actions stop.",
+    )
+
+
+def remediation_actions_failing(a: AlertSpec, spec: Spec) -> Body:
+    w = a.value("window")
+    failed = _component(
+        spec, remediation_metrics.ACTIONS_TOTAL, a.value("remediation_selector"), _eq("result", "failed")
+    )
+    # The rule's own label action="none" replaces the series' action label (the controller must not act on
+    # its own failures); remediation_action keeps which one failed, so two failing actions stay two alerts.
+    return (
+        f'label_replace(\n{_new_or_increased(failed, w)},\n"remediation_action", "$1", "action", "(.+)")',
+        "Remediation action {{ $labels.action }} failing",
+        f"{_COUNT} {{{{ $labels.action }}}} steps ({{{{ $labels.mode }}}}) failed in the last {w}; the fault they answer is still in place.",
+    )
+
+
+def remediation_cap_reached(a: AlertSpec, spec: Spec) -> Body:
+    w = a.value("window")
+    refused = _component(
+        spec, remediation_metrics.REFUSALS_TOTAL, a.value("remediation_selector"), _eq("reason", "cap")
+    )
+    return (
+        _new_or_increased(refused, w),
+        "Remediation blast-radius cap reached",
+        f"The guard refused {_COUNT} actions in the last {w} because the cap of disrupted nodes is reached (circuit open); new faults wait for a human.",
+    )
+
+
+def alertmanager_notifications_failing(a: AlertSpec, spec: Spec) -> Body:
+    w = a.value("window")
+    failed = _component(spec, "alertmanager_notifications_failed_total", a.value("alertmanager_selector"))
+    return (
+        f"sum by ({CLUSTER}, instance, integration) (increase({failed}[{w}])) > 0",
+        "Alertmanager {{ $labels.instance }} fails to send {{ $labels.integration }} notifications",
+        f"Alertmanager {{{{ $labels.instance }}}} gave up {_COUNT} {{{{ $labels.integration }}}} notifications in the last {w}, for {a.for_}: a receiver (the relay, the controller) refuses, is unreachable or too slow.",
+    )
+
+
 ALERTS: Mapping[str, tuple[str, Callable[[AlertSpec, Spec], Body]]] = MappingProxyType(
     {
         "AcceleratorEccUncorrectable": (GROUP_HARDWARE, ecc_uncorrectable),
@@ -611,6 +745,8 @@ ALERTS: Mapping[str, tuple[str, Callable[[AlertSpec, Spec], Body]]] = MappingPro
         "AcceleratorMissing": (GROUP_HARDWARE, missing),
         "XpuwatchExporterDown": (GROUP_HARDWARE, exporter_down),
         "XpuwatchBackendDown": (GROUP_HARDWARE, backend_down),
+        "XpuwatchBackendEmpty": (GROUP_HARDWARE, backend_empty),
+        "XpuwatchFieldsUnread": (GROUP_HARDWARE, fields_unread),
         "AcceleratorLowUtilization": (GROUP_PERFORMANCE, low_utilization),
         "AcceleratorLowSmOccupancy": (GROUP_PERFORMANCE, low_sm_occupancy),
         "AcceleratorMemoryNearFull": (GROUP_PERFORMANCE, memory_near_full),
@@ -624,6 +760,14 @@ ALERTS: Mapping[str, tuple[str, Callable[[AlertSpec, Spec], Body]]] = MappingPro
         "AcceleratorPoolSaturated": (GROUP_PERFORMANCE, pool_saturated),
         "AcceleratorJobsQueuedWhileIdle": (GROUP_PERFORMANCE, queue.jobs_queued_while_idle),
         "AcceleratorQueueTimeHigh": (GROUP_PERFORMANCE, queue.queue_time_high),
+        "XpuwatchRelayDown": (GROUP_META, relay_down),
+        "XpuwatchRelayMessagesFailing": (GROUP_META, relay_messages_failing),
+        "XpuwatchRelayBacklog": (GROUP_META, relay_backlog),
+        "XpuwatchRelayOutboxFailing": (GROUP_META, relay_outbox_failing),
+        "XpuwatchRemediationDown": (GROUP_META, remediation_down),
+        "XpuwatchRemediationActionsFailing": (GROUP_META, remediation_actions_failing),
+        "XpuwatchRemediationCapReached": (GROUP_META, remediation_cap_reached),
+        "XpuwatchAlertmanagerNotificationsFailing": (GROUP_META, alertmanager_notifications_failing),
     }
 )
 
@@ -653,7 +797,7 @@ def alerting_rule(a: AlertSpec, spec: Spec) -> AlertingRule:
 
 
 def build_groups(spec: Spec) -> tuple[RuleGroup, ...]:
-    """Recording, hardware and performance groups, alerts in spec order (less ``disabled_alerts``). Raises RuleBuildError on a
+    """Recording, hardware, performance and meta groups, alerts in spec order (less ``disabled_alerts``). Raises RuleBuildError on a
     mismatch between spec and builder, or when a spec category contradicts the builder's group."""
     names = {a.name for a in spec.alerts}
     if names != set(ALERTS):
@@ -661,7 +805,11 @@ def build_groups(spec: Spec) -> tuple[RuleGroup, ...]:
             f"spec and builder disagree: only in spec {sorted(names - set(ALERTS))}, "
             f"only in builder {sorted(set(ALERTS) - names)}"
         )
-    by_group: dict[str, list[RecordingRule | AlertingRule]] = {GROUP_HARDWARE: [], GROUP_PERFORMANCE: []}
+    by_group: dict[str, list[RecordingRule | AlertingRule]] = {
+        GROUP_HARDWARE: [],
+        GROUP_PERFORMANCE: [],
+        GROUP_META: [],
+    }
     for a in spec.alerts:
         group = ALERTS[a.name][0]
         if group != f"xpuwatch.{a.category}":
@@ -672,6 +820,7 @@ def build_groups(spec: Spec) -> tuple[RuleGroup, ...]:
         RuleGroup(GROUP_RECORDING, tuple(recording_rules(spec))),
         RuleGroup(GROUP_HARDWARE, tuple(by_group[GROUP_HARDWARE])),
         RuleGroup(GROUP_PERFORMANCE, tuple(by_group[GROUP_PERFORMANCE])),
+        RuleGroup(GROUP_META, tuple(by_group[GROUP_META])),
     )
 
 

@@ -29,7 +29,7 @@ from exporter.settings import yaml_problem
 
 DEFAULT_SPEC_PATH = Path(__file__).parent / "spec.yaml"
 
-CATEGORIES = ("hardware", "performance")
+CATEGORIES = ("hardware", "performance", "meta")
 SEVERITIES = ("critical", "warning", "info")
 ACTIONS = ("drain", "reclaim", "resize", "none")
 # Prometheus duration (common/model ParseDuration, also Alertmanager's): units largest first, each at most
@@ -91,6 +91,10 @@ class Routing:
     remediation_actions: tuple[str, ...]
     capacity: RouteSpec | None = None
     capacity_alerts: tuple[str, ...] = ()
+    meta: RouteSpec | None = None
+    """The ``category="meta"`` alerts (the paging path's own health): a receiver of their own."""
+    meta_relay_channel: str = ""
+    """The relay channel the meta receiver posts to besides the out-of-band webhook: not the on-call bot."""
 
 
 @dataclass(frozen=True)
@@ -412,6 +416,17 @@ def _root_checked(r: Routing) -> Routing:
         raise SpecError(f"routing.root_receiver: {r.root_receiver!r} is none of {sorted(receivers)}")
     if len(receivers) != 3:
         raise SpecError("routing: the hardware, performance and remediation receivers must differ")
+    if r.meta is not None:
+        if r.meta.receiver in receivers:
+            raise SpecError(
+                f"routing.meta.receiver: {r.meta.receiver!r} must be a receiver of its own (it must not depend "
+                "on the on-call bot)"
+            )
+        if r.meta_relay_channel == r.hardware.receiver:
+            raise SpecError(
+                f"routing.meta.relay_channel: {r.meta_relay_channel!r} is the on-call channel; a broken on-call "
+                "bot would also hide the alerts about it"
+            )
     return r
 
 
@@ -440,6 +455,16 @@ def parse_spec(data: Any) -> Spec:
                 "routing.capacity.alerts",
             )
             capacity = _route(capacity_map, "routing.capacity")
+        meta_node = routing.get("meta")
+        meta: RouteSpec | None = None
+        meta_channel = ""
+        if meta_node is not None:
+            meta_map = dict(_mapping(meta_node, "routing.meta"))
+            meta_channel = _name(
+                _param(meta_map.pop("relay_channel", None), "routing.meta.relay_channel").value,
+                "routing.meta.relay_channel",
+            )
+            meta = _route(meta_map, "routing.meta")
         if not isinstance(actions, list) or not actions:
             raise SpecError("routing.remediation.actions: expected a non-empty list of actions")
         for a in actions:
@@ -497,6 +522,8 @@ def parse_spec(data: Any) -> Spec:
                     remediation_actions=tuple(actions),
                     capacity=capacity,
                     capacity_alerts=capacity_alerts,
+                    meta=meta,
+                    meta_relay_channel=meta_channel,
                 )
             ),
             inhibition=Inhibition(

@@ -9,12 +9,14 @@ and ``text``, ``at.atMobiles``/``at.isAtAll``, ``timestamp``+``sign`` query para
 - ``POST https://oapi.dingtalk.com/robot/send?access_token=T[&timestamp=MS&sign=S]``, JSON UTF-8.
 - Signing: ``sign = urlencode(base64(HMAC-SHA256(key=secret, msg=f"{timestamp_ms}\\n{secret}")))``, timestamp
   in milliseconds within one hour (``signing.dingtalk_url``).
-- Limit: 20 messages per minute per robot ("每个机器人每分钟最多发送20条"); over it: errcode 130101 "send too
-  fast, exceed 20 times per minute" (ccfos/nightingale#369, hippo4j#217); the robot may then be throttled for
-  10 minutes (documented in older versions of the robot doc).
+- Limit: 20 messages per minute per robot ("每个机器人每分钟最多发送20条"); over it: errcode 410100 "发送速度太快
+  而限流" (the code in DingTalk's current robot error-code table) or 130101 "send too fast, exceed 20 times per
+  minute" (older docs and public logs: ccfos/nightingale#369, hippo4j#217); the robot may then be throttled for
+  10 minutes (documented in older versions of the robot doc). Both are waits, never failures; so is 90030
+  "webhook over limit" (a robot's call quota, reported on Aliyun's developer Q&A [unverified: no capture]).
 - Mentions: ``at.atMobiles`` (the number must also appear as ``@138...`` in the text to be highlighted),
   ``at.atUserIds`` (``@userid``), ``at.isAtAll``.
-- Errors: HTTP 200 with ``errcode``: 0 ok; 130101 rate limited; 310000 security check failed, the ``errmsg``
+- Errors: HTTP 200 with ``errcode``: 0 ok; 410100, 130101, 90030 rate limited; 310000 security check failed, the ``errmsg``
   says which ("keywords not in content", "sign not match", "ip X not in whitelist";
   timonwong/prometheus-webhook-dingtalk#197, x-cold/dingtalk-robot#7); 300001 token missing or invalid
   [code from public client reports, unverified]; 460101 message too long. -1 "系统繁忙" is retried.
@@ -35,7 +37,10 @@ from alerts.relay.signing import dingtalk_url
 # 460101 "message too long, exceed 20000 bytes" (timonwong#30, PrometheusAlert#318): budget the whole body.
 MAX_BODY_BYTES = 20_000
 LIMITS = (RateLimit(count=20, per_seconds=60.0),)  # 每个机器人每分钟最多发送20条
-ERR_RATE_LIMITED = 130101
+ERR_RATE_LIMITED = 130101  # "send too fast, exceed 20 times per minute" (older doc, public logs)
+ERR_RATE_LIMITED_CURRENT = 410100  # "发送速度太快而限流" (current error-code table)
+ERR_OVER_LIMIT = 90030  # "webhook over limit": the robot's call quota [reported, unverified]
+RATE_LIMIT_CODES = (ERR_RATE_LIMITED, ERR_RATE_LIMITED_CURRENT, ERR_OVER_LIMIT)
 ERR_SECURITY = 310000  # keyword / signature / IP allowlist: the errmsg says which
 ERR_TOO_LONG = 460101
 ERR_SYSTEM_BUSY = -1
@@ -165,7 +170,7 @@ class DingTalkBot:
             return Outcome("retry", "bad_response", payload[:200].decode(errors="replace"))
         if code == 0:
             return Outcome("ok", "0", msg)
-        if code == ERR_RATE_LIMITED:
+        if code in RATE_LIMIT_CODES:
             return Outcome("rate_limited", str(code), msg, window=0)
         if code == ERR_SYSTEM_BUSY:
             return Outcome("retry", str(code), msg)

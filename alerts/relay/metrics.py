@@ -54,7 +54,8 @@ class RelayMetrics:
         self.delivered = counter(DELIVERED, "Messages the bot accepted (errcode/code 0).", ("channel",))
         self.failed = counter(
             FAILED,
-            "Messages given up, by reason (bot code, http_<status>, expired, channel_removed, render_failed).",
+            "Messages given up, by reason (bot code, http_<status>, expired, unconfirmed, channel_removed,"
+            " render_failed).",
             ("channel", "reason"),
         )
         self.retries = counter(

@@ -69,6 +69,9 @@ _ADDED_COLUMNS = (
     ("state", "TEXT NOT NULL DEFAULT 'rendered'"),
     ("reason", "TEXT"),
 )
+# Columns added to ``messages``: ``unconfirmed`` counts sends of the message that got no answer within the
+# request timeout (the bot may have shown it); the sender bounds them (sender.MAX_UNCONFIRMED_SENDS).
+_ADDED_MESSAGE_COLUMNS = (("unconfirmed", "INTEGER NOT NULL DEFAULT 0"),)
 _POST_MIGRATION = "CREATE INDEX IF NOT EXISTS notifications_queue ON notifications (bot, state, id);"
 _CORRUPT = (sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOTADB)
 
@@ -85,6 +88,8 @@ class Pending:
     next_attempt_at: float
     part: int
     parts: int
+    unconfirmed: int = 0
+    """Earlier sends of this message that got no answer within their timeout (the bot may have shown it)."""
 
 
 @dataclass(frozen=True)
@@ -192,6 +197,10 @@ class Outbox:
         for name, decl in _ADDED_COLUMNS:
             if name not in have:
                 self._db.execute(f"ALTER TABLE notifications ADD COLUMN {name} {decl}")
+        have = {r[1] for r in self._db.execute("PRAGMA table_info(messages)")}
+        for name, decl in _ADDED_MESSAGE_COLUMNS:
+            if name not in have:
+                self._db.execute(f"ALTER TABLE messages ADD COLUMN {name} {decl}")
         self._db.executescript(_POST_MIGRATION)
         # Reads for metrics and the part budget use their own connection: in WAL mode they never wait for
         # the writer's fsync, so they do not serialise incoming webhooks behind each commit.
@@ -331,13 +340,13 @@ class Outbox:
         """The oldest pending message of ``bot`` (FIFO keeps firing before resolved), or None."""
         with self._work_lock:
             row = self._work.execute(
-                "SELECT id, channel, body, attempts, enqueued_at, next_attempt_at, part, parts FROM messages"
-                " WHERE bot = ? AND state = 'pending' ORDER BY id LIMIT 1",
+                "SELECT id, channel, body, attempts, enqueued_at, next_attempt_at, part, parts, unconfirmed"
+                " FROM messages WHERE bot = ? AND state = 'pending' ORDER BY id LIMIT 1",
                 (bot,),
             ).fetchone()
         if row is None:
             return None
-        return Pending(row[0], row[1], json.loads(row[2]), row[3], row[4], row[5], row[6], row[7])
+        return Pending(row[0], row[1], json.loads(row[2]), row[3], row[4], row[5], row[6], row[7], row[8])
 
     def pending_count(self, bot: str) -> int:
         """Messages of ``bot`` still waiting: the backlog new notifications must share the window with."""
@@ -361,10 +370,15 @@ class Outbox:
             (now, message_id),
         )
 
-    def mark_retry(self, message_id: int, next_attempt_at: float, code: str, reason: str) -> None:
+    def mark_retry(
+        self, message_id: int, next_attempt_at: float, code: str, reason: str, unconfirmed: bool = False
+    ) -> None:
+        """Try again at ``next_attempt_at``; ``unconfirmed``: this send got no answer (the bot may have shown
+        it), counted in ``Pending.unconfirmed``."""
         self._update(
-            "UPDATE messages SET attempts=attempts+1, next_attempt_at=?, code=?, reason=? WHERE id=?",
-            (next_attempt_at, code, reason, message_id),
+            "UPDATE messages SET attempts=attempts+1, next_attempt_at=?, code=?, reason=?,"
+            " unconfirmed=unconfirmed+? WHERE id=?",
+            (next_attempt_at, code, reason, int(unconfirmed), message_id),
         )
 
     def mark_failed(self, message_id: int, now: float, code: str, reason: str) -> None:

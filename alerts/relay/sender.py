@@ -29,6 +29,16 @@ Sleep = Callable[[float], Awaitable[None]]
 # the window opens. A larger slack only makes a relay restarted after a crash count that send a bit later.
 RESERVE_AHEAD = 0.5
 RESERVE_SLACK = 1.0
+# A send that gets no answer within its timeout may still have been shown (a slow bot answers after it
+# posted). Such a message is sent at most MAX_UNCONFIRMED_SENDS times unanswered, each time with twice the
+# timeout of the one before (request_timeout_seconds x 1, 2, 4) and not before that timeout has passed again,
+# then recorded as failed with reason "unconfirmed" (XpuwatchRelayMessagesFailing): a bot slower than the
+# timeout shows a message at most 3 times, not once per retry until max_delivery_age_seconds. Sends that
+# surely did not reach the bot (connection refused or not opened within the connect timeout, 5xx) do not count.
+MAX_UNCONFIRMED_SENDS = 3
+# Share of request_timeout_seconds allowed for opening the connection: a connect that takes longer cannot
+# have reached the bot, so it is a plain retry; the rest of the timeout waits for the answer.
+CONNECT_SHARE = 0.5
 
 
 def bot_id(channel: Channel) -> str:
@@ -39,6 +49,11 @@ def bot_id(channel: Channel) -> str:
 def backoff(attempts: int, retry: Retry) -> float:
     """Seconds before retry number ``attempts`` (1-based) of a transient failure."""
     return min(retry.max_seconds, retry.initial_seconds * retry.multiplier ** max(0, attempts - 1))
+
+
+def send_timeout(request_timeout: float, unconfirmed: int) -> float:
+    """Seconds to wait for the answer to a send after ``unconfirmed`` unanswered ones: doubles each time."""
+    return request_timeout * 2.0 ** max(0, unconfirmed)
 
 
 class Sender:
@@ -281,7 +296,11 @@ class Sender:
         while (reserved := self._reserved.get(bid)) is None or self._wall() > reserved[1]:
             await self._reserve(bid, self._wall() + RESERVE_SLACK)  # checked again: the write takes time
         send_id = self._reserved.pop(bid)[0]  # no await from the check to the request's start
-        outcome = await self._post(bot, channel, url, data)
+        timeout = send_timeout(self._timeout, msg.unconfirmed)
+        if timeout > self._timeout:  # a resend after an unanswered one: the bot may count it later still
+            latest = self._wall() + RESERVE_SLACK + timeout  # the request leaves within the slack
+            await asyncio.to_thread(self._outbox.settle_send, send_id, latest)
+        outcome = await self._post(bot, channel, url, data, timeout)
         limiter.record(self._clock())
         answered = self._wall()
         if outcome.result == "ok":
@@ -297,12 +316,22 @@ class Sender:
         await asyncio.to_thread(self._outbox.settle_send, send_id, answered)
         if outcome.result == "permanent":
             await self._fail(msg, outcome.code, outcome.reason)
+        elif outcome.result == "unconfirmed" and msg.unconfirmed + 1 >= MAX_UNCONFIRMED_SENDS:
+            await self._fail(
+                msg,
+                "unconfirmed",
+                f"no answer to {MAX_UNCONFIRMED_SENDS} sends (timeouts up to {timeout:g}s); the bot may have"
+                " shown it",
+            )
         else:
             if outcome.result == "rate_limited":
                 # The bot counts differently than we do (other senders, clock skew): wait out the window it
                 # says was hit (Feishu 9499 = the 5/s one, 11232 = 100/min), kept in the outbox for restarts.
                 delay = limiter.window(outcome.window)
                 limiter.block(self._clock() + delay)
+            elif outcome.result == "unconfirmed":
+                # The bot may still be working on it: give it as long again before a resend.
+                delay = max(backoff(msg.attempts + 1, self._retry), timeout)
             else:
                 delay = backoff(msg.attempts + 1, self._retry)
             self._metrics.retries.labels(channel.name, outcome.code).inc()
@@ -310,19 +339,29 @@ class Sender:
                 "channel %s: %s (%s), retry in %.2fs", channel.name, outcome.code, outcome.reason, delay
             )
             await asyncio.to_thread(
-                self._outbox.mark_retry, msg.id, self._wall() + delay, outcome.code, outcome.reason
+                self._outbox.mark_retry,
+                msg.id,
+                self._wall() + delay,
+                outcome.code,
+                outcome.reason,
+                outcome.result == "unconfirmed",
             )
         return False, None
 
-    async def _post(self, bot: Bot, channel: Channel, url: str, data: bytes) -> Outcome:
+    async def _post(self, bot: Bot, channel: Channel, url: str, data: bytes, timeout: float) -> Outcome:
+        """One request: the bot's classification, ``retry`` when it surely did not arrive (connection refused
+        or not opened in time), ``unconfirmed`` when it went out and no answer came within ``timeout``."""
         assert self._session is not None
+        limits = aiohttp.ClientTimeout(total=timeout, connect=CONNECT_SHARE * self._timeout)
         try:
             async with self._session.post(
-                url, data=data, headers={"Content-Type": "application/json; charset=utf-8"}
+                url, data=data, headers={"Content-Type": "application/json; charset=utf-8"}, timeout=limits
             ) as resp:
                 return bot.classify(resp.status, await resp.read())
+        except aiohttp.ConnectionTimeoutError as exc:  # before TimeoutError: it is one
+            return Outcome("retry", "connect", f"no connection within {limits.connect:g}s: {exc}"[:200])
         except TimeoutError:
-            return Outcome("retry", "timeout", f"no answer within {self._timeout}s")
+            return Outcome("unconfirmed", "timeout", f"no answer within {timeout:g}s")
         except aiohttp.ClientError as exc:
             return Outcome("retry", "connect", str(exc)[:200])
 

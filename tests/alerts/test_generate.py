@@ -14,9 +14,11 @@ import yaml
 from alerts import queue
 from alerts.alertmanager import Endpoints, build_config
 from alerts.cli import DEFAULT_OUT, render_all, stale_files
+from alerts.relay import metrics as relay_metrics
 from alerts.rules import ALERTS, AlertingRule, build_groups, records
 from alerts.spec import ACTIONS, CATEGORIES, DEFAULT_SPEC_PATH, SEVERITIES, SpecError, load_spec, parse_spec
 from exporter import catalog
+from remediation import telemetry
 
 ROOT = Path(__file__).resolve().parents[2]
 PROMTOOL_TESTS = Path(__file__).parent / "promtool"
@@ -147,6 +149,9 @@ def test_every_metric_in_the_rules_is_a_catalog_metric_or_a_recording_rule() -> 
         | set(vars(records(spec)).values())
         | set(vars(queue.QUEUE).values())
         | {"up"}
+        # the relay's and the controller's own metrics, as their modules export them
+        | {v for v in vars(relay_metrics).values() if isinstance(v, str) and v.startswith("xpuwatch_")}
+        | {v for v in vars(telemetry).values() if isinstance(v, str) and v.startswith("xpuwatch_")}
     )
     text = (DEFAULT_OUT / "rules.yml").read_text()
     exprs = [r["expr"] for g in yaml.safe_load(text)["groups"] for r in g["rules"]]
@@ -183,6 +188,7 @@ def test_prometheusrule_holds_the_same_groups() -> None:
         "xpuwatch.recording",
         "xpuwatch.hardware",
         "xpuwatch.performance",
+        "xpuwatch.meta",
     ]
 
 
@@ -220,10 +226,53 @@ def test_committed_alertmanager_uses_the_documented_defaults() -> None:
         "oncall-wecom": "http://xpuwatch-relay.xpuwatch.svc:9852/alertmanager/oncall-wecom",
         "team-feishu": "http://xpuwatch-relay.xpuwatch.svc:9852/alertmanager/team-feishu",
         "remediate": "http://xpuwatch-remediation.xpuwatch.svc:9853/alertmanager/remediate",
+        # the paging path's own alerts: a bot other than the on-call one (no out-of-band URL by default)
+        "xpuwatch-meta": "http://xpuwatch-relay.xpuwatch.svc:9852/alertmanager/team-feishu",
     }
     assert {n: h["http_config"]["authorization"]["credentials_file"] for n, h in hooks.items()} == {
         "oncall-wecom": "/etc/alertmanager/secrets/xpuwatch/relay-token",
         "team-feishu": "/etc/alertmanager/secrets/xpuwatch/relay-token",
         "remediate": "/etc/alertmanager/secrets/xpuwatch/remediation-token",
+        "xpuwatch-meta": "/etc/alertmanager/secrets/xpuwatch/relay-token",
     }
     assert all(h["send_resolved"] is True for h in hooks.values())
+
+
+def test_meta_alerts_reach_a_receiver_that_does_not_need_the_relay_when_given_one() -> None:
+    """category=meta has its own route and receiver: the relay's non-on-call bot, plus --meta-url outside the
+    relay. The on-call WeCom channel is never the meta receiver's way out."""
+    spec = load_spec()
+    cfg = build_config(spec, Endpoints(meta_url="https://pager.example/hook", meta_credentials_file="/s/tok"))
+    (route,) = [r for r in cfg["route"]["routes"] if r["matchers"] == ['category="meta"']]
+    assert route["receiver"] == "xpuwatch-meta" and "continue" not in route
+    (meta,) = [r for r in cfg["receivers"] if r["name"] == "xpuwatch-meta"]
+    assert [h["url"] for h in meta["webhook_configs"]] == [
+        "http://xpuwatch-relay.xpuwatch.svc:9852/alertmanager/team-feishu",
+        "https://pager.example/hook",
+    ]
+    assert meta["webhook_configs"][1]["http_config"]["authorization"]["credentials_file"] == "/s/tok"
+    assert all("oncall-wecom" not in h["url"] for h in meta["webhook_configs"])
+    meta_alerts = {a.name for a in spec.alerts if a.category == "meta"}
+    assert {"XpuwatchRelayDown", "XpuwatchRelayMessagesFailing", "XpuwatchRemediationDown"} <= meta_alerts
+    without_hook = build_config(spec, Endpoints(meta_url="https://pager.example/hook"))
+    (meta,) = [r for r in without_hook["receivers"] if r["name"] == "xpuwatch-meta"]
+    assert "http_config" not in meta["webhook_configs"][1]
+
+
+def test_meta_receiver_must_not_be_the_on_call_bot() -> None:
+    data = yaml.safe_load(DEFAULT_SPEC_PATH.read_text())
+    data["routing"]["meta"]["relay_channel"]["value"] = "oncall-wecom"
+    with pytest.raises(SpecError, match=r"routing\.meta\.relay_channel"):
+        parse_spec(data)
+    data = yaml.safe_load(DEFAULT_SPEC_PATH.read_text())
+    data["routing"]["meta"]["receiver"]["value"] = "oncall-wecom"
+    with pytest.raises(SpecError, match=r"routing\.meta\.receiver"):
+        parse_spec(data)
+
+
+def test_cli_meta_url_adds_the_out_of_band_webhook(tmp_path: Path) -> None:
+    result = _cli("--out", str(tmp_path), "--meta-url", "https://pager.example/hook")
+    assert result.returncode == 0, result.stderr
+    cfg = yaml.safe_load((tmp_path / "alertmanager.yml").read_text())
+    (meta,) = [r for r in cfg["receivers"] if r["name"] == "xpuwatch-meta"]
+    assert [h["url"] for h in meta["webhook_configs"]][1:] == ["https://pager.example/hook"]

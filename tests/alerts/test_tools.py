@@ -28,7 +28,7 @@ def _run(*args: str) -> subprocess.CompletedProcess[str]:
 def test_promtool_check_rules_accepts_rules_yml() -> None:
     result = _run("promtool", "check", "rules", str(GENERATED / "rules.yml"))
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "SUCCESS: 62 rules found" in result.stdout
+    assert "SUCCESS: 72 rules found" in result.stdout
 
 
 def test_promtool_check_rules_accepts_the_prometheusrule_groups(tmp_path: Path) -> None:
@@ -66,7 +66,24 @@ def test_promtool_unit_tests_catch_a_wrong_threshold(tmp_path: Path) -> None:
 def test_amtool_check_config_accepts_alertmanager_yml() -> None:
     result = _run("amtool", "check-config", str(GENERATED / "alertmanager.yml"))
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "3 inhibit rules" in result.stdout and "3 receivers" in result.stdout
+    assert "3 inhibit rules" in result.stdout and "4 receivers" in result.stdout
+
+
+def test_amtool_accepts_the_meta_receiver_with_an_out_of_band_webhook(tmp_path: Path) -> None:
+    """--meta-url adds a second webhook (with or without a token file) that Alertmanager 0.25 accepts."""
+    from alerts.alertmanager import Endpoints, render_alertmanager
+    from alerts.spec import load_spec
+
+    for creds in ("", "/etc/alertmanager/secrets/pager/token"):
+        path = tmp_path / "alertmanager.yml"
+        path.write_text(
+            render_alertmanager(
+                load_spec(), Endpoints(meta_url="https://pager.example/hook", meta_credentials_file=creds)
+            )
+        )
+        result = _run("amtool", "check-config", str(path))
+        assert result.returncode == 0, result.stdout + result.stderr
+        assert "4 receivers" in result.stdout
 
 
 @pytest.mark.parametrize(
@@ -108,6 +125,10 @@ def test_amtool_check_config_accepts_alertmanager_yml() -> None:
             "remediate,team-feishu",
         ),
         (["alertname=SomethingElse"], "team-feishu"),
+        (
+            ["category=meta", "severity=critical", "action=none", "alertname=XpuwatchRelayDown"],
+            "xpuwatch-meta",
+        ),
     ],
 )
 def test_amtool_routes_each_category_to_its_receiver(labels: list[str], receivers: str) -> None:

@@ -197,6 +197,14 @@ def test_job_and_cluster_selectors_reach_every_exporter_series() -> None:
         )
         + r")(?![\w:])(\{[^}]*\})?"
     )
+    # meta alerts read the relay, the controller or Alertmanager through their own job selector
+    own = {
+        a.name: v.value
+        for a in spec.alerts
+        if a.category == "meta"
+        for k, v in a.params.items()
+        if k.endswith("_selector")
+    }
     seen: set[str] = set()
     for group in build_groups(spec):
         for rule in group.rules:
@@ -209,6 +217,8 @@ def test_job_and_cluster_selectors_reach_every_exporter_series() -> None:
                     assert "job=" not in braces, where  # recorded series were filtered when recorded
                 elif name.startswith("kube_"):
                     assert ksm in braces, where
+                elif getattr(rule, "alert", "") in own:  # the relay's / controller's up: their own job
+                    assert own[rule.alert] in braces, where  # type: ignore[union-attr]
                 else:
                     assert job in braces, where
     assert {c.UP, c.ECC_ERRORS, c.ALLOCATED, "up", "kube_node_info", r.node_devices} <= seen

@@ -267,7 +267,7 @@ def test_alertmanagerconfig_routes_like_the_generated_alertmanager_config() -> N
         }
         for name in urls
     }
-    assert {"oncall-wecom", "team-feishu", "remediate"} <= set(secrets)
+    assert {"oncall-wecom", "team-feishu", "remediate", "xpuwatch-meta"} <= set(secrets)
     assert amc["metadata"]["namespace"] == "xpuwatch"  # where the Secret is and the route's namespace
 
 

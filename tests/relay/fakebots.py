@@ -80,6 +80,9 @@ class FakeBot:
     # goes out at once): seconds per request, drawn by the test. The latest a bot can count a request is just
     # before it answers; a relay that counts earlier than that draws rate-limit answers.
     count_delay: Callable[[], float] | None = None
+    # A slow bot: it shows (accepts) the message at once and answers this many seconds later. A client that
+    # gives up before the answer cannot tell whether the message was shown.
+    answer_delay: float = 0.0
 
     def __post_init__(self) -> None:
         self.window = Window(self.limits, self.clock)
@@ -147,7 +150,8 @@ class FakeBot:
 @dataclass
 class FakeWeCom(FakeBot):
     """``POST /cgi-bin/webhook/send?key=KEY``. Enforces: key (93000), markdown content <= 4096 UTF-8 bytes
-    and text content <= 2048 (40058), 20 messages/min per robot (45009, ``limits``)."""
+    and text content <= 2048 (40058), 20 messages/min per robot (45009, ``limits``); answers
+    ``answer_delay`` seconds after accepting."""
 
     keys: set[str] = field(default_factory=lambda: {"good-key"})
     limits: Sequence[RateLimit] = (RateLimit(20, 60.0),)
@@ -176,6 +180,8 @@ class FakeWeCom(FakeBot):
             return self._answer(200, _fixture("wecom", "resp-45009-rate-limited.json"), 45009)
         self.window.add()
         self.accepted.append(body)
+        if self.answer_delay:
+            await asyncio.sleep(self.answer_delay)
         return self._answer(200, _fixture("wecom", "resp-0-ok.json"), 0)
 
 
@@ -294,8 +300,9 @@ class FakeDingTalk(FakeBot):
     """``POST /robot/send?access_token=TOKEN[&timestamp=MS&sign=SIGN]``. Enforces: token (300001), signature
     and a timestamp within one hour when ``secret`` is set (310000 "sign not match"), ``keywords`` in the
     markdown text or title (310000 "keywords not in content"), markdown needs ``title`` and ``text``, body <=
-    20000 bytes (460101), 20 messages/min (130101) via ``limits``; once over the limit the robot refuses
-    everything for ``penalty`` seconds (the doc: "限流10分钟"). Every answer is HTTP 200."""
+    20000 bytes (460101), 20 messages/min via ``limits``, answered ``rate_code``: 130101 (older doc, public
+    logs) or 410100 (the current error-code table); once over the limit the robot refuses everything for
+    ``penalty`` seconds (the doc: "限流10分钟"). Every answer is HTTP 200."""
 
     tokens: set[str] = field(default_factory=lambda: {"good-token"})
     secret: str = ""
@@ -303,6 +310,7 @@ class FakeDingTalk(FakeBot):
     limits: Sequence[RateLimit] = (RateLimit(20, 60.0),)
     penalty: float = 600.0
     blocked_until: float = 0.0
+    rate_code: int = 130101
 
     def url(self, token: str = "good-token") -> str:
         return f"{self.base_url}/robot/send?access_token={token}"
@@ -348,7 +356,8 @@ class FakeDingTalk(FakeBot):
         now = self.clock()
         if now < self.blocked_until or self.window.exceeded():
             self.blocked_until = max(self.blocked_until, now + self.penalty)
-            return self._answer(200, _fixture("dingtalk", "resp-130101-send-too-fast.json"), 130101)
+            name = {130101: "resp-130101-send-too-fast.json", 410100: "resp-410100-send-too-fast.json"}
+            return self._answer(200, _fixture("dingtalk", name[self.rate_code]), self.rate_code)
         self.window.add()
         self.accepted.append(body)
         return self._answer(200, _fixture("dingtalk", "resp-0-ok.json"), 0)

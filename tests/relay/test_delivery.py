@@ -573,3 +573,38 @@ async def test_restart_honours_the_send_times_of_the_previous_run(tmp_path):
         await wecom.stop()
     assert set(wecom.codes()) == {"0"} and len(wecom.accepted) == 20  # never 45009
     assert pending == 5
+
+
+@pytest.mark.parametrize(
+    ("answer_delay", "shown", "delivered", "failed"),
+    [
+        # answers in 0.5 s: the sends wait 0.2 s, 0.4 s, 0.8 s; the third hears the answer
+        (0.5, 3, 1, 0),
+        # never answers in time: 3 unanswered sends (0.2 + 0.4 + 0.8 s), then recorded as unconfirmed
+        (3.0, 3, 0, 1),
+    ],
+)
+async def test_a_bot_slower_than_the_timeout_shows_a_message_at_most_three_times(
+    tmp_path, answer_delay, shown, delivered, failed
+):
+    """Issue 21: a bot that posts the message and answers after request_timeout_seconds got it 4 times (once
+    per retry, unbounded until max_delivery_age_seconds). Each unanswered send doubles the timeout of the next
+    and counts; after MAX_UNCONFIRMED_SENDS (3) the message is recorded as failed, reason unconfirmed."""
+    wecom = FakeWeCom(limits=(RateLimit(20, 0.2),), answer_delay=answer_delay)
+    feishu = FakeFeishu()
+    await wecom.start()
+    await feishu.start()
+    h = await relay_for(tmp_path, wecom, feishu, request_timeout_seconds=0.2)
+    try:
+        assert (await h.post("oncall-wecom", payload()))[0] == 200
+        await h.settle(timeout=20)
+        await asyncio.sleep(0.1)
+        text = (await h.get("/metrics"))[1]
+    finally:
+        await h.close()
+        await wecom.stop()
+        await feishu.stop()
+    assert len(wecom.accepted) == shown
+    assert metric_value(text, m.RETRIES, channel="oncall-wecom", reason="timeout") == 2
+    assert metric_value(text, m.DELIVERED, channel="oncall-wecom") == delivered
+    assert metric_value(text, m.FAILED, channel="oncall-wecom", reason="unconfirmed") == failed

@@ -47,6 +47,7 @@ def test_signature_follows_the_documented_algorithm():
     [
         ("resp-0-ok.json", "ok", "0", None),
         ("resp-130101-send-too-fast.json", "rate_limited", "130101", 0),
+        ("resp-410100-send-too-fast.json", "rate_limited", "410100", 0),
         ("resp-310000-sign-not-match.json", "permanent", "310000", None),
         ("resp-310000-keywords-not-in-content.json", "permanent", "310000", None),
         ("resp-300001-token-not-exist.json", "permanent", "300001", None),
@@ -145,3 +146,33 @@ async def test_burst_stays_within_20_per_window_and_mention_only_on_configured_s
         await fake.stop()
     assert set(fake.codes()) == {"0"} and len(fake.accepted) == 45  # never 130101 (which would cost 10 min)
     assert [("at" in b) for b in fake.accepted] == [False] * 44 + [True]
+
+
+@pytest.mark.parametrize("rate_code", [130101, 410100])
+async def test_every_page_is_delivered_when_the_robot_rate_limits_with_either_code(tmp_path, rate_code):
+    """Issue 21: a robot whose quota is shared (3 messages / 2 s here, the relay told 20 / 2 s) answers its
+    rate-limit code; the relay waits the window and sends again. 410100 was recorded as a permanent failure:
+    5 of 8 pages lost."""
+    fake = FakeDingTalk(limits=(RateLimit(3, 2.0),), penalty=1.0, rate_code=rate_code)
+    await fake.start()
+    channels = {
+        "ops": {"type": "dingtalk", "url": fake.url(), "rate_limits": [{"count": 20, "per_seconds": 2.0}]}
+    }
+    h = await start_relay(settings_for(tmp_path, channels))
+    try:
+        for i in range(8):
+            doc = json.loads(json.dumps(DEMO))
+            doc["groupKey"] = f'{{}}:{{n="{i}"}}'
+            doc["alerts"] = doc["alerts"][:1]
+            doc["alerts"][0]["labels"]["instance"] = f"server{i:02d}.example.internal:9100"
+            assert (await h.post("ops", doc))[0] == 200
+        await h.settle(timeout=60)
+        text = (await h.get("/metrics"))[1]
+    finally:
+        await h.close()
+        await fake.stop()
+    assert len(fake.accepted) == 8
+    assert str(rate_code) in fake.codes()  # the robot did refuse some: the relay waited and resent them
+    assert metric_value(text, m.FAILED, channel="ops", reason=str(rate_code)) == 0
+    assert metric_value(text, m.DELIVERED, channel="ops") == 8
+    assert metric_value(text, m.RETRIES, channel="ops", reason=str(rate_code)) >= 1
