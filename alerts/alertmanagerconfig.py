@@ -79,17 +79,14 @@ def _receiver(r: Mapping[str, Any], secret: str) -> dict[str, Any]:
         raise ValueError(f"receiver {r['name']}: only webhook_configs translate, not {sorted(unsupported)}")
     hooks = []
     for hook in r.get("webhook_configs", []):
-        auth = hook["http_config"]["authorization"]
-        key = PurePosixPath(auth["credentials_file"]).name
-        hooks.append(
-            {
-                "url": hook["url"],
-                "sendResolved": hook["send_resolved"],
-                "httpConfig": {
-                    "authorization": {"type": auth["type"], "credentials": {"name": secret, "key": key}}
-                },
+        converted: dict[str, Any] = {"url": hook["url"], "sendResolved": hook["send_resolved"]}
+        auth = hook.get("http_config", {}).get("authorization")
+        if auth is not None:  # a webhook without a token (an out-of-band meta_url) has no http_config
+            key = PurePosixPath(auth["credentials_file"]).name
+            converted["httpConfig"] = {
+                "authorization": {"type": auth["type"], "credentials": {"name": secret, "key": key}}
             }
-        )
+        hooks.append(converted)
     return {"name": r["name"], "webhookConfigs": hooks}
 
 

@@ -53,3 +53,14 @@ def test_endpoints_follow_the_generator_flags_and_the_text_loads_with_pyyaml() -
     }
     assert amc["metadata"]["namespace"] == "xpuwatch"
     assert "matchType: =\n" not in text
+
+
+def test_out_of_band_meta_webhook_without_a_token_translates_without_http_config() -> None:
+    """`rules generate --meta-url URL` without --meta-credentials-file: the second meta webhook has no
+    http_config (failed with KeyError 'http_config' before)."""
+    config = build_config(load_spec(), Endpoints(meta_url="https://pager.example/hook"))
+    amc = from_config(config)
+    meta = next(r for r in amc["spec"]["receivers"] if r["name"] == "xpuwatch-meta")
+    assert [h["url"] for h in meta["webhookConfigs"]][-1] == "https://pager.example/hook"
+    assert "httpConfig" not in meta["webhookConfigs"][-1]
+    assert meta["webhookConfigs"][0]["httpConfig"]["authorization"]["credentials"]["key"] == "relay-token"
