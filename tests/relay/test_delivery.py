@@ -526,6 +526,32 @@ async def test_lone_surrogate_is_400_with_the_reason(tmp_path, bots):
     assert metric_value(text, m.REJECTED, reason="malformed") == 1
 
 
+async def test_nesting_bombs_and_huge_numbers_are_400_with_the_reason(tmp_path, bots):
+    """Fails on main: the 200 KB bomb and the 33-level body gave 500 (RecursionError / accepted), the
+    5,000-digit integer 500 (ValueError)."""
+    wecom, feishu = bots
+    bomb = b"[" * 100_000 + b"]" * 100_000  # 200 KB
+    just_over = json.loads(json.dumps(payload()))
+    just_over["extra"] = json.loads("[" * 32 + "]" * 32)  # 33 levels with the body itself
+    within = json.loads(json.dumps(payload()))
+    within["extra"] = json.loads("[" * 31 + "]" * 31)  # 32 levels: the bound, accepted
+    huge = json.dumps(payload()).replace('"version"', '"n": ' + "9" * 5000 + ', "version"', 1).encode()
+    h = await relay_for(tmp_path, wecom, feishu)
+    try:
+        answers = [await h.post("oncall-wecom", body) for body in (bomb, just_over, huge)]
+        ok, _ = await h.post("oncall-wecom", within)
+        text = (await h.get("/metrics"))[1]
+    finally:
+        await h.close()
+    assert [(status, body["error"][:40]) for status, body in answers] == [
+        (400, "body is nested deeper than 32 levels"),
+        (400, "body is nested deeper than 32 levels"),
+        (400, "body is not JSON: Exceeds the limit (430"),
+    ]
+    assert ok == 200
+    assert metric_value(text, m.REJECTED, reason="malformed") == 3
+
+
 async def test_disk_full_is_503_with_sqlites_reason(tmp_path, bots):
     wecom, feishu = bots
     h = await relay_for(tmp_path, wecom, feishu, max_body_bytes=8 * 1024 * 1024)

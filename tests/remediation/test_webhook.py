@@ -99,6 +99,25 @@ async def test_http_answers(url, session) -> None:  # type: ignore[no-untyped-de
     assert 'xpuwatch_remediation_decisions_total{action="drain",step="start"} 1.0' in text
 
 
+async def test_lone_surrogates_and_nesting_bombs_are_400_with_the_reason(url, session) -> None:  # type: ignore[no-untyped-def]
+    """Shared with the relay (alerts.payload). Fails on main: the lone surrogate was accepted (200) and the
+    bomb gave 500 + RecursionError."""
+    auth = {"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json"}
+    good = json.dumps(am_payload(am_alert(**drain_labels("gpu-0", "GPU-0"))))
+    lone = good.replace('"alertname"', '"alertname\\ud800"', 1).encode()
+    emoji = good.replace('"GPU-0"', '"GPU-0\\ud83d\\ude00"', 1).encode()  # a valid pair is text
+    bomb = b"[" * 2000 + b"]" * 2000  # under max_body_bytes (4,096) here; the relay's test sends 200 KB
+    answers = []
+    for body in (lone, bomb, emoji):
+        async with session.post(url + PATH, data=body, headers=auth) as r:
+            answers.append((r.status, (await r.json()).get("error", "")))
+    assert answers == [
+        (400, "body.alerts[0].labels key: invalid Unicode: lone surrogate U+D800 at character 9"),
+        (400, "body is nested deeper than 32 levels"),
+        (200, ""),
+    ]
+
+
 async def test_large_group_and_chunked_body(url, fake, kube, session) -> None:  # type: ignore[no-untyped-def]
     """A 300-alert group (~150 kB) sent in 1 kB chunks is read whole; over the bound it is 413."""
     auth = {"Authorization": f"Bearer {TOKEN}"}
