@@ -18,10 +18,11 @@ One mechanism for three services (docs/exporter.md "Hardening", docs/relay.md, d
   connection; far below aiohttp's default of 3,630 s.
 - **Accept errors** (EMFILE/ENFILE/ENOBUFS/ENOMEM: the process or system is out of file descriptors or
   memory, e.g. a vendor tool holding pipes) are counted in ``xpuwatch_http_accept_errors_total``, logged at
-  most once per ``ACCEPT_LOG_INTERVAL_SECONDS`` with the count, and answered like Go's ``net/http``
-  ``Server.Serve``: accepting pauses for 5 ms, doubling up to 1 s while the errors go on; the oldest idle
-  connection is closed to free a descriptor. asyncio's own accept loop logs every failure with a traceback
-  (61 MB in 20 s under ``ulimit -n 1024``), which is why this module accepts by itself.
+  most once per ``ACCEPT_LOG_INTERVAL_SECONDS`` with the count. The cap then drops to the connections held
+  less ``FD_SPARE`` (until a minute passes without such an error) and the longest-inactive connections are
+  closed down to it; when none can be closed, accepting pauses like Go's ``net/http`` ``Server.Serve``:
+  5 ms, doubling up to 1 s while the errors go on. asyncio's own accept loop logs every failure with a
+  traceback (61 MB in 20 s under ``ulimit -n 1024``), which is why this module accepts by itself.
 
 HTTP itself stays aiohttp's: ``listen()`` starts an ``aiohttp.web.AppRunner`` whose connections come through
 this listener. aiohttp tells the guard when an answer is written through its access-logger hook
@@ -60,6 +61,9 @@ KEEPALIVE_TIMEOUT_SECONDS = 75.0
 interval, so a scraper keeps one connection, and far below aiohttp's 3,630 s."""
 FD_HEADROOM = 64
 """File descriptors kept free for everything else (vendor tools' pipes, the kubelet socket, SQLite, logs)."""
+FD_SPARE = 16
+"""When accept() fails with EMFILE anyway (descriptors held elsewhere), the cap drops to the connections
+held less this many, so that the service's own work still finds descriptors."""
 ACCEPT_LOG_INTERVAL_SECONDS = 60.0
 """Accept errors are logged at most once per this long, with how many there were since the last line."""
 ACCEPT_BACKOFF_SECONDS = (0.005, 1.0)
@@ -95,11 +99,11 @@ class _Guarded(asyncio.Protocol):
             self._tail = b""
         if self.state == "reading":
             seen = self._tail + data
-            if b"\r\n\r\n" in seen:
+            if b"\n\r\n" in seen or b"\n\n" in seen:  # the header's end (CRLF, or bare LF as parsers allow)
                 self.guard.moved(self, "busy")
                 self._tail = b""
             else:
-                self._tail = seen[-3:]
+                self._tail = seen[-2:]
         self.inner.data_received(data)
 
     def eof_received(self) -> bool | None:
@@ -140,7 +144,8 @@ class ConnectionGuard:
                 max_connections = max(8, min(max_connections, soft - FD_HEADROOM))
         except (ImportError, ValueError, OSError):
             pass
-        self.max_connections = max_connections
+        self.max_connections = self.cap = max_connections
+        self._starved_at: float | None = None  # last accept() failure for want of descriptors
         self.header_timeout = header_timeout
         self.keepalive_timeout = keepalive_timeout
         self._clock = clock
@@ -205,13 +210,22 @@ class ConnectionGuard:
         self._states[conn.state].pop(conn, None)
         self._by_protocol.pop(conn.inner, None)
 
-    def evict_idle(self) -> bool:
-        """Close the longest-idle connection (to free a file descriptor); False if none is idle."""
-        idle = self._states["idle"]
-        if not idle:
-            return False
-        self._close(next(iter(idle)), "evicted")
-        return True
+    def out_of_descriptors(self) -> bool:
+        """accept() failed for want of descriptors that something else holds: lower the cap to what is held
+        less ``FD_SPARE`` (at least 8; back to the configured cap after ``ACCEPT_LOG_INTERVAL_SECONDS``
+        without such an error) and close the longest-inactive connections down to it, so the accept
+        waiting in the backlog and the service's own outgoing connections (vendor tools' pipes, bot
+        deliveries, API calls) find descriptors. True if a connection was closed (a retry will find one)."""
+        self._starved_at = self.now()
+        self.max_connections = max(8, min(self.max_connections, self.held + self.handshaking - FD_SPARE))
+        closed = False
+        while self.held + self.handshaking >= self.max_connections:
+            victim = self._oldest_inactive()
+            if victim is None:
+                break
+            self._close(victim, "evicted")
+            closed = True
+        return closed
 
     def _oldest_inactive(self) -> _Guarded | None:
         firsts = [next(iter(q)) for q in (self._states["reading"], self._states["idle"]) if q]
@@ -240,6 +254,8 @@ class ConnectionGuard:
                 if now - first.since <= limit:
                     break
                 self._close(first, reason)
+        if self._starved_at is not None and now - self._starved_at > ACCEPT_LOG_INTERVAL_SECONDS:
+            self.max_connections, self._starved_at = self.cap, None
         if self.held:
             self._schedule_sweep()
 
@@ -335,8 +351,10 @@ class _Listener(asyncio.AbstractServer):
         self._serving = False
         self._paused: asyncio.TimerHandle | None = None
         self._backoff = 0.0
-        self._unlogged = 0
+        self._unlogged = 0  # accept errors not logged yet
+        self._latest = ""
         self._logged_at: float | None = None
+        self._report: asyncio.TimerHandle | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
 
     @property
@@ -405,20 +423,15 @@ class _Listener(asyncio.AbstractServer):
             log.debug("connection setup failed: %s", task.exception())
 
     def _failed(self, exc: OSError) -> None:
-        now = self._loop.time()
         self._guard.accept_failed(exc)
         self._unlogged += 1
-        if self._logged_at is None or now - self._logged_at >= ACCEPT_LOG_INTERVAL_SECONDS:
-            log.warning(
-                "accept() failed %d time(s) since the last report, latest: %s; the longest-idle connection"
-                " is closed, else accepting pauses (5 ms, doubling to 1 s); xpuwatch_http_accept_errors_total"
-                " counts them all",
-                self._unlogged,
-                exc.strerror or exc,
-            )
-            self._logged_at, self._unlogged = now, 0
+        self._latest = str(exc.strerror or exc)
+        if self._report is None:  # the first error is logged at once, later ones at most once an interval
+            now = self._loop.time()
+            due = 0.0 if self._logged_at is None else self._logged_at + ACCEPT_LOG_INTERVAL_SECONDS - now
+            self._report = self._loop.call_later(max(0.0, due), self._log_errors)
         self._unwatch()
-        if exc.errno in _RESOURCE_ERRNOS and self._guard.evict_idle():
+        if exc.errno in _RESOURCE_ERRNOS and self._guard.out_of_descriptors():
             # The evicted socket is closed by a callback already queued; accepting again after it finds
             # the freed descriptor. No pause: an idle client gave way, the new one is served.
             self._paused = self._loop.call_later(0, self._resume)
@@ -426,6 +439,19 @@ class _Listener(asyncio.AbstractServer):
         low, high = ACCEPT_BACKOFF_SECONDS
         self._backoff = min(high, max(low, self._backoff * 2))
         self._paused = self._loop.call_later(self._backoff, self._resume)
+
+    def _log_errors(self) -> None:
+        self._report = None
+        if self._unlogged:
+            log.warning(
+                "accept() failed %d time(s) since the last report, latest: %s; connections capped at %d"
+                " (the longest-inactive closed), else accepting pauses 5 ms..1 s;"
+                " xpuwatch_http_accept_errors_total counts them all",
+                self._unlogged,
+                self._latest,
+                self._guard.max_connections,
+            )
+            self._logged_at, self._unlogged = self._loop.time(), 0
 
     def _resume(self) -> None:
         self._paused = None
@@ -440,6 +466,9 @@ class _Listener(asyncio.AbstractServer):
         if self._paused is not None:
             self._paused.cancel()
             self._paused = None
+        if self._report is not None:  # what the last interval held is logged, not lost
+            self._report.cancel()
+            self._log_errors()
         self._serving = False
         for sock in self._socks:
             sock.close()
