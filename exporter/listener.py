@@ -27,8 +27,8 @@ One mechanism for three services (docs/exporter.md "Hardening", docs/relay.md, d
 HTTP itself stays aiohttp's: ``listen()`` starts an ``aiohttp.web.AppRunner`` whose connections come through
 this listener. aiohttp tells the guard when an answer is written through its access-logger hook
 (``AbstractAccessLogger.log``, called after ``write_eof``). Limits: pipelined requests (sent before the
-previous answer; no common scraper or Alertmanager does this) may be evicted while queued; a TLS handshake
-counts towards the cap but is bounded only by ``ssl_handshake_timeout`` (= ``header_timeout``).
+previous answer; no common scraper or Alertmanager does this) may be evicted while queued. A TLS handshake
+under way counts as a connection reading its header (held, evictable, ``header_timeout``).
 """
 
 from __future__ import annotations
@@ -73,14 +73,28 @@ _RESOURCE_ERRNOS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.E
 _CLOSE_REASONS = ("evicted", "header_timeout", "idle_timeout", "full")
 
 
+class _Handshake:
+    """A TLS connection accepted, its handshake under way: held by the guard (it costs a descriptor) and
+    evictable like a connection still reading its header. ``task`` is the listener's setup task."""
+
+    __slots__ = ("since", "task")
+
+    def __init__(self, since: float) -> None:
+        self.since = since
+        self.task: asyncio.Task[Any] | None = None
+
+
 class _Guarded(asyncio.Protocol):
     """Wraps aiohttp's per-connection protocol: tracks the connection's state for the guard."""
 
-    __slots__ = ("_tail", "admitted", "guard", "inner", "since", "state", "transport")
+    __slots__ = ("_tail", "admitted", "guard", "handshake", "inner", "since", "state", "transport")
 
-    def __init__(self, inner: asyncio.Protocol, guard: ConnectionGuard) -> None:
+    def __init__(
+        self, inner: asyncio.Protocol, guard: ConnectionGuard, handshake: _Handshake | None = None
+    ) -> None:
         self.inner = inner
         self.guard = guard
+        self.handshake = handshake
         self.transport: asyncio.Transport | None = None
         self.state = "reading"  # "reading" (header not complete), "busy" (being answered), "idle"
         self.since = 0.0  # loop time the current state began
@@ -89,6 +103,8 @@ class _Guarded(asyncio.Protocol):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]  # a stream transport: the listener's
+        if self.handshake is not None:  # through the TLS handshake: counted as a connection from now on
+            self.guard.handshake_done(self.handshake)
         if self.guard.admit(self):
             self.admitted = True
             self.inner.connection_made(transport)
@@ -152,7 +168,7 @@ class ConnectionGuard:
         # Per state, in the order they entered it: the first is the one waiting longest (O(1) eviction).
         self._states: dict[str, dict[_Guarded, None]] = {"reading": {}, "busy": {}, "idle": {}}
         self._by_protocol: dict[object, _Guarded] = {}
-        self.handshaking = 0  # accepted TLS connections not yet through their handshake
+        self._handshakes: dict[_Handshake, None] = {}  # TLS connections not yet through it, oldest first
         self.closed = dict.fromkeys(_CLOSE_REASONS, 0)
         self.accept_errors: dict[str, int] = {}
         self.peak = 0
@@ -163,27 +179,55 @@ class ConnectionGuard:
 
     @property
     def held(self) -> int:
-        return sum(len(c) for c in self._states.values())
+        """Connections held, TLS handshakes under way included."""
+        return sum(len(c) for c in self._states.values()) + len(self._handshakes)
+
+    @property
+    def handshaking(self) -> int:
+        return len(self._handshakes)
+
+    def handshake_started(self) -> _Handshake | None:
+        """A TLS connection was accepted: its handshake as held (None: no room, close the socket)."""
+        if not self._make_room():
+            return None
+        handshake = _Handshake(self.now())
+        self._handshakes[handshake] = None
+        if self._sweeper is None:
+            self._schedule_sweep()
+        return handshake
+
+    def handshake_done(self, handshake: _Handshake) -> None:
+        """Through (the connection is admitted next) or failed: no longer a handshake."""
+        self._handshakes.pop(handshake, None)
+
+    def _make_room(self) -> bool:
+        """Below the cap, or made so by closing the longest-inactive connection; False if all are busy."""
+        if self.held < self.max_connections:
+            return True
+        victim = self._oldest_inactive()
+        if victim is None:
+            self.closed["full"] += 1
+            return False
+        self._close(victim, "evicted")
+        return True
 
     def count(self, state: str) -> int:
-        """Connections now in ``state`` (reading, busy, idle)."""
-        return len(self._states[state])
+        """Connections now in ``state`` (tls_handshake, reading, busy, idle)."""
+        return len(self._handshakes) if state == "tls_handshake" else len(self._states[state])
 
-    def wrap(self, factory: Callable[[], asyncio.Protocol]) -> Callable[[], asyncio.Protocol]:
-        return lambda: _Guarded(factory(), self)
+    def wrap(
+        self, factory: Callable[[], asyncio.Protocol], handshake: _Handshake | None = None
+    ) -> Callable[[], asyncio.Protocol]:
+        return lambda: _Guarded(factory(), self, handshake)
 
     def admit(self, conn: _Guarded) -> bool:
         """Take a new connection: True if it may be served. Evicts the longest-inactive reading or idle
         connection when the cap is reached; refuses (closes) the new one when every slot is busy."""
         now = self.now()
-        if self.held + self.handshaking >= self.max_connections:
-            victim = self._oldest_inactive()
-            if victim is None:
-                self.closed["full"] += 1
-                assert conn.transport is not None
-                conn.transport.abort()
-                return False
-            self._close(victim, "evicted")
+        if not self._make_room():
+            assert conn.transport is not None
+            conn.transport.abort()
+            return False
         conn.state, conn.since = "reading", now
         self._states["reading"][conn] = None
         self._by_protocol[conn.inner] = conn
@@ -217,9 +261,9 @@ class ConnectionGuard:
         waiting in the backlog and the service's own outgoing connections (vendor tools' pipes, bot
         deliveries, API calls) find descriptors. True if a connection was closed (a retry will find one)."""
         self._starved_at = self.now()
-        self.max_connections = max(8, min(self.max_connections, self.held + self.handshaking - FD_SPARE))
+        self.max_connections = max(8, min(self.max_connections, self.held - FD_SPARE))
         closed = False
-        while self.held + self.handshaking >= self.max_connections:
+        while self.held >= self.max_connections:
             victim = self._oldest_inactive()
             if victim is None:
                 break
@@ -227,13 +271,23 @@ class ConnectionGuard:
             closed = True
         return closed
 
-    def _oldest_inactive(self) -> _Guarded | None:
-        firsts = [next(iter(q)) for q in (self._states["reading"], self._states["idle"]) if q]
+    def _oldest_inactive(self) -> _Guarded | _Handshake | None:
+        queues: tuple[dict[Any, None], ...] = (
+            self._states["reading"],
+            self._states["idle"],
+            self._handshakes,
+        )
+        firsts = [next(iter(q)) for q in queues if q]
         return min(firsts, key=lambda c: c.since, default=None)
 
-    def _close(self, conn: _Guarded, reason: str) -> None:
-        self.release(conn)
+    def _close(self, conn: _Guarded | _Handshake, reason: str) -> None:
         self.closed[reason] += 1
+        if isinstance(conn, _Handshake):
+            self.handshake_done(conn)
+            if conn.task is not None:
+                conn.task.cancel()  # asyncio closes the socket of a cancelled connection setup
+            return
+        self.release(conn)
         if conn.transport is not None:
             conn.transport.abort()
 
@@ -244,11 +298,12 @@ class ConnectionGuard:
     def _sweep(self) -> None:
         self._sweeper = None
         now = self.now()
-        for state, limit, reason in (
-            ("reading", self.header_timeout, "header_timeout"),
-            ("idle", self.keepalive_timeout, "idle_timeout"),
-        ):
-            queue = self._states[state]
+        queues: tuple[tuple[dict[Any, None], float, str], ...] = (
+            (self._states["reading"], self.header_timeout, "header_timeout"),
+            (self._handshakes, self.header_timeout, "header_timeout"),
+            (self._states["idle"], self.keepalive_timeout, "idle_timeout"),
+        )
+        for queue, limit, reason in queues:
             while queue:
                 first = next(iter(queue))
                 if now - first.since <= limit:
@@ -292,7 +347,7 @@ class ConnectionGuard:
 
 
 class GuardCollector(Collector):
-    """``xpuwatch_http_connections{state}`` (gauge: reading, busy, idle),
+    """``xpuwatch_http_connections{state}`` (gauge: tls_handshake, reading, busy, idle),
     ``xpuwatch_http_max_connections`` (gauge), ``xpuwatch_http_connections_closed_total{reason}`` (counter:
     evicted, header_timeout, idle_timeout, full) and ``xpuwatch_http_accept_errors_total{errno}`` (counter:
     EMFILE, ENFILE, ENOBUFS, ENOMEM, or any other errno name accept() failed with)."""
@@ -305,7 +360,7 @@ class GuardCollector(Collector):
         conns = GaugeMetricFamily(
             "xpuwatch_http_connections", "HTTP connections held, by state.", labels=("state",)
         )
-        for state in ("reading", "busy", "idle"):
+        for state in ("tls_handshake", "reading", "busy", "idle"):
             conns.add_metric([state], g.count(state))
         yield conns
         yield GaugeMetricFamily(
@@ -402,23 +457,30 @@ class _Listener(asyncio.AbstractServer):
 
     def _start(self, conn: socket.socket) -> None:
         guard = self._guard
-        factory = guard.wrap(self._factory)
-        if self._ssl is None:
-            task = self._loop.create_task(self._loop.connect_accepted_socket(factory, conn))
+        if self._ssl is None:  # the guard admits it in connection_made, right away
+            handshake = None
+            coro = self._loop.connect_accepted_socket(guard.wrap(self._factory), conn)
         else:
-            guard.handshaking += 1
-            task = self._loop.create_task(
-                self._loop.connect_accepted_socket(
-                    factory, conn, ssl=self._ssl, ssl_handshake_timeout=guard.header_timeout
-                )
+            handshake = guard.handshake_started()
+            if handshake is None:  # every slot busy
+                conn.close()
+                return
+            coro = self._loop.connect_accepted_socket(
+                guard.wrap(self._factory, handshake),
+                conn,
+                ssl=self._ssl,
+                ssl_handshake_timeout=guard.header_timeout,
             )
+        task = self._loop.create_task(coro)
+        if handshake is not None:
+            handshake.task = task
         self._tasks.add(task)
-        task.add_done_callback(self._started)
+        task.add_done_callback(lambda t: self._started(t, handshake))
 
-    def _started(self, task: asyncio.Task[Any]) -> None:
+    def _started(self, task: asyncio.Task[Any], handshake: _Handshake | None) -> None:
         self._tasks.discard(task)
-        if self._ssl is not None:
-            self._guard.handshaking -= 1
+        if handshake is not None:  # a failed or timed-out handshake is no longer held
+            self._guard.handshake_done(handshake)
         if not task.cancelled() and task.exception() is not None:
             log.debug("connection setup failed: %s", task.exception())
 

@@ -7,13 +7,16 @@ from __future__ import annotations
 
 import asyncio
 import resource
+import ssl
+from pathlib import Path
 
 import aiohttp
 import pytest
 
 from exporter.listener import ConnectionGuard
+from exporter.settings import parse_web_config
 from tests.exporter.fakes import GoodBackend
-from tests.exporter.test_server import build, started
+from tests.exporter.test_server import build, self_signed, started
 from tests.flood import Dribbler, close_all, idle_keepalive, start_child, summary, timed
 
 PARTIAL = b"GET /metrics HTTP/1.1\r\nHost: x\r\n"  # the header never ends
@@ -101,6 +104,32 @@ async def test_an_idle_kept_alive_connection_is_closed_after_the_keepalive_timeo
         async with asyncio.timeout(5):  # closed by aiohttp's keep-alive timer or the guard's sweep
             assert await reader.read() == b""
         writer.close()
+    finally:
+        poller.stop()
+        await server.stop()
+
+
+async def test_tls_handshakes_that_never_finish_give_way_and_time_out(tmp_path: Path) -> None:
+    """Pending TLS handshakes hold descriptors: on main they were not counted at all (no cap)."""
+    cert, key = self_signed(tmp_path)
+    cfg = parse_web_config(
+        {"tls_server_config": {"cert_file": cert.name, "key_file": key.name}}, base=tmp_path
+    )
+    server, poller = build([GoodBackend()], cfg)
+    server.guard = guard = ConnectionGuard(max_connections=8, header_timeout=1)
+    host, port = await server.start()
+    try:
+        stuck = [await asyncio.open_connection(host, port) for _ in range(20)]  # TCP only, no ClientHello
+        await asyncio.sleep(0.1)
+        assert guard.count("tls_handshake") <= 8 and guard.closed["evicted"] >= 12
+        ctx = ssl.create_default_context(cafile=str(cert))
+        async with aiohttp.ClientSession() as s, s.get(f"https://{host}:{port}/healthz", ssl=ctx) as r:
+            assert r.status == 200
+        async with asyncio.timeout(10):  # the rest time out after header_timeout (asyncio's or the sweep)
+            while guard.count("tls_handshake"):
+                await asyncio.sleep(0.1)
+        for _, w in stuck:
+            w.close()
     finally:
         poller.stop()
         await server.stop()
