@@ -64,6 +64,8 @@ FD_HEADROOM = 64
 FD_SPARE = 16
 """When accept() fails with EMFILE anyway (descriptors held elsewhere), the cap drops to the connections
 held less this many, so that the service's own work still finds descriptors."""
+BODY_TIMEOUT_SECONDS = 30.0
+"""A request body (a webhook's) must arrive within this long (``read_body``): 4 MiB at 1 Mbit/s."""
 ACCEPT_LOG_INTERVAL_SECONDS = 60.0
 """Accept errors are logged at most once per this long, with how many there were since the last line."""
 ACCEPT_BACKOFF_SECONDS = (0.005, 1.0)
@@ -570,6 +572,23 @@ class GuardedSite(web.TCPSite):
         await listener.start_serving()
         self._server = listener
         self._bound_port = socks[0].getsockname()[1] if socks else self._port
+
+
+class BodyTooLarge(Exception):
+    """The request body is over the limit (answer 413)."""
+
+
+async def read_body(request: web.BaseRequest, limit: int, timeout: float | None = None) -> bytes:
+    """The request body: at most ``limit`` bytes (else BodyTooLarge), complete within ``timeout`` seconds
+    (default ``BODY_TIMEOUT_SECONDS``; else TimeoutError). The connection guard times out headers only, so
+    this bounds how long a client sending its body slowly holds a busy connection."""
+    body = bytearray()
+    async with asyncio.timeout(BODY_TIMEOUT_SECONDS if timeout is None else timeout):
+        async for chunk in request.content.iter_chunked(65536):
+            body += chunk
+            if len(body) > limit:
+                raise BodyTooLarge(f"body exceeds {limit} bytes")
+    return bytes(body)
 
 
 @dataclass(frozen=True)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 from collections.abc import AsyncIterator
@@ -10,6 +11,7 @@ import bcrypt
 import pytest
 from aiohttp import web
 
+from exporter import listener
 from exporter.credentials import Verdict
 from remediation.settings import GuardSettings, WebhookSettings
 from remediation.webhook import PATH, authenticator, build_app
@@ -116,6 +118,21 @@ async def test_lone_surrogates_and_nesting_bombs_are_400_with_the_reason(url, se
         (400, "body is nested deeper than 32 levels"),
         (200, ""),
     ]
+
+
+async def test_a_body_sent_too_slowly_is_503_after_the_body_timeout(url, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """Fails on main: the webhook waited for the rest of the body as long as the client kept the connection."""
+    monkeypatch.setattr(listener, "BODY_TIMEOUT_SECONDS", 0.5)
+    host, port = url.removeprefix("http://").split(":")
+    reader, writer = await asyncio.open_connection(host, int(port))
+    writer.write(
+        f"POST {PATH} HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\nAuthorization: Bearer {TOKEN}\r\n\r\n".encode()
+        + b'{"version": "4"'
+    )
+    async with asyncio.timeout(10):
+        head = await reader.readuntil(b"\r\n\r\n")
+    writer.close()
+    assert head.startswith(b"HTTP/1.1 503")
 
 
 async def test_large_group_and_chunked_body(url, fake, kube, session) -> None:  # type: ignore[no-untyped-def]
