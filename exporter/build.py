@@ -30,7 +30,7 @@ REVISION_ENV = "XPUWATCH_BUILD_REVISION"
 """Set by the image build (``--build-arg REVISION=$(git rev-parse HEAD)``, deploy/Dockerfile)."""
 
 # Families that differ between runs of the same code (excluded from golden files).
-VOLATILE_PREFIXES = ("process_", "python_", BUILD_INFO)
+VOLATILE_PREFIXES = ("process_", "python_", BUILD_INFO, "xpuwatch_http_")
 
 
 @cache

@@ -5,6 +5,7 @@ state, in prometheus-client's text or OpenMetrics format as negotiated by ``choo
 the client accepts it). TLS and basic auth follow the exporter-toolkit web config (bcrypt hashes), checked by
 ``exporter.credentials.Authenticator``: off the event loop, a bounded number at once (503 beyond), a
 verified credential remembered so bcrypt's cost is paid once per credential, as exporter-toolkit does.
+Connections come through ``exporter.listener`` (the connection guard shared with the relay and remediation).
 """
 
 from __future__ import annotations
@@ -15,12 +16,12 @@ import logging
 import ssl
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
 
 from aiohttp import web
 
 from exporter.credentials import Authenticator, Secret, Verdict
 from exporter.exposition import ExpositionCache
+from exporter.listener import ConnectionGuard, listen
 from exporter.poller import Poller
 from exporter.settings import TLSSettings, WebConfig, WebSettings
 
@@ -29,16 +30,6 @@ log = logging.getLogger(__name__)
 # Answered without credentials even when basic auth is on, so that kubelet probes (which send none) work on
 # the metrics port: they reveal liveness and which backends lack fresh data, never a reading (docs/deploy.md).
 UNAUTHENTICATED_PATHS = frozenset({"/healthz", "/readyz"})
-
-MAX_CONNECTIONS = 512
-"""Connections held at once (capped further to the open-file limit less ``FD_HEADROOM``)."""
-RESERVE_CONNECTIONS = 32
-"""Slots that connections still waiting for their request header may never take: a real scrape always finds
-room (the oldest waiting connection is closed to make it)."""
-HEADER_TIMEOUT_SECONDS = 10.0
-"""A connection that has not sent a complete request header within this long is closed (slowloris)."""
-FD_HEADROOM = 64
-"""File descriptors kept free for everything else (vendor tools' pipes, the kubelet socket, logs)."""
 
 _TLS_MIN = {
     "TLS10": ssl.TLSVersion.TLSv1,
@@ -64,147 +55,6 @@ def ssl_context(tls: TLSSettings) -> ssl.SSLContext:
     if tls.client_ca_file:
         ctx.load_verify_locations(tls.client_ca_file)
     return ctx
-
-
-class _Guarded(asyncio.Protocol):
-    """Wraps aiohttp's per-connection protocol: tells the guard when the request header is complete."""
-
-    def __init__(self, inner: asyncio.Protocol, guard: ConnectionGuard) -> None:
-        self.inner = inner
-        self.guard = guard
-        self.transport: asyncio.Transport | None = None
-        self.waiting = True  # no complete request header yet
-        self.since = 0.0
-        self._tail = b""
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport  # type: ignore[assignment]  # a stream transport: create_server's
-        if self.guard.admit(self):
-            self.inner.connection_made(transport)
-
-    def data_received(self, data: bytes) -> None:
-        if self.waiting:
-            seen = self._tail + data
-            if b"\r\n\r\n" in seen:
-                self.waiting = False
-                self._tail = b""
-            else:
-                self._tail = seen[-3:]
-        self.inner.data_received(data)
-
-    def eof_received(self) -> bool | None:
-        return self.inner.eof_received()
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self.guard.release(self)
-        self.inner.connection_lost(exc)
-
-    def pause_writing(self) -> None:
-        self.inner.pause_writing()
-
-    def resume_writing(self) -> None:
-        self.inner.resume_writing()
-
-
-class ConnectionGuard:
-    """Bounds the connections the server holds, so that slow clients cannot exhaust file descriptors or
-    starve a real scrape.
-
-    At most ``max_connections`` are held. Connections still waiting for a complete request header may hold
-    at most ``max_connections - reserve``; a new connection beyond that closes the OLDEST waiting one (a
-    slow client loses its slot, a fresh scrape gets one). A connection whose header is not complete within
-    ``header_timeout`` seconds is closed. When every slot is held by connections with requests under way,
-    a new connection is closed at once (it never waits for a file descriptor, so accept() never fails with
-    EMFILE and nothing is logged per connection). ``closed`` counts connections closed by the guard.
-    """
-
-    def __init__(
-        self,
-        max_connections: int = MAX_CONNECTIONS,
-        reserve: int = RESERVE_CONNECTIONS,
-        header_timeout: float = HEADER_TIMEOUT_SECONDS,
-    ) -> None:
-        try:
-            import resource
-
-            soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
-            if soft != resource.RLIM_INFINITY:
-                max_connections = max(8, min(max_connections, soft - FD_HEADROOM))
-        except (ImportError, ValueError, OSError):
-            pass
-        self.max_connections = max_connections
-        self.reserve = min(reserve, max_connections // 2)
-        self.header_timeout = header_timeout
-        self._conns: dict[_Guarded, None] = {}  # in arrival order
-        self.closed = 0
-        self.peak = 0
-        self._sweeper: asyncio.TimerHandle | None = None
-
-    def wrap(self, factory: Callable[[], asyncio.Protocol]) -> Callable[[], asyncio.Protocol]:
-        return lambda: _Guarded(factory(), self)
-
-    def admit(self, conn: _Guarded) -> bool:
-        loop = asyncio.get_running_loop()
-        conn.since = loop.time()
-        waiting = [c for c in self._conns if c.waiting]
-        if len(waiting) >= self.max_connections - self.reserve:
-            self._close(waiting[0])
-        elif len(self._conns) >= self.max_connections:
-            self.closed += 1
-            assert conn.transport is not None
-            conn.transport.abort()
-            return False
-        self._conns[conn] = None
-        self.peak = max(self.peak, len(self._conns))
-        if self._sweeper is None:
-            self._sweeper = loop.call_later(min(1.0, self.header_timeout), self._sweep)
-        return True
-
-    def release(self, conn: _Guarded) -> None:
-        self._conns.pop(conn, None)
-
-    def _close(self, conn: _Guarded) -> None:
-        self._conns.pop(conn, None)
-        self.closed += 1
-        if conn.transport is not None:
-            conn.transport.abort()
-
-    def _sweep(self) -> None:
-        loop = asyncio.get_running_loop()
-        self._sweeper = None
-        now = loop.time()
-        for conn in [c for c in self._conns if c.waiting and now - c.since > self.header_timeout]:
-            self._close(conn)
-        if self._conns:
-            self._sweeper = loop.call_later(min(1.0, self.header_timeout), self._sweep)
-
-    def stop(self) -> None:
-        if self._sweeper is not None:
-            self._sweeper.cancel()
-            self._sweeper = None
-
-
-class _GuardedSite(web.TCPSite):
-    """aiohttp's TCPSite with every connection passed through a ConnectionGuard."""
-
-    def __init__(self, runner: web.AppRunner, guard: ConnectionGuard, **kw: Any) -> None:
-        super().__init__(runner, **kw)
-        self._guard = guard
-
-    async def start(self) -> None:
-        self._runner._reg_site(self)
-        loop = asyncio.get_running_loop()
-        server = self._runner.server
-        assert server is not None
-        self._server = await loop.create_server(
-            self._guard.wrap(server),
-            self._host,
-            self._port,
-            ssl=self._ssl_context,
-            backlog=self._backlog,
-            reuse_address=self._reuse_address,
-            ssl_handshake_timeout=self._guard.header_timeout if self._ssl_context else None,
-        )
 
 
 class Server:
@@ -235,6 +85,8 @@ class Server:
         self._executor = ThreadPoolExecutor(max_workers=4, thread_name_prefix="xpuwatch-render")
         self._runner: web.AppRunner | None = None
         self.guard = guard or ConnectionGuard()
+        # xpuwatch_http_* beside process_*: read at each render, as of the latest poll.
+        cache.standard.register(self.guard.collector())
         self.address: tuple[str, int] | None = None
 
     def app(self) -> web.Application:
@@ -311,14 +163,10 @@ class Server:
         """Listen; returns the bound (host, port) (port 0 picks a free one)."""
         host, port = self.settings.host_port
         ctx = ssl_context(self.web_config.tls) if self.web_config.tls else None
-        self._runner = web.AppRunner(self.app(), access_log=None, handle_signals=False)
-        await self._runner.setup()
-        site = _GuardedSite(
-            self._runner, self.guard, host=host or None, port=port, ssl_context=ctx, reuse_address=True
+        listening = await listen(
+            self.app(), host, port, self.guard, ctx, access_log=False, handle_signals=False
         )
-        await site.start()
-        bound = self._runner.addresses[0] if self._runner.addresses else (host, port)
-        self.address = (str(bound[0]), int(bound[1]))
+        self._runner, self.address = listening.runner, listening.address
         return self.address
 
     async def stop(self) -> None:

@@ -15,6 +15,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Literal
 
+from alerts.payload import BodyError, decode
+
 
 class PayloadError(ValueError):
     """The body is not a version-4 Alertmanager webhook payload; the message says which part."""
@@ -91,9 +93,9 @@ def fingerprint_of(labels: Mapping[str, str]) -> str:
 def parse_payload(body: bytes) -> list[Alert]:
     """Parse one webhook body. Shape errors raise ``PayloadError``; an empty ``alerts`` list is valid."""
     try:
-        doc = json.loads(body)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise PayloadError(f"body is not JSON: {exc}") from None
+        doc = decode(body)  # shared with the relay: bounded nesting, no lone surrogates
+    except BodyError as exc:
+        raise PayloadError(str(exc)) from None
     if not isinstance(doc, dict):
         raise PayloadError("body: expected a JSON object")
     if doc.get("version") != "4":

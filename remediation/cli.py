@@ -103,9 +103,9 @@ async def serve(settings: Settings) -> int:
     # Imported here: every `xpuwatch` subcommand imports this module, and the Kubernetes client is slow
     # to import.
     import aiohttp
-    from aiohttp import web
 
     from exporter.build import MissingExtra, require_extra
+    from exporter.listener import ConnectionGuard, listen
 
     try:
         require_extra("kubernetes", ("kubernetes_asyncio",), "remediate")
@@ -152,12 +152,13 @@ async def serve(settings: Settings) -> int:
         ctl = Controller(
             settings, kube, session, now_utc, Audit(settings.audit_path), telemetry, hub, elector
         )
-        runner = web.AppRunner(build_app(ctl))
-        await runner.setup()
+        guard = ConnectionGuard()  # exporter.listener: the connection limits shared by all three services
+        telemetry.registry.register(guard.collector())
         try:
-            await web.TCPSite(runner, settings.webhook.listen_host, settings.webhook.listen_port).start()
+            listening = await listen(
+                build_app(ctl), settings.webhook.listen_host, settings.webhook.listen_port, guard
+            )
         except OSError as exc:
-            await runner.cleanup()
             await kube.close()
             where = f"{settings.webhook.listen_host}:{settings.webhook.listen_port}"
             raise StartupError(f"cannot listen on {where}: {exc.strerror or exc}") from None
@@ -175,6 +176,6 @@ async def serve(settings: Settings) -> int:
         await stop.wait()
         await asyncio.gather(*tasks, return_exceptions=True)
         await elector.release(now_utc())
-        await runner.cleanup()
+        await listening.runner.cleanup()
     await kube.close()
     return 0

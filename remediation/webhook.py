@@ -16,7 +16,9 @@ import logging
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from exporter import listener
 from exporter.credentials import Authenticator, Secret, Verdict
+from exporter.listener import BodyTooLarge, read_body
 
 from .alert import PayloadError, parse_payload
 from .controller import Controller, NotLeader, Unavailable
@@ -59,9 +61,11 @@ async def remediate(request: web.Request) -> web.Response:
     if request.content_length is not None and request.content_length > settings.max_body_bytes:
         return answer(413, {"error": f"body over {settings.max_body_bytes} bytes"})
     try:
-        body = await request.read()  # bounded by the Application's client_max_size (chunked bodies too)
-    except web.HTTPRequestEntityTooLarge:
+        body = await read_body(request, settings.max_body_bytes)  # chunked bodies too
+    except BodyTooLarge:
         return answer(413, {"error": f"body over {settings.max_body_bytes} bytes"})
+    except TimeoutError:  # a 5xx: Alertmanager retries (a 4xx would drop the notification)
+        return answer(503, {"error": f"body not received within {listener.BODY_TIMEOUT_SECONDS:g} s; retry"})
     try:
         alerts = parse_payload(body)
     except PayloadError as exc:

@@ -9,11 +9,10 @@ import signal
 from dataclasses import replace
 from typing import Any
 
-from aiohttp import web
-
 from alerts.relay.config import ConfigError, load_settings
 from alerts.relay.server import build_app, build_relay
 from exporter.build import register_standard
+from exporter.listener import ConnectionGuard, listen
 from exporter.logs import config_error
 from exporter.settings import parse_listen_address
 
@@ -71,21 +70,15 @@ def run(args: argparse.Namespace) -> int:
 
 
 async def _serve(relay: Any, host: str, port: int) -> None:
-    runner = web.AppRunner(build_app(relay))
-    await runner.setup()
-    site = web.TCPSite(runner, host, port)
-    try:
-        await site.start()
-    except OSError:
-        await runner.cleanup()
-        raise
-    bound = [s.getsockname() for s in site._server.sockets] if site._server else []  # type: ignore[union-attr,attr-defined]
+    guard = ConnectionGuard()  # exporter.listener: the connection limits shared by all three services
+    relay.metrics.registry.register(guard.collector())
+    listening = await listen(build_app(relay), host, port, guard)
     # One parseable line so supervisors and tests can find the port when 0 was asked for.
-    print(f"relay listening on {bound[0][0]}:{bound[0][1]}" if bound else "relay listening", flush=True)
+    print("relay listening on {}:{}".format(*listening.address), flush=True)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     await stop.wait()
     log.info("relay stopping")
-    await runner.cleanup()
+    await listening.runner.cleanup()

@@ -66,7 +66,7 @@ class RelayMetrics:
         self.rejected = counter(
             REJECTED,
             "Inbound requests refused, by reason (unauthorized, too_large, malformed, unknown_channel,"
-            " store_failed, render_failed).",
+            " store_failed, render_failed, body_timeout).",
             ("reason",),
         )
         self.fallbacks = counter(

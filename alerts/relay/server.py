@@ -22,7 +22,9 @@ from alerts.relay.render import Bot, Templates, compile_templates, validate
 from alerts.relay.samples import SAMPLES
 from alerts.relay.sender import Sender, bot_id
 from alerts.relay.webhook import PayloadError, parse_body
+from exporter import listener
 from exporter.credentials import Authenticator, Secret, Verdict
+from exporter.listener import BodyTooLarge, read_body
 
 log = logging.getLogger(__name__)
 
@@ -214,12 +216,14 @@ async def _receive(request: web.Request) -> web.Response:
     if request.content_length is not None and request.content_length > limit:
         metrics.rejected.labels("too_large").inc()
         return _error(413, f"body of {request.content_length} bytes exceeds max_body_bytes={limit}")
-    body = bytearray()
-    async for chunk in request.content.iter_chunked(65536):
-        body += chunk
-        if len(body) > limit:
-            metrics.rejected.labels("too_large").inc()
-            return _error(413, f"body exceeds max_body_bytes={limit}")
+    try:
+        body = await read_body(request, limit)
+    except BodyTooLarge:
+        metrics.rejected.labels("too_large").inc()
+        return _error(413, f"body exceeds max_body_bytes={limit}")
+    except TimeoutError:  # a 5xx: Alertmanager retries (a 4xx would drop the notification)
+        metrics.rejected.labels("body_timeout").inc()
+        return _error(503, f"body not received within {listener.BODY_TIMEOUT_SECONDS:g} s; retry")
     try:
         notification = parse_body(bytes(body))
     except PayloadError as exc:

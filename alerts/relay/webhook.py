@@ -14,13 +14,12 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Literal
 
+from alerts.payload import BodyError, decode
+
 Status = Literal["firing", "resolved"]
 SUPPORTED_VERSIONS = ("4", "3")
 _ZERO_TIME_YEAR = 1  # Go's zero time "0001-01-01T00:00:00Z": Alertmanager sets it as endsAt of firing alerts
 _FRACTION = re.compile(r"(\.\d{6})\d+")
-# Any surrogate escape (\\uD800-\\uDFFF): only then can a lone surrogate be in the document, and only then is
-# every string checked (a valid pair, e.g. an emoji, passes that check).
-_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
 
 
 class PayloadError(ValueError):
@@ -80,36 +79,13 @@ class Notification:
 
 
 def parse_body(body: bytes) -> Notification:
-    """Decode and validate a webhook body. Raises PayloadError with a human-readable reason."""
+    """Decode and validate a webhook body. Raises PayloadError with a human-readable reason (not JSON,
+    nested too deeply, a lone surrogate: ``alerts.payload.decode``; then the payload's shape)."""
     try:
-        doc = json.loads(body)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise PayloadError(f"body is not JSON: {exc}") from None
-    if _SURROGATE_ESCAPE.search(body):
-        try:
-            json.dumps(doc, ensure_ascii=False).encode("utf-8")  # fast path: a valid pair (an emoji)
-        except UnicodeEncodeError:
-            _check_unicode(doc, "body")  # says where
+        doc = decode(body)
+    except BodyError as exc:
+        raise PayloadError(str(exc)) from None
     return parse_payload(doc)
-
-
-def _check_unicode(node: Any, where: str) -> None:
-    """Raise PayloadError if a string holds a lone surrogate (JSON ``"\\ud800"``): it is not Unicode text,
-    no bot accepts it, and encoding it later would fail on every retry."""
-    if isinstance(node, str):
-        try:
-            node.encode("utf-8")
-        except UnicodeEncodeError as exc:
-            raise PayloadError(
-                f"{where}: invalid Unicode: lone surrogate U+{ord(node[exc.start]):04X} at character {exc.start}"
-            ) from None
-    elif isinstance(node, dict):
-        for k, v in node.items():
-            _check_unicode(k, f"{where} key")
-            _check_unicode(v, f"{where}.{k}" if len(where) < 200 else where)
-    elif isinstance(node, list):
-        for i, v in enumerate(node):
-            _check_unicode(v, f"{where}[{i}]" if len(where) < 200 else where)
 
 
 def parse_payload(doc: Any) -> Notification:

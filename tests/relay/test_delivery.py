@@ -11,8 +11,9 @@ import pytest
 
 from alerts.relay import metrics as m
 from alerts.relay.config import RateLimit
+from exporter import listener
 from tests.relay.fakebots import FakeFeishu, FakeWeCom, Fault
-from tests.relay.harness import Harness, alertmanager_fixtures, metric_value, settings_for, start_relay
+from tests.relay.harness import TOKEN, Harness, alertmanager_fixtures, metric_value, settings_for, start_relay
 
 FAST_WECOM = [{"count": 20, "per_seconds": 0.2}]
 FAST_FEISHU = [{"count": 5, "per_seconds": 0.05}, {"count": 100, "per_seconds": 1.0}]
@@ -524,6 +525,55 @@ async def test_lone_surrogate_is_400_with_the_reason(tmp_path, bots):
     assert status == 400 and "invalid Unicode: lone surrogate U+D800" in body["error"]
     assert ok == 200
     assert metric_value(text, m.REJECTED, reason="malformed") == 1
+
+
+async def test_nesting_bombs_and_huge_numbers_are_400_with_the_reason(tmp_path, bots):
+    """Fails on main: the 200 KB bomb and the 33-level body gave 500 (RecursionError / accepted), the
+    5,000-digit integer 500 (ValueError)."""
+    wecom, feishu = bots
+    bomb = b"[" * 100_000 + b"]" * 100_000  # 200 KB
+    just_over = json.loads(json.dumps(payload()))
+    just_over["extra"] = json.loads("[" * 32 + "]" * 32)  # 33 levels with the body itself
+    within = json.loads(json.dumps(payload()))
+    within["extra"] = json.loads("[" * 31 + "]" * 31)  # 32 levels: the bound, accepted
+    huge = json.dumps(payload()).replace('"version"', '"n": ' + "9" * 5000 + ', "version"', 1).encode()
+    h = await relay_for(tmp_path, wecom, feishu)
+    try:
+        answers = [await h.post("oncall-wecom", body) for body in (bomb, just_over, huge)]
+        ok, _ = await h.post("oncall-wecom", within)
+        text = (await h.get("/metrics"))[1]
+    finally:
+        await h.close()
+    assert [(status, body["error"][:40]) for status, body in answers] == [
+        (400, "body is nested deeper than 32 levels"),
+        (400, "body is nested deeper than 32 levels"),
+        (400, "body is not JSON: Exceeds the limit (430"),
+    ]
+    assert ok == 200
+    assert metric_value(text, m.REJECTED, reason="malformed") == 3
+
+
+async def test_a_body_sent_too_slowly_is_503_after_the_body_timeout(tmp_path, bots, monkeypatch):
+    """Fails on main: the relay waited for the rest of the body as long as the client kept the connection."""
+    monkeypatch.setattr(listener, "BODY_TIMEOUT_SECONDS", 0.5)
+    wecom, feishu = bots
+    h = await relay_for(tmp_path, wecom, feishu)
+    try:
+        host, port = h.url.removeprefix("http://").split(":")
+        reader, writer = await asyncio.open_connection(host, int(port))
+        writer.write(
+            b"POST /alertmanager/oncall-wecom HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n"
+            + f"Authorization: Bearer {TOKEN}\r\n\r\n".encode()
+            + b'{"version": "4"'  # and nothing more
+        )
+        async with asyncio.timeout(10):
+            head = await reader.readuntil(b"\r\n\r\n")
+        writer.close()
+        text = (await h.get("/metrics"))[1]
+    finally:
+        await h.close()
+    assert head.startswith(b"HTTP/1.1 503")
+    assert metric_value(text, m.REJECTED, reason="body_timeout") == 1
 
 
 async def test_disk_full_is_503_with_sqlites_reason(tmp_path, bots):

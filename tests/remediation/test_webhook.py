@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 from collections.abc import AsyncIterator
@@ -10,6 +11,7 @@ import bcrypt
 import pytest
 from aiohttp import web
 
+from exporter import listener
 from exporter.credentials import Verdict
 from remediation.settings import GuardSettings, WebhookSettings
 from remediation.webhook import PATH, authenticator, build_app
@@ -97,6 +99,40 @@ async def test_http_answers(url, session) -> None:  # type: ignore[no-untyped-de
     assert 'xpuwatch_remediation_webhook_requests_total{code="401"} 1.0' in text
     assert 'xpuwatch_remediation_alerts_received_total{status="firing"} 1.0' in text
     assert 'xpuwatch_remediation_decisions_total{action="drain",step="start"} 1.0' in text
+
+
+async def test_lone_surrogates_and_nesting_bombs_are_400_with_the_reason(url, session) -> None:  # type: ignore[no-untyped-def]
+    """Shared with the relay (alerts.payload). Fails on main: the lone surrogate was accepted (200) and the
+    bomb gave 500 + RecursionError."""
+    auth = {"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json"}
+    good = json.dumps(am_payload(am_alert(**drain_labels("gpu-0", "GPU-0"))))
+    lone = good.replace('"alertname"', '"alertname\\ud800"', 1).encode()
+    emoji = good.replace('"GPU-0"', '"GPU-0\\ud83d\\ude00"', 1).encode()  # a valid pair is text
+    bomb = b"[" * 2000 + b"]" * 2000  # under max_body_bytes (4,096) here; the relay's test sends 200 KB
+    answers = []
+    for body in (lone, bomb, emoji):
+        async with session.post(url + PATH, data=body, headers=auth) as r:
+            answers.append((r.status, (await r.json()).get("error", "")))
+    assert answers == [
+        (400, "body.alerts[0].labels key: invalid Unicode: lone surrogate U+D800 at character 9"),
+        (400, "body is nested deeper than 32 levels"),
+        (200, ""),
+    ]
+
+
+async def test_a_body_sent_too_slowly_is_503_after_the_body_timeout(url, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """Fails on main: the webhook waited for the rest of the body as long as the client kept the connection."""
+    monkeypatch.setattr(listener, "BODY_TIMEOUT_SECONDS", 0.5)
+    host, port = url.removeprefix("http://").split(":")
+    reader, writer = await asyncio.open_connection(host, int(port))
+    writer.write(
+        f"POST {PATH} HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\nAuthorization: Bearer {TOKEN}\r\n\r\n".encode()
+        + b'{"version": "4"'
+    )
+    async with asyncio.timeout(10):
+        head = await reader.readuntil(b"\r\n\r\n")
+    writer.close()
+    assert head.startswith(b"HTTP/1.1 503")
 
 
 async def test_large_group_and_chunked_body(url, fake, kube, session) -> None:  # type: ignore[no-untyped-def]

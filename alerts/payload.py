@@ -1,0 +1,85 @@
+"""The first step of both Alertmanager webhook receivers (relay and remediation): body bytes to a JSON
+document that is safe to walk, or a reason for a 400.
+
+Two properties beyond "is JSON", checked once here for both: nesting is bounded (``MAX_DEPTH``), so no
+recursive code after this point (Python's json decoder and encoder, the Unicode check below, templates)
+can hit the interpreter's recursion limit (a 200 KB ``[[[[…`` body gave 500 + RecursionError); and
+every string is Unicode text (a lone surrogate such as JSON ``"\\ud800"`` is not: no chat bot or API
+server accepts it and encoding it later would fail on every retry).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+MAX_DEPTH = 32
+"""Deepest nesting of objects and arrays accepted. Alertmanager's body is 3 levels deep (body, ``alerts``
+list, an alert's ``labels``: prometheus.io/docs/alerting/latest/configuration/#webhook_config); 32 leaves
+room for any hand-made payload and stays far below Python's recursion limit (1,000 frames)."""
+
+# Any surrogate escape (\\uD800-\\uDFFF): only then can a lone surrogate be in the document, and only then is
+# every string checked (a valid pair, e.g. an emoji, passes that check).
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
+
+
+class BodyError(ValueError):
+    """The body is not a JSON document within the bounds; the message says why (sent back with 400)."""
+
+
+def decode(body: bytes, max_depth: int = MAX_DEPTH) -> Any:
+    """Parse ``body`` (UTF-8 JSON). Raises BodyError: not JSON; nested deeper than ``max_depth``; a string
+    (key or value) holding a lone surrogate, with where it is (``body.alerts[0].labels key``)."""
+    try:
+        doc = json.loads(body)
+    except ValueError as exc:  # not UTF-8, not JSON, or an integer of over 4,300 digits (sys.int_info)
+        raise BodyError(f"body is not JSON: {exc}") from None
+    except RecursionError:  # deeper than the decoder's stack allows: certainly deeper than max_depth
+        raise BodyError(f"body is nested deeper than {max_depth} levels") from None
+    # Depth > max_depth needs more than max_depth opening brackets: most bodies skip the walk.
+    if body.count(b"[") + body.count(b"{") > max_depth:
+        depth = _depth(doc, max_depth)
+        if depth > max_depth:
+            raise BodyError(f"body is nested deeper than {max_depth} levels")
+    if _SURROGATE_ESCAPE.search(body):
+        try:
+            json.dumps(doc, ensure_ascii=False).encode("utf-8")  # fast path: a valid pair (an emoji)
+        except UnicodeEncodeError:
+            _check_unicode(doc, "body")  # says where
+    return doc
+
+
+def _depth(doc: Any, limit: int) -> int:
+    """Nesting depth of ``doc`` (a scalar is 0, ``[]`` is 1), counted without recursion; stops once it
+    exceeds ``limit``."""
+    deepest = 0
+    stack: list[tuple[Any, int]] = [(doc, 1)] if isinstance(doc, (dict, list)) else []
+    while stack:
+        node, depth = stack.pop()
+        deepest = max(deepest, depth)
+        if deepest > limit:
+            break
+        for child in node.values() if isinstance(node, dict) else node:
+            if isinstance(child, (dict, list)):
+                stack.append((child, depth + 1))
+    return deepest
+
+
+def _check_unicode(node: Any, where: str) -> None:
+    """Raise BodyError if a string in ``node`` holds a lone surrogate. Recursive: ``decode`` has bounded
+    the depth first."""
+    if isinstance(node, str):
+        try:
+            node.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise BodyError(
+                f"{where}: invalid Unicode: lone surrogate U+{ord(node[exc.start]):04X} at character {exc.start}"
+            ) from None
+    elif isinstance(node, dict):
+        for k, v in node.items():
+            _check_unicode(k, f"{where} key")
+            _check_unicode(v, f"{where}.{k}" if len(where) < 200 else where)
+    elif isinstance(node, list):
+        for i, v in enumerate(node):
+            _check_unicode(v, f"{where}[{i}]" if len(where) < 200 else where)
