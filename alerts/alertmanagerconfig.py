@@ -34,7 +34,11 @@ NAMESPACE = "xpuwatch"
 SECRET = "xpuwatch-alertmanager"
 _DEFAULT_ENDPOINTS = Endpoints()
 # kube-prometheus-stack's convention; overlays replace it with the user's Helm release name.
-LABELS = {"app.kubernetes.io/name": "xpuwatch", "release": "kube-prometheus-stack"}
+LABELS = {
+    "app.kubernetes.io/name": "xpuwatch",
+    "app.kubernetes.io/part-of": "xpuwatch",
+    "release": "kube-prometheus-stack",
+}
 
 # Alertmanager's matcher syntax as build_config writes it: name, operator, double-quoted value.
 _MATCHER = re.compile(r'^(?P<name>[A-Za-z_][A-Za-z0-9_]*)(?P<op>=~|!~|!=|=)"(?P<value>(?:[^"\\]|\\.)*)"$')

@@ -20,6 +20,13 @@ from exporter.logs import config_error
 # Relative to the current directory (the repository root): an installed package never writes into
 # site-packages, and a checkout's own spec.yaml is the one edited.
 DEFAULT_OUT = Path("alerts/generated")
+DEFAULT_KUSTOMIZE = Path("deploy/kustomize")
+# Copies kustomize reads (it reads only its own tree): the rules of the PrometheusRule every overlay applies and
+# the AlertmanagerConfig of overlays/kube-prometheus-stack, so a site spec reaches the cluster.
+KUSTOMIZE_COPIES = {
+    "prometheusrule.yaml": Path("base/prometheusrule.yaml"),
+    "alertmanagerconfig.yaml": Path("components/alertmanagerconfig/alertmanagerconfig.yaml"),
+}
 LOCAL_SPEC = Path("alerts/spec.yaml")
 _DEFAULTS = Endpoints()
 
@@ -87,6 +94,14 @@ def add_commands(sub: Any) -> None:
         "threshold (default: alerts/spec.yaml here, else the packaged one)",
     )
     gen.add_argument("--out", type=Path, default=DEFAULT_OUT, help="output folder (default: %(default)s)")
+    gen.add_argument(
+        "--kustomize",
+        type=Path,
+        default=None,
+        help="also write the PrometheusRule and AlertmanagerConfig copies the Kustomize tree applies "
+        f"(base/prometheusrule.yaml, components/alertmanagerconfig/) under this folder (default: {DEFAULT_KUSTOMIZE} "
+        "when it exists and --out is the default, else none)",
+    )
     gen.add_argument("--check", action="store_true", help="write nothing; exit 1 if any output is stale")
     gen.add_argument("--relay-url", default=_DEFAULTS.relay_url, help="relay base URL (default: %(default)s)")
     gen.add_argument(
@@ -133,17 +148,25 @@ def _generate(args: argparse.Namespace) -> int:
         problem = promtool_problem(files["rules.yml"])
         if problem:
             raise SpecError(f"{args.spec}: {problem}")
-    except (SpecError, OSError, ValueError, KeyError) as exc:
+    except OSError as exc:  # an unreadable --spec: say which file and why, not "[Errno 2] ..."
+        return config_error(f"--spec: cannot read {exc.filename or args.spec}: {exc.strerror or exc}")
+    except (SpecError, ValueError, KeyError) as exc:
         return config_error(" ".join(str(exc).split()))
+    outputs = {args.out / name: text for name, text in files.items()}
+    kustomize: Path | None = args.kustomize
+    if kustomize is None and args.out == DEFAULT_OUT and DEFAULT_KUSTOMIZE.is_dir():
+        kustomize = DEFAULT_KUSTOMIZE  # the checkout's own tree; --out elsewhere leaves it alone
+    if kustomize is not None:
+        outputs.update({kustomize / rel: files[name] for name, rel in KUSTOMIZE_COPIES.items()})
     if args.check:
-        stale = stale_files(args.out, files)
-        for name in stale:
-            print(f"stale: {args.out / name} (run `xpuwatch rules generate`)", file=sys.stderr)
+        stale = [path for path, text in outputs.items() if stale_files(path.parent, {path.name: text})]
+        for path in stale:
+            print(f"stale: {path} (run `xpuwatch rules generate`)", file=sys.stderr)
         if not stale:
-            print(f"{args.out}: {len(files)} files up to date")
+            print(f"{args.out}: {len(outputs)} files up to date")
         return 1 if stale else 0
-    args.out.mkdir(parents=True, exist_ok=True)
-    for name, text in files.items():
-        (args.out / name).write_text(text, encoding="utf-8")
-        print(f"wrote {args.out / name}")
+    for path, text in outputs.items():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text, encoding="utf-8")
+        print(f"wrote {path}")
     return 0

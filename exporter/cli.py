@@ -193,7 +193,7 @@ def assemble(
         spec = specs.get(name)
         if spec is None:
             known = ", ".join(sorted(specs))
-            raise ConfigError(f"--backend: unknown backend {name!r} (known: {known})")
+            raise ConfigError(f"{settings.enable_from}: unknown backend {name!r} (known: {known})")
         bs = settings.backend(name)
         options = dict(bs.options)
         if name == "sim":

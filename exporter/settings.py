@@ -122,6 +122,8 @@ class Settings:
     """Per-backend sections by backend name."""
     pod_mapping: PodMappingSettings = field(default_factory=PodMappingSettings)
     """Pod attribution through the kubelet PodResources API (off unless enabled)."""
+    enable_from: str = "enable"
+    """Where ``enable`` was set (``--backend``, ``XPUWATCH_ENABLE`` or the config's ``enable``), for errors."""
 
     def backend(self, name: str) -> BackendSettings:
         return self.backends.get(name, BackendSettings())
@@ -328,6 +330,13 @@ def load(path: str | None, env: Mapping[str, str], flags: Mapping[str, Any]) -> 
 
     node = pick("node", "XPUWATCH_NODE", s.node)
     enable = pick("enable", "XPUWATCH_ENABLE", s.enable)
+    enable_from = (
+        "--backend"
+        if flags.get("enable") not in (None, [], ())
+        else "XPUWATCH_ENABLE"
+        if env.get("XPUWATCH_ENABLE")
+        else "enable"
+    )
     web = WebSettings(
         listen_address=pick("listen_address", "XPUWATCH_WEB_LISTEN_ADDRESS", s.web.listen_address),
         telemetry_path=pick("telemetry_path", "XPUWATCH_WEB_TELEMETRY_PATH", s.web.telemetry_path),
@@ -343,7 +352,8 @@ def load(path: str | None, env: Mapping[str, str], flags: Mapping[str, Any]) -> 
         )
     return Settings(
         node=node,
-        enable=_names(list(enable) if not isinstance(enable, str) else enable, "enable"),
+        enable=_names(list(enable) if not isinstance(enable, str) else enable, enable_from),
+        enable_from=enable_from,
         web=web,
         backends=backends,
         pod_mapping=s.pod_mapping,

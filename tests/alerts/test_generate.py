@@ -276,3 +276,41 @@ def test_cli_meta_url_adds_the_out_of_band_webhook(tmp_path: Path) -> None:
     cfg = yaml.safe_load((tmp_path / "alertmanager.yml").read_text())
     (meta,) = [r for r in cfg["receivers"] if r["name"] == "xpuwatch-meta"]
     assert [h["url"] for h in meta["webhook_configs"]][1:] == ["https://pager.example/hook"]
+
+
+def test_a_site_spec_reaches_the_kustomize_tree(tmp_path: Path) -> None:
+    """`rules generate --spec site.yaml` writes the PrometheusRule and AlertmanagerConfig copies the overlays
+    apply, so tuned thresholds are deployed (before, only alerts/generated changed and `apply -k` shipped the
+    defaults); --check names a stale copy."""
+    kustomize = tmp_path / "kustomize"
+    (kustomize / "base").mkdir(parents=True)
+    site = tmp_path / "site.yaml"
+    site.write_text("alerts:\n  AcceleratorTemperatureHigh:\n    core_celsius: 77\n")
+    args = ("--spec", str(site), "--out", str(tmp_path / "gen"), "--kustomize", str(kustomize))
+    result = _cli(*args)
+    assert result.returncode == 0, result.stderr
+    rule = (kustomize / "base" / "prometheusrule.yaml").read_text()
+    assert rule == (tmp_path / "gen" / "prometheusrule.yaml").read_text()
+    assert ">= 77" in rule
+    amc = kustomize / "components" / "alertmanagerconfig" / "alertmanagerconfig.yaml"
+    assert amc.read_text() == (tmp_path / "gen" / "alertmanagerconfig.yaml").read_text()
+    assert _cli(*args, "--check").returncode == 0
+    amc.write_text("stale\n")
+    check = _cli(*args, "--check")
+    assert check.returncode == 1 and f"stale: {amc}" in check.stderr
+
+
+def test_out_elsewhere_leaves_the_checkout_kustomize_tree_alone(tmp_path: Path) -> None:
+    before = (ROOT / "deploy" / "kustomize" / "base" / "prometheusrule.yaml").read_text()
+    site = tmp_path / "site.yaml"
+    site.write_text("alerts:\n  AcceleratorTemperatureHigh:\n    core_celsius: 77\n")
+    assert _cli("--spec", str(site), "--out", str(tmp_path / "gen")).returncode == 0
+    assert (ROOT / "deploy" / "kustomize" / "base" / "prometheusrule.yaml").read_text() == before
+
+
+def test_a_missing_spec_is_one_line_naming_the_flag(tmp_path: Path) -> None:
+    result = _cli("--spec", str(tmp_path / "nonexist.yaml"), "--out", str(tmp_path / "gen"))
+    assert result.returncode == 2
+    assert result.stderr == (
+        f"xpuwatch: config error: --spec: cannot read {tmp_path / 'nonexist.yaml'}: No such file or directory\n"
+    )

@@ -275,7 +275,7 @@ def test_alertmanagerconfig_is_the_generated_one() -> None:
     component = KUSTOMIZE / "components" / "alertmanagerconfig" / "alertmanagerconfig.yaml"
     generated = ROOT / "alerts" / "generated" / "alertmanagerconfig.yaml"
     assert component.read_text() == generated.read_text(), (
-        f"stale: cp {generated.relative_to(ROOT)} {component.relative_to(ROOT)} (kustomize reads only its own tree)"
+        f"stale: run `xpuwatch rules generate` (it writes {component.relative_to(ROOT)}, the copy kustomize reads)"
     )
 
 
@@ -283,7 +283,7 @@ def test_prometheusrule_is_the_generated_one() -> None:
     rule = next(o for o in render("base") if o["kind"] == "PrometheusRule")
     generated = yaml.safe_load((ROOT / "alerts" / "generated" / "prometheusrule.yaml").read_text())
     assert rule["spec"] == generated["spec"], (
-        "stale: cp alerts/generated/prometheusrule.yaml deploy/kustomize/base/ (kustomize reads only its own tree)"
+        "stale: run `xpuwatch rules generate` (it writes the copy kustomize reads, base/prometheusrule.yaml)"
     )
 
 
@@ -441,7 +441,8 @@ def test_remediation_configmap_is_valid_and_dry_run(tmp_path: Path) -> None:
         for m in r.get("matchers", [])
         if m.startswith("category=")
     }
-    assert by_category == {"hardware": "oncall-wecom", "performance": "team-feishu"}
+    # remediation notices are hardware or performance; meta (the paging path's own alerts) has its own receiver
+    assert by_category == {"hardware": "oncall-wecom", "performance": "team-feishu", "meta": "xpuwatch-meta"}
     assert s.notify_url is None
     assert {r.action for r in s.rules} == {"drain", "reclaim", "resize"}
 

@@ -171,6 +171,18 @@ def test_every_namespaced_object_names_its_namespace(overlay: str) -> None:
     assert not stray, f"{overlay}: cluster-scoped objects with a namespace: {stray}"
 
 
+@pytest.mark.parametrize("overlay", USER_OVERLAYS)
+def test_every_object_says_it_is_part_of_xpuwatch(overlay: str) -> None:
+    """`kubectl get all -l app.kubernetes.io/part-of=xpuwatch -A` lists everything an overlay applied (the
+    exporter DaemonSets and the AlertmanagerConfig lacked the label)."""
+    missing = [
+        f"{o['kind']}/{o['metadata']['name']}"
+        for o in render(overlay)
+        if o["metadata"].get("labels", {}).get("app.kubernetes.io/part-of") != "xpuwatch"
+    ]
+    assert not missing, f"{overlay}: no app.kubernetes.io/part-of=xpuwatch on {missing}"
+
+
 def test_the_checks_see_both_scopes() -> None:
     objs = render("overlays/kube-prometheus-stack")
     cluster = {o["kind"] for o in objs if not _namespaced(o)}

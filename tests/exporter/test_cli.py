@@ -13,11 +13,26 @@ from exporter.capture import Redactor, capture, redact
 from exporter.cli import Clocks, assemble, inspect_files
 from exporter.reference import render_markdown
 from exporter.settings import Settings
-from tests.exporter.conftest import ROOT, Exporter, run_cli
+from tests.exporter.conftest import ROOT, Exporter, cli_env, run_cli
 from vendors import registry
 from vendors.base import BackendError, Device, DeviceSample, ParseError
 from vendors.command import ReplayRunner, SubprocessRunner, read_bundle, write_bundle
 from vendors.registry import BackendContext, BackendSpec, Detection, OutputFormat
+
+
+def test_unknown_backend_names_where_it_was_set(tmp_path: Path) -> None:
+    """A typo in XPUWATCH_ENABLE was reported as `--backend: ...`, a flag the user never gave."""
+    (tmp_path / "c.yaml").write_text("enable: [nvidai]\n")
+    for args, env, source in (
+        (["--backend", "nvidai"], {}, "--backend"),
+        ([], {"XPUWATCH_ENABLE": "nvidai"}, "XPUWATCH_ENABLE"),
+        (["--config", str(tmp_path / "c.yaml")], {}, "enable"),
+    ):
+        res = run_cli("serve", *args, env={**cli_env(), **env})
+        assert res.returncode == 2, res.stderr
+        assert res.stderr.startswith(f"xpuwatch: config error: {source}: unknown backend 'nvidai'"), (
+            res.stderr
+        )
 
 
 @pytest.mark.parametrize(
