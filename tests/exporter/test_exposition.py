@@ -501,7 +501,8 @@ def test_series_writer_keeps_only_what_the_last_render_served() -> None:
         )
 
     lines = writer.write(poll([a], {"core": 1.0}))
-    assert sum(map(len, lines)) == 3 + 4 and writer.held() == 3  # up, info, temperature; 4 of the backend
+    # up, info, temperature; 4 of the backend; xpuwatch_render_series
+    assert sum(map(len, lines)) == 3 + 4 + 1 and writer.held() == 3
     others = [Device("amd", "MI250X", str(i), f"amd-{i}") for i in range(3)]
     writer.write(poll(others, {}))
     assert writer.held() == 6  # GPU-a's entry is gone: 3 devices x (up, info)
