@@ -8,7 +8,7 @@ without slices, else its slices' kind (``MIG``, ``vGPU``, ``vNPU``, any other ki
 it), so a vendor or slice kind added to the simulator gets its row without a change here.
 
 ``BUDGETS`` is the documented ceiling per device at the default selection; docs/metrics.md shows it next to
-the measured default and maximum (every breakdown on) and tests/exporter/test_budget.py fails when a
+the measured default and maximum (every breakdown on) and tests/exporter/test_selection.py fails when a
 default exceeds it. Pure (the simulator is seeded and its clock passed in).
 """
 

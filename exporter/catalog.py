@@ -267,7 +267,10 @@ _CORE: tuple[MetricDef, ...] = (
         ALLOCATED,
         "gauge",
         "",
-        "1 while a container holds the device (from the kubelet PodResources API); labelled with the holder.",
+        "1 while a container holds the device (from the kubelet PodResources API); labelled with the holder, "
+        "plus label_<key> / annotation_<key> for the pod labels and annotations allow-listed in "
+        "pod_mapping.label_allowlist / annotation_allowlist (none by default; at most 8, values cut at "
+        "128 characters).",
         "kubelet PodResources v1 List, enriched from the Kubernetes API",
         "device",
         ("namespace", "pod", "container", "workload_kind", "owner"),

@@ -143,6 +143,7 @@ def _allocated_labels(ident: Mapping[str, str], h: Holder) -> dict[str, str]:
         "container": h.container,
         "workload_kind": h.workload_kind,
         "owner": h.owner,
+        **dict(h.promoted),
     }
 
 

@@ -100,7 +100,7 @@ def _selection_section() -> list[str]:
         "`xpuwatch_*` self-metrics are per exporter) on the largest device of each vendor and mode in the",
         "default simulated fleet (`vendors/sim_default.yaml`, t=0, its pods attached): at the default selection,",
         "and the maximum with every breakdown on. The budget is the documented ceiling for the default",
-        "(`exporter/budget.py`); `tests/exporter/test_budget.py` fails when a default exceeds it.",
+        "(`exporter/budget.py`); `tests/exporter/test_selection.py` fails when a default exceeds it.",
         "`xpuwatch_render_series` reports what a live exporter's last render held.",
         "",
         "| vendor | mode | simulated devices | default series per device | maximum (every breakdown on) | budget |",

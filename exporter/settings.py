@@ -55,6 +55,7 @@ import yaml
 from exporter import validation
 from exporter.podsource import PodMappingSettings
 from exporter.selection import FLAGS, Layer, Selection, SelectionError, resolve
+from exporter.workload import MAX_PROMOTED, check_allowlists
 
 DEFAULT_PORT = 9851
 DEFAULT_LISTEN_ADDRESS = f":{DEFAULT_PORT}"
@@ -242,6 +243,8 @@ _POD_KEYS = {
     "kube_api",
     "kube_api_host",
     "owner_labels",
+    "label_allowlist",
+    "annotation_allowlist",
 }
 
 
@@ -260,6 +263,24 @@ def _pod_mapping(raw: Any) -> PodMappingSettings:
     def num(key: str, default: float) -> float:
         return default if section.get(key) is None else _positive(section[key], f"pod_mapping.{key}")
 
+    allow = {
+        key: () if section.get(key) is None else _names(section[key], f"pod_mapping.{key}")
+        for key in ("label_allowlist", "annotation_allowlist", "owner_labels")
+    }
+    problem = check_allowlists(allow["label_allowlist"], allow["annotation_allowlist"])
+    if problem:
+        raise ConfigError(f"pod_mapping.label_allowlist/annotation_allowlist: {problem}")
+    if (allow["label_allowlist"] or allow["annotation_allowlist"]) and not section.get(
+        "kube_api", d.kube_api
+    ):
+        raise ConfigError(
+            "pod_mapping.label_allowlist/annotation_allowlist: need kube_api: true (pod labels and "
+            "annotations are read from the API server)"
+        )
+    if len(allow["owner_labels"]) > MAX_PROMOTED:
+        raise ConfigError(
+            f"pod_mapping.owner_labels: at most {MAX_PROMOTED} keys, got {len(allow['owner_labels'])}"
+        )
     return PodMappingSettings(
         enabled=section.get("enabled", d.enabled),
         socket=_str(section.get("socket", d.socket), "pod_mapping.socket"),
@@ -290,6 +311,8 @@ def _pod_mapping(raw: Any) -> PodMappingSettings:
             if section.get("owner_labels") is None
             else _names(section["owner_labels"], "pod_mapping.owner_labels")
         ),
+        label_allowlist=allow["label_allowlist"],
+        annotation_allowlist=allow["annotation_allowlist"],
     )
 
 

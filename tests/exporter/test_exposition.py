@@ -477,7 +477,7 @@ def full_node() -> RenderInputs:
         ),
     )
     lost = DeviceSample.lost(Device("amd", "MI250X", "1", "amd-1"), "timeout")
-    alice = Holder("ml", 'jupyter-"alice"', "notebook", "notebook", "alice\\")
+    alice = Holder("ml", 'jupyter-"alice"', "notebook", "notebook", "alice\\", (("label_team", 'v"x\n\\'),))
     bob = Holder("ml", "train-0", "trainer\n显存", "job", "")
     views = (BackendView("nvml", True, (s, lost), 2, 1.7e9, 0.25, {"timeout": 1, "field": 2}, 1, True),)
     return RenderInputs(
