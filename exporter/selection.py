@@ -82,9 +82,6 @@ class Selection:
                 out[b.family] = (labels | set(b.labels), b.aggregate)
         return out
 
-    def excluded_families(self) -> tuple[str, ...]:
-        return tuple(n for n in C.by_name() if n in self.off)
-
 
 FLAGS = "--collector"
 """The source name ``resolve`` gives the flags' layer in its errors (``--no-collector.<name>: ...``)."""
