@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import re
+import urllib.request
 from collections import defaultdict
 from collections.abc import Callable
 from pathlib import Path
@@ -303,9 +304,21 @@ def test_every_alert_reading_a_device_family_is_found() -> None:
 
 
 def test_serve_logs_at_start_what_an_exclusion_leaves_blind(start_exporter: Callable[..., Exporter]) -> None:
-    exp = start_exporter("--simulate", "--sim-clock", "1700000000", "--no-collector." + C.TEMPERATURE)
+    exp = start_exporter(
+        "--simulate", "--sim-clock", "1700000000", "--no-collector." + C.TEMPERATURE, "--collector." + LINK
+    )
     text = "\n".join(exp.log)
     assert f"{C.TEMPERATURE} is off; generated alert AcceleratorTemperatureHigh reads it" in text
+    with urllib.request.urlopen(exp.url + "/metrics", timeout=10) as resp:
+        body = resp.read().decode()
+    assert f"{C.TEMPERATURE}{{" not in body and f"# HELP {C.TEMPERATURE} " not in body
+    links = [x for x in body.splitlines() if x.startswith(C.LINK_ERRORS + "{")]
+    assert len(links) == 2 * 12 * 4 and all('link="' in x for x in links)  # two A100s, 12 NVLinks, 4 types
+    (count,) = [x for x in body.splitlines() if x.startswith(C.RENDER_SERIES + " ")]
+    written = [
+        x for x in body.splitlines() if x and not x.startswith(("#", "process_", "python_", "xpuwatch_build"))
+    ]
+    assert float(count.split()[1]) == len(written)
 
 
 # ---------------------------------------------------------------------------------------------------------
