@@ -269,8 +269,8 @@ _CORE: tuple[MetricDef, ...] = (
         "",
         "1 while a container holds the device (from the kubelet PodResources API); labelled with the holder, "
         "plus label_<key> / annotation_<key> for the pod labels and annotations allow-listed in "
-        "pod_mapping.label_allowlist / annotation_allowlist (none by default; at most 8, values cut at "
-        "128 characters).",
+        "pod_mapping.label_allowlist / annotation_allowlist, and owner_kind with pod_mapping.owner_kind "
+        "(none by default; at most 8 together, values cut at 128 characters).",
         "kubelet PodResources v1 List, enriched from the Kubernetes API",
         "device",
         ("namespace", "pod", "container", "workload_kind", "owner"),

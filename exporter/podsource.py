@@ -64,6 +64,8 @@ class PodMappingSettings:
     default. Bounded with the annotations by ``exporter.workload.MAX_PROMOTED``."""
     annotation_allowlist: tuple[str, ...] = ()
     """Pod annotation keys promoted as ``annotation_<key>``, values cut at ``MAX_PROMOTED_VALUE``."""
+    owner_kind: bool = False
+    """Promote the kind of the pod's first ownerReference as ``owner_kind`` (counts as one key)."""
 
 
 DevicesFn = Callable[[], tuple[Sequence[DeviceRef], Sequence[SliceRef]]]
@@ -89,9 +91,9 @@ def build_attribution(
     if pods is not None:
         for p in pods:
             w = workloads[(p.namespace, p.name)] = classify(p, settings.owner_labels)
-            if settings.label_allowlist or settings.annotation_allowlist:
+            if settings.label_allowlist or settings.annotation_allowlist or settings.owner_kind:
                 promoted[(p.namespace, p.name)] = promote(
-                    p, settings.label_allowlist, settings.annotation_allowlist
+                    p, settings.label_allowlist, settings.annotation_allowlist, settings.owner_kind
                 )
             for cid, cname in p.container_ids.items():
                 containers[cid] = Holder(p.namespace, p.name, cname, w.kind, w.owner)

@@ -24,6 +24,7 @@ the key (``backends.nvml.interval: must be a number > 0``). Config file shape::
       owner_labels: [owner, user]
       label_allowlist: [team]         # pod labels promoted to accelerator_allocated as label_<name>
       annotation_allowlist: []        # pod annotations promoted as annotation_<name>
+      owner_kind: false               # the pod's owner kind (Job, ReplicaSet, ...) as owner_kind
     metrics:                          # families and breakdowns written (exporter.selection)
       disable_defaults: false         # true: only the included device/slice families and breakdowns
       include: [accelerator_link_errors_total.link]
@@ -245,6 +246,7 @@ _POD_KEYS = {
     "owner_labels",
     "label_allowlist",
     "annotation_allowlist",
+    "owner_kind",
 }
 
 
@@ -256,7 +258,7 @@ def _pod_mapping(raw: Any) -> PodMappingSettings:
             f"pod_mapping.{sorted(map(str, unknown))[0]}: unknown key (known: {', '.join(sorted(_POD_KEYS))})"
         )
     d = PodMappingSettings()
-    for key in ("enabled", "kube_api"):
+    for key in ("enabled", "kube_api", "owner_kind"):
         if key in section and not isinstance(section[key], bool):
             raise ConfigError(f"pod_mapping.{key}: must be true or false")
 
@@ -267,15 +269,15 @@ def _pod_mapping(raw: Any) -> PodMappingSettings:
         key: () if section.get(key) is None else _names(section[key], f"pod_mapping.{key}")
         for key in ("label_allowlist", "annotation_allowlist", "owner_labels")
     }
-    problem = check_allowlists(allow["label_allowlist"], allow["annotation_allowlist"])
+    owner_kind = section.get("owner_kind", d.owner_kind)
+    problem = check_allowlists(allow["label_allowlist"], allow["annotation_allowlist"], owner_kind)
     if problem:
         raise ConfigError(f"pod_mapping.label_allowlist/annotation_allowlist: {problem}")
-    if (allow["label_allowlist"] or allow["annotation_allowlist"]) and not section.get(
-        "kube_api", d.kube_api
-    ):
+    promoting = allow["label_allowlist"] or allow["annotation_allowlist"] or owner_kind
+    if promoting and not section.get("kube_api", d.kube_api):
         raise ConfigError(
-            "pod_mapping.label_allowlist/annotation_allowlist: need kube_api: true (pod labels and "
-            "annotations are read from the API server)"
+            "pod_mapping.label_allowlist/annotation_allowlist/owner_kind: need kube_api: true (pod "
+            "labels, annotations and owners are read from the API server)"
         )
     if len(allow["owner_labels"]) > MAX_PROMOTED:
         raise ConfigError(
@@ -313,6 +315,7 @@ def _pod_mapping(raw: Any) -> PodMappingSettings:
         ),
         label_allowlist=allow["label_allowlist"],
         annotation_allowlist=allow["annotation_allowlist"],
+        owner_kind=owner_kind,
     )
 
 

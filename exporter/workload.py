@@ -96,11 +96,16 @@ def series_label(prefix: str, key: str) -> str:
     return prefix + re.sub(r"[^A-Za-z0-9_]", "_", key)
 
 
-def check_allowlists(labels: Sequence[str], annotations: Sequence[str]) -> str | None:
-    """None when the allow-lists can be promoted, else why not: too many keys together, a key that is no
-    Kubernetes label key, two keys that give the same series label."""
-    if len(labels) + len(annotations) > MAX_PROMOTED:
-        return f"at most {MAX_PROMOTED} pod labels and annotations together, got {len(labels) + len(annotations)}"
+def check_allowlists(
+    labels: Sequence[str], annotations: Sequence[str], owner_kind: bool = False
+) -> str | None:
+    """None when the allow-lists can be promoted, else why not: too many keys together (``owner_kind``
+    counts as one), a key that is no Kubernetes label key, two keys that give the same series label."""
+    n = len(labels) + len(annotations) + owner_kind
+    if n > MAX_PROMOTED:
+        return (
+            f"at most {MAX_PROMOTED} pod labels and annotations together (owner_kind counts as one), got {n}"
+        )
     seen: dict[str, str] = {}
     for prefix, keys in (("label_", labels), ("annotation_", annotations)):
         for k in keys:
@@ -115,10 +120,15 @@ def check_allowlists(labels: Sequence[str], annotations: Sequence[str]) -> str |
     return None
 
 
-def promote(pod: PodMeta, labels: Sequence[str], annotations: Sequence[str]) -> tuple[tuple[str, str], ...]:
+def promote(
+    pod: PodMeta, labels: Sequence[str], annotations: Sequence[str], owner_kind: bool = False
+) -> tuple[tuple[str, str], ...]:
     """The pod's allow-listed labels and annotations that it has (non-empty), as (series label, value),
-    values cut to ``MAX_PROMOTED_VALUE`` characters. Never raises."""
+    values cut to ``MAX_PROMOTED_VALUE`` characters; with ``owner_kind``, ``owner_kind`` = the kind of its
+    first ownerReference (``Job``, ``ReplicaSet``, ``StatefulSet``, ...) when it has one. Never raises."""
     out: list[tuple[str, str]] = []
+    if owner_kind and pod.owner_kinds and pod.owner_kinds[0]:
+        out.append(("owner_kind", pod.owner_kinds[0][:MAX_PROMOTED_VALUE]))
     for prefix, keys, source in (
         ("label_", labels, pod.labels),
         ("annotation_", annotations, pod.annotations),

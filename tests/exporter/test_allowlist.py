@@ -58,7 +58,7 @@ def test_allow_listed_keys_become_kube_state_metrics_style_labels_values_cut() -
     [
         (
             "{kube_api: true, label_allowlist: [a, b, c, d, e], annotation_allowlist: [f, g, h, i]}",
-            f"at most {MAX_PROMOTED} pod labels and annotations together, got 9",
+            f"at most {MAX_PROMOTED} pod labels and annotations together (owner_kind counts as one), got 9",
         ),
         ("{kube_api: true, label_allowlist: ['bad key!']}", "is not a Kubernetes label/annotation key"),
         (
@@ -67,6 +67,12 @@ def test_allow_listed_keys_become_kube_state_metrics_style_labels_values_cut() -
         ),
         ("{kube_api: true, label_allowlist: [a.b, a_b]}", "both become series label label_a_b"),
         ("{kube_api: false, label_allowlist: [team]}", "need kube_api: true"),
+        ("{owner_kind: true}", "need kube_api: true"),
+        ("{kube_api: true, owner_kind: 1}", "pod_mapping.owner_kind: must be true or false"),
+        (
+            "{kube_api: true, owner_kind: true, label_allowlist: [a, b, c, d, e, f, g, h]}",
+            "(owner_kind counts as one), got 9",
+        ),
         ("{kube_api: true, label_allowlist: team}", ""),  # a comma-separated string is a list of one
         ("{owner_labels: [a, b, c, d, e, f, g, h, i]}", "pod_mapping.owner_labels: at most 8 keys, got 9"),
     ],
@@ -106,6 +112,13 @@ def test_promoted_labels_reach_accelerator_allocated_only_and_both_render_paths(
     assert isinstance(fast, FastEncoder)
     body = fast.render(node.collector)
     assert body == encoder(registry) and b'label_team="vision"' in body
+
+
+def test_owner_kind_is_promoted_when_asked() -> None:
+    pod = PodMeta("ml", "train-0", {}, {}, owner_kinds=("Job",))
+    assert promote(pod, (), (), owner_kind=True) == (("owner_kind", "Job"),)
+    assert promote(pod, (), ()) == ()
+    assert promote(PodMeta("ml", "bare", {}, {}), (), (), owner_kind=True) == ()
 
 
 def test_without_allowlists_holders_carry_nothing_extra() -> None:
