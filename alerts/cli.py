@@ -1,4 +1,5 @@
-"""Alert subcommands: `xpuwatch rules generate [--check]` writes (or verifies) alerts/generated/ from the spec."""
+"""Alert subcommands: `xpuwatch rules generate [--check]` writes (or verifies) alerts/generated/ from the spec
+(and reads.yaml: the catalog families each rule reads, exporter.readers)."""
 
 from __future__ import annotations
 
@@ -10,11 +11,13 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from alerts.alertmanager import Endpoints, render_alertmanager
 from alerts.alertmanagerconfig import render_alertmanagerconfig
 from alerts.rules import render_prometheusrule, render_rules
 from alerts.spec import DEFAULT_SPEC_PATH, SpecError, load_user_spec
-from exporter import validation
+from exporter import readers, validation
 from exporter.logs import config_error
 
 # Relative to the current directory (the repository root): an installed package never writes into
@@ -35,8 +38,10 @@ def render_all(spec_path: Path, endpoints: Endpoints) -> dict[str, str]:
     """File name -> content of every generated file for ``spec_path`` laid over the packaged defaults (a
     user spec may hold any subset of their keys). Raises SpecError / OSError on a bad spec."""
     spec = load_user_spec(spec_path)
+    rules = render_rules(spec)
     return {
-        "rules.yml": render_rules(spec),
+        "rules.yml": rules,
+        "reads.yaml": readers.dump(readers.rule_readers(yaml.safe_load(rules)), "rules generate", "rule"),
         "prometheusrule.yaml": render_prometheusrule(spec),
         "alertmanager.yml": render_alertmanager(spec, endpoints),
         "alertmanagerconfig.yaml": render_alertmanagerconfig(spec, endpoints),
@@ -84,7 +89,7 @@ def add_commands(sub: Any) -> None:
     gen = rules_sub.add_parser(
         "generate",
         help="write alerts/generated/{rules.yml,prometheusrule.yaml,alertmanager.yml,alertmanagerconfig.yaml} "
-        "from the spec",
+        "from the spec, and reads.yaml (the catalog families each rule reads)",
     )
     gen.add_argument(
         "--spec",

@@ -222,7 +222,7 @@ def stop(proc: subprocess.Popen[bytes]) -> None:
         proc.wait()
 
 
-def render_costs(sizes: tuple[int, ...], polls: int) -> None:
+def render_costs(sizes: tuple[int, ...], polls: int, every_breakdown: bool = False) -> None:
     """Per-poll render CPU per series, in process, on a frozen clock (values still change per poll: the
     simulator's readings depend on the poll count through its seeded noise)."""
     sys.path.insert(0, str(ROOT))
@@ -231,8 +231,12 @@ def render_costs(sizes: tuple[int, ...], polls: int) -> None:
 
     from exporter.cli import Clocks, assemble
     from exporter.exposition import FastEncoder, fast_encoder
+    from exporter.selection import Selection
     from exporter.settings import Settings
     from vendors.command import SubprocessRunner
+
+    # --every-breakdown: nothing switched off (the series before metric selection existed)
+    settings = Settings(metrics=Selection()) if every_breakdown else Settings()
 
     reference, _ = choose_encoder(PROM_ACCEPT)
     print(
@@ -244,7 +248,7 @@ def render_costs(sizes: tuple[int, ...], polls: int) -> None:
             cfg = Path(d) / f"fleet-{n}.yaml"
             cfg.write_text(fleet_yaml(n))
             asm = assemble(
-                Settings(),
+                settings,
                 ["sim"],
                 Clocks(lambda: 1.7e9, time.monotonic),
                 SubprocessRunner(),
@@ -350,6 +354,9 @@ def main() -> None:
     ap.add_argument("--lag-file")
     ap.add_argument("--quick", action="store_true", help="fewer requests and shorter windows")
     ap.add_argument("--render-only", action="store_true", help="section 1 (render CPU) alone")
+    ap.add_argument(
+        "--every-breakdown", action="store_true", help="render with every breakdown on (nothing switched off)"
+    )
     args = ap.parse_args()
     if args.child:
         serve_child(args.child, args.slow, args.port_file, args.lag_file)
@@ -358,7 +365,7 @@ def main() -> None:
     idle = 20 if args.quick else 60
     scrapes_rss = 2000 if args.quick else 10000
     print("== 1. per-poll render CPU per series (us/series; families = samples -> metric families)")
-    render_costs((8, 64, 512, 2048), 2 if args.quick else 5)
+    render_costs((8, 64, 512, 2048), 2 if args.quick else 5, args.every_breakdown)
     if args.render_only:
         return
     with tempfile.TemporaryDirectory() as d:

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from dashboards.configmap import render_configmaps
-from dashboards.generator import render_all, stale_files
+from dashboards.generator import READS, render_all, render_reads, stale_files
 
 
 def add_commands(sub: Any) -> None:
@@ -39,13 +39,17 @@ def generate(args: argparse.Namespace) -> int:
     try:
         files = render_all()
         configmaps = render_configmaps(files)
+        reads = render_reads(files)
     except (OSError, ValueError, KeyError) as exc:
         print(f"xpuwatch dashboards generate: {exc}", file=sys.stderr)
         return 2
     cm_path: Path = args.configmaps
     cm_stale = not cm_path.is_file() or cm_path.read_text("utf-8") != configmaps
+    reads_path = args.out / READS
+    reads_stale = not reads_path.is_file() or reads_path.read_text("utf-8") != reads
     if args.check:
         stale = [args.out / name for name in stale_files(args.out, files)] + ([cm_path] if cm_stale else [])
+        stale += [reads_path] if reads_stale else []
         for path in stale:
             print(f"stale: {path} (run `xpuwatch dashboards generate`)", file=sys.stderr)
         if not stale:
@@ -55,7 +59,7 @@ def generate(args: argparse.Namespace) -> int:
     for name in stale_files(args.out, {}):
         (args.out / name).unlink()
         print(f"removed {args.out / name}")
-    for name, text in files.items():
+    for name, text in {**files, READS: reads}.items():
         (args.out / name).write_text(text, encoding="utf-8")
         print(f"wrote {args.out / name}")
     try:

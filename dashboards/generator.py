@@ -13,8 +13,11 @@ from pathlib import Path
 from typing import Any
 
 from dashboards.board import Board, render_board
+from exporter import readers
 
 DEFAULT_OUT = Path(__file__).parent / "generated"
+READS = "reads.yaml"
+"""The reads index next to the dashboards: the catalog families each panel reads (exporter.readers)."""
 MODULES = (
     "dashboards.fleet",
     "dashboards.device",
@@ -40,6 +43,21 @@ def dump(dashboard: dict[str, Any]) -> str:
 def render_all() -> dict[str, str]:
     """File name (``<uid>.json``) -> JSON text of every dashboard."""
     return {f"{b.uid}.json": dump(render_board(b)) for b in boards()}
+
+
+def render_reads(files: dict[str, str]) -> str:
+    """reads.yaml for the rendered dashboards ``files``: per panel, the catalog families it reads (also
+    through recording rules of the packaged spec)."""
+    import yaml
+
+    from alerts.rules import render_rules
+    from alerts.spec import load_spec
+
+    recorded = readers.rule_readers(yaml.safe_load(render_rules(load_spec())))
+    out = []
+    for name in sorted(files):
+        out += readers.panel_readers(json.loads(files[name]), recorded)
+    return readers.dump(out, "dashboards generate", "dashboard panel")
 
 
 def stale_files(out: Path, files: dict[str, str]) -> list[str]:

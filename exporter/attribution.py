@@ -32,6 +32,9 @@ class Holder:
     container: str
     workload_kind: str = "unknown"
     owner: str = ""
+    promoted: tuple[tuple[str, str], ...] = ()
+    """Pod labels and annotations promoted to series labels by the allow-lists (``label_<key>`` /
+    ``annotation_<key>``, exporter.workload.promote), on ``accelerator_allocated`` only."""
 
     def __post_init__(self) -> None:
         if self.workload_kind not in WORKLOAD_KINDS:

@@ -102,6 +102,7 @@ BACKEND_DEVICES = "xpuwatch_backend_devices"
 POD_MAPPING_UP = "xpuwatch_pod_mapping_up"
 POD_MAPPING_LAST_SUCCESS = "xpuwatch_pod_mapping_last_success_timestamp_seconds"
 POD_MAPPING_UNMATCHED = "xpuwatch_pod_mapping_unmatched_ids"
+RENDER_SERIES = "xpuwatch_render_series"
 
 NV = "NVIDIA"
 _CORE: tuple[MetricDef, ...] = (
@@ -266,7 +267,10 @@ _CORE: tuple[MetricDef, ...] = (
         ALLOCATED,
         "gauge",
         "",
-        "1 while a container holds the device (from the kubelet PodResources API); labelled with the holder.",
+        "1 while a container holds the device (from the kubelet PodResources API); labelled with the holder, "
+        "plus label_<key> / annotation_<key> for the pod labels and annotations allow-listed in "
+        "pod_mapping.label_allowlist / annotation_allowlist, and owner_kind with pod_mapping.owner_kind "
+        "(none by default; at most 8 together, values cut at 128 characters).",
         "kubelet PodResources v1 List, enriched from the Kubernetes API",
         "device",
         ("namespace", "pod", "container", "workload_kind", "owner"),
@@ -399,6 +403,74 @@ _CORE: tuple[MetricDef, ...] = (
         "kubelet PodResources v1 List: device_ids, dynamic_resources",
         ("resource",),
         "exporter",
+    ),
+    _g(
+        RENDER_SERIES,
+        "",
+        "Series the exporter's accelerator and self-metric families hold in this render, this one included "
+        "(not the process_/python_/build-info families): what a scrape of this exporter costs the TSDB.",
+        "xpuwatch collector (exporter.collector), after metric selection (metrics.include/exclude)",
+        (),
+        "exporter",
+    ),
+)
+
+
+@dataclass(frozen=True)
+class Breakdown:
+    """A label of ``family`` that multiplies its series and can be switched off on its own (selection name
+    ``<family>.<name>``). Off, the family keeps one series per remaining label set: the values of the
+    series that differed only in ``labels`` combined by ``aggregate`` (``sum`` for counters and amounts,
+    ``max`` for 0/1 states: 1 while any is 1)."""
+
+    family: str
+    name: str
+    labels: tuple[str, ...]
+    aggregate: Literal["sum", "max"]
+    default: bool
+    why: str
+
+    @property
+    def key(self) -> str:
+        return f"{self.family}.{self.name}"
+
+
+BREAKDOWNS: tuple[Breakdown, ...] = (
+    Breakdown(
+        LINK_ERRORS,
+        "link",
+        ("link",),
+        "sum",
+        False,
+        "one series per NVLink and error type (48 per A100, 72 per H100); no generated alert or panel reads "
+        "the link (they sum without it), so by default the errors are summed over links per error type",
+    ),
+    Breakdown(
+        CLOCK_THROTTLED,
+        "reason",
+        ("reason",),
+        "max",
+        True,
+        "9 reasons per NVIDIA GPU; the throttle alerts and the device dashboard read the reason. Off: one "
+        "series per device, 1 while any reason is active",
+    ),
+    Breakdown(
+        FAULT_EVENTS,
+        "code",
+        ("code",),
+        "sum",
+        True,
+        "one series per XID / error code, present at 0 before the first event; the fault alerts and "
+        "panels read the code. Off: all fault events of the device summed",
+    ),
+    Breakdown(
+        CONTAINER_MEMORY_USED,
+        "container",
+        ("namespace", "pod", "container"),
+        "sum",
+        True,
+        "one series per container with processes on the device (per process, summed per container); off: "
+        "the device memory held by processes, summed per device",
     ),
 )
 

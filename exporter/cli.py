@@ -37,7 +37,9 @@ from exporter.exposition import ExpositionCache
 from exporter.podmap import DeviceRef, SliceRef
 from exporter.podsource import KubeletAttributionSource
 from exporter.poller import BackendView, Poller, PollSettings
+from exporter.readers import shipped_readers
 from exporter.reference import render_markdown
+from exporter.selection import Selection, blind
 from exporter.server import Server, ssl_context
 from exporter.settings import ConfigError, Settings, WebConfig, load, load_web_config
 from vendors.base import Backend, DeviceSample, ParseError
@@ -63,7 +65,17 @@ is in uninterruptible sleep (then it is logged and left; the kubelet's grace per
 
 
 def add_commands(sub: Any) -> None:
-    serve = sub.add_parser("serve", help="run the exporter", description="Run the exporter.")
+    serve = sub.add_parser(
+        "serve",
+        help="run the exporter",
+        description="Run the exporter.",
+        epilog="metric selection (as node_exporter's collector flags): --collector.<name> switches a "
+        "family or breakdown on, --no-collector.<name> off, --collector.disable-defaults leaves only the "
+        "ones switched on (and the xpuwatch_* self-metrics); <name> is a family "
+        "(accelerator_sm_occupancy_ratio) or <family>.<breakdown> (accelerator_link_errors_total.link). "
+        "Also config metrics: {include, exclude, disable_defaults} and $XPUWATCH_METRICS_INCLUDE/EXCLUDE. "
+        "Names: docs/metrics.md.",
+    )
     serve.add_argument("--config", help="YAML config file (also $XPUWATCH_CONFIG)")
     serve.add_argument("--simulate", action="store_true", help="serve the built-in simulated fleet")
     serve.add_argument(
@@ -236,9 +248,10 @@ def assemble(
             clocks.wall,
             pod_source.status,
             ProcCgroups(host_proc_root(settings.pod_mapping.host_proc)).lookup,
+            settings.metrics,
         )
         if pod_source is not None
-        else Collector(node, poller.view, attribution, clocks.wall)
+        else Collector(node, poller.view, attribution, clocks.wall, selection=settings.metrics)
     )
     cache = ExpositionCache(
         collector, standard=True, update_period=min((ps.interval for _, ps in backends), default=None)
@@ -309,6 +322,7 @@ def serve_settings(args: argparse.Namespace, env: Mapping[str, str]) -> tuple[Se
         "listen_address": args.listen_address,
         "telemetry_path": args.telemetry_path,
         "web_config_file": args.web_config_file,
+        "metrics": getattr(args, "collectors", None),
     }
     settings = load(args.config, env, flags)
     return settings, settings.node or env.get("NODE_NAME") or None
@@ -337,6 +351,7 @@ def run_serve(args: argparse.Namespace) -> int:
                 raise ConfigError(f"tls_server_config: cannot load certificate/key: {exc}") from exc
     except ConfigError as exc:
         return _fail(f"config error: {exc}")
+    warn_blind(settings.metrics)
     clocks = _clocks(args.sim_clock)
     runner: CommandRunner = SubprocessRunner()
     try:
@@ -365,6 +380,16 @@ def run_serve(args: argparse.Namespace) -> int:
     except OSError as exc:
         return _fail(f"cannot listen on {settings.web.listen_address}: {exc}", 1)
     return 0
+
+
+def warn_blind(selection: Selection) -> None:
+    """Log, at start, each generated alert, recording rule and dashboard panel that reads a family or
+    a breakdown label the selection switches off (they would see no data), from the reads indexes that
+    `rules generate` and `dashboards generate` write."""
+    for what, r in blind(selection, shipped_readers()):
+        log.warning(
+            "metric selection: %s is off; generated %s %s reads it and will see no data", what, r.kind, r.name
+        )
 
 
 def _sighup() -> None:

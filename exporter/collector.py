@@ -33,6 +33,7 @@ from exporter import catalog as C
 from exporter.attribution import Attribution, AttributionSource, Holder, MappingStatus
 from exporter.cgroup import ContainerRef
 from exporter.poller import BackendView
+from exporter.selection import Selection
 from vendors.base import DeviceSample, Slice, merge_samples
 
 log = logging.getLogger(__name__)
@@ -74,6 +75,15 @@ _SLICE_SCALARS: tuple[tuple[str, str], ...] = (
 _SUFFIX = {"counter": "_total", "info": "_info"}
 
 
+def _max(a: float, b: float) -> float:
+    return b if b > a else a
+
+
+_COMBINE: dict[str, Callable[[float, float], float]] = {"sum": float.__add__, "max": _max}
+"""How a switched-off breakdown's series combine, in the order the breakdown's series are written (sorted
+by key): the same order in ``families()`` and ``SeriesWriter``, so the same float sums."""
+
+
 def family(name: str, d: C.MetricDef) -> Metric:
     """The empty prometheus-client family of catalog entry ``name`` (without the ``_total``/``_info``
     suffix the client adds back; its unit only when the name ends with it)."""
@@ -84,19 +94,43 @@ def family(name: str, d: C.MetricDef) -> Metric:
 
 
 class _Families:
-    """Metric families being built for one render, in catalog order, created on first sample."""
+    """Metric families being built for one render, in catalog order, created on first sample. Families
+    the selection switches off get no series; a family with a breakdown off gets one series per label set
+    left once the breakdown's labels are dropped, in the order each set was first seen, its value the
+    series' values combined in the order they were added."""
 
-    def __init__(self, defs: Mapping[str, C.MetricDef]) -> None:
+    def __init__(self, defs: Mapping[str, C.MetricDef], selection: Selection) -> None:
         self._defs = defs
+        self._off = selection.off
+        self._drop = selection.dropped()
         self._built: dict[str, Metric] = {}
+        self._acc: dict[str, dict[tuple[tuple[str, str], ...], float]] = {}
 
     def add(self, name: str, labels: dict[str, str], value: float) -> None:
+        if name in self._off:
+            return
+        drop = self._drop.get(name)
+        if drop is not None:
+            dropped, how = drop
+            key = tuple((k, v) for k, v in labels.items() if k not in dropped)
+            acc = self._acc.setdefault(name, {})
+            old = acc.get(key)
+            acc[key] = float(value) if old is None else _COMBINE[how](old, float(value))
+            return
         fam = self._built.get(name)
         if fam is None:
             fam = self._built[name] = family(name, self._defs[name])
         fam.add_sample(name, labels, float(value))
 
+    def count(self) -> int:
+        """Series added so far (after selection)."""
+        return sum(len(f.samples) for f in self._built.values()) + sum(map(len, self._acc.values()))
+
     def result(self) -> list[Metric]:
+        for name, acc in self._acc.items():
+            fam = self._built[name] = family(name, self._defs[name])
+            for key, v in acc.items():
+                fam.add_sample(name, dict(key), v)
         return [self._built[n] for n in self._defs if n in self._built]
 
 
@@ -109,6 +143,7 @@ def _allocated_labels(ident: Mapping[str, str], h: Holder) -> dict[str, str]:
         "container": h.container,
         "workload_kind": h.workload_kind,
         "owner": h.owner,
+        **dict(h.promoted),
     }
 
 
@@ -128,6 +163,7 @@ def families(
     unknown: set[str] | None = None,
     mapping_status: MappingStatus | None = None,
     pid_containers: Mapping[int, ContainerRef | None] | None = None,
+    selection: Selection | None = None,
 ) -> list[Metric]:
     """Render every family for one instant. Pure: same inputs, same families.
 
@@ -136,13 +172,18 @@ def families(
     unmatched IDs; ``pid_containers`` (host PID -> its container, None for none) names the processes of
     ``DeviceSample.processes``: given (pod mapping on), ``accelerator_container_memory_used_bytes`` is
     rendered, pids it lacks counting under ``container=""``; None (no Kubernetes), it is not.
+    ``selection`` (default: ``Selection.default()``) switches families and breakdowns off
+    (exporter.selection); ``xpuwatch_render_series`` counts the series written, itself included.
     """
-    out = _Families(defs if defs is not None else C.by_name())
+    sel = Selection.default() if selection is None else selection
+    out = _Families(defs if defs is not None else C.by_name(), sel)
     views = tuple(views)
     for s in _merged(views):
         _device(out, node, s, attribution, unknown, pid_containers)
     for name, labels, value in _exporter_series(views, mapping_up, mapping_status):
         out.add(name, labels, value)
+    if sel.family_on(C.RENDER_SERIES) and C.RENDER_SERIES in out._defs:
+        out.add(C.RENDER_SERIES, {}, out.count() + 1)
     return out.result()
 
 
@@ -297,7 +338,13 @@ class RenderInputs:
 
 def _size(prefixes: Mapping[str, Any]) -> int:
     return sum(
-        len(v.order) if isinstance(v, _Plan) else len(v) if isinstance(v, dict) else 1
+        len(v.order)
+        if isinstance(v, _Plan)
+        else len(v.prefixes)
+        if isinstance(v, _Combined)
+        else len(v)
+        if isinstance(v, dict)
+        else 1
         for v in prefixes.values()
     )
 
@@ -316,6 +363,25 @@ class _Plan:
     def __init__(self, keys: tuple[Any, ...] | None, order: tuple[tuple[int, str], ...]) -> None:
         self.keys = keys
         self.order = order
+        self.values: tuple[Any, ...] = ()
+        self.types: tuple[type, ...] = ()
+        self.lines: list[str] | None = None
+
+
+class _Combined:
+    """The series of one mapping field of one device with a breakdown off, while its keys stay the same:
+    ``order`` is (position in the mapping, group) in sorted key order, ``prefixes`` one rendered prefix per
+    group (label set left once the breakdown's labels are dropped), in the order groups are first seen;
+    and the lines last written with their ``values`` and types (as ``_Plan``)."""
+
+    __slots__ = ("keys", "lines", "order", "prefixes", "types", "values")
+
+    def __init__(
+        self, keys: tuple[Any, ...] | None, order: tuple[tuple[int, int], ...], prefixes: list[str]
+    ) -> None:
+        self.keys = keys
+        self.order = order
+        self.prefixes = prefixes
         self.values: tuple[Any, ...] = ()
         self.types: tuple[type, ...] = ()
         self.lines: list[str] | None = None
@@ -346,18 +412,45 @@ class SeriesWriter:
     last render are kept; when a device's series churn (keys come and go) so that more prefixes are kept
     than series written, the next render starts afresh: memory stays proportional to the series served.
     Byte-identity with prometheus-client over ``families()`` is tested (tests/exporter/test_exposition.py).
+
+    ``defs`` is the whole catalog and ``selection`` (default ``Selection.default()``) what of it is written:
+    ``self.defs`` holds the families switched on, in catalog order. A family switched off is written into
+    a list past ``self.defs`` that ``write`` drops (scalar and mapping fields skip it outright), so a
+    selection that excludes nothing costs nothing; a family with a breakdown off is combined per device
+    (``_combined``), its plan kept like a mapping's.
     """
 
     def __init__(
-        self, defs: Mapping[str, C.MetricDef], prefix: Callable[[str, Mapping[str, str]], str]
+        self,
+        defs: Mapping[str, C.MetricDef],
+        prefix: Callable[[str, Mapping[str, str]], str],
+        selection: Selection | None = None,
     ) -> None:
-        self.defs = defs
+        sel = Selection.default() if selection is None else selection
+        self.catalog = defs
+        self.selection = sel
+        on = [n for n in defs if sel.family_on(n)]
+        self.defs: Mapping[str, C.MetricDef] = defs if len(on) == len(defs) else {n: defs[n] for n in on}
         self._prefix = prefix
-        index = {name: i for i, name in enumerate(defs)}
+        index = {name: i for i, name in enumerate(on)}
+        for name in defs:
+            index.setdefault(name, len(index))  # switched off: a list past the ones returned
         self._index = index
-        self._scalars = tuple((attr, name, index[name]) for attr, name in _SCALARS)
-        self._mappings = tuple((attr, name, label, index[name]) for attr, name, label in _MAPPINGS)
+        self._n = len(on)
+        self._drop = sel.dropped()
+        self._scalars = tuple((attr, name, index[name]) for attr, name in _SCALARS if sel.family_on(name))
+        self._mappings = tuple(
+            (attr, name, label, index[name])
+            for attr, name, label in _MAPPINGS
+            if sel.family_on(name) and name not in self._drop
+        )
+        self._combined_mappings = tuple(
+            (attr, name, (label,), index[name])
+            for attr, name, label in _MAPPINGS
+            if sel.family_on(name) and name in self._drop
+        )
         self._slice_scalars = tuple((attr, name, index[name]) for attr, name in _SLICE_SCALARS)
+        self._render_series = C.RENDER_SERIES in on
         self._devices: dict[tuple[Any, ...], _Device] = {}
         self._made = 0  # prefixes made since the kept ones were last counted (an upper bound on them)
         self._series = 0  # series of the last render
@@ -365,7 +458,7 @@ class SeriesWriter:
 
     def write(self, inp: RenderInputs, unknown: set[str] | None = None) -> list[list[str]]:
         """Lines per family, indexed like ``defs`` (empty list: no series). ``unknown`` as in ``families``."""
-        lines: list[list[str]] = [[] for _ in self.defs]
+        lines: list[list[str]] = [[] for _ in self._index]
         old = self._devices
         new: dict[tuple[Any, ...], _Device] = {}
         if len(self._values) > 4096 + 2 * self._series:
@@ -380,6 +473,11 @@ class SeriesWriter:
                 new, self._made = {}, 0
         self._devices = new
         self._exporter(lines, inp)
+        if len(lines) != self._n:
+            del lines[self._n :]  # the families switched off
+        if self._render_series:
+            count = sum(map(len, lines)) + 1
+            lines[self._index[C.RENDER_SERIES]].append(self._prefix(C.RENDER_SERIES, {}) + self._text(count))
         return lines
 
     def held(self) -> int:
@@ -459,9 +557,11 @@ class SeriesWriter:
                 out.append(p + one)
         if not s.up:
             if s.fault_events:
-                self._mapping(
-                    lines[index[C.FAULT_EVENTS]], e, "fault_events", C.FAULT_EVENTS, "code", s.fault_events
-                )
+                out = lines[index[C.FAULT_EVENTS]]
+                if C.FAULT_EVENTS in self._drop:
+                    self._combined(out, e, "fault_events", C.FAULT_EVENTS, ("code",), s.fault_events)
+                else:
+                    self._mapping(out, e, "fault_events", C.FAULT_EVENTS, "code", s.fault_events)
             return
 
         for attr, name, i in self._scalars:
@@ -475,6 +575,10 @@ class SeriesWriter:
             m = getattr(s, attr)
             if m:
                 self._mapping(lines[i], e, attr, name, label, m)
+        for attr, name, labelnames, i in self._combined_mappings:
+            m = getattr(s, attr)
+            if m:
+                self._combined(lines[i], e, attr, name, labelnames, m)
         if s.remap_pending is not None:
             p = pre.get(C.REMAP_PENDING)
             if p is None:
@@ -486,7 +590,12 @@ class SeriesWriter:
                 p = pre[C.REMAP_FAILED] = prefix(C.REMAP_FAILED, e.labels)
             lines[index[C.REMAP_FAILED]].append(p + (one if s.remap_failed else text(0)))
         if s.link_errors:
-            self._mapping(lines[index[C.LINK_ERRORS]], e, "link_errors", C.LINK_ERRORS, None, s.link_errors)
+            if C.LINK_ERRORS in self._drop:
+                out = lines[index[C.LINK_ERRORS]]
+                self._combined(out, e, "link_errors", C.LINK_ERRORS, ("link", "type"), s.link_errors)
+            else:
+                out = lines[index[C.LINK_ERRORS]]
+                self._mapping(out, e, "link_errors", C.LINK_ERRORS, None, s.link_errors)
         for name, v in sorted(s.vendor_metrics.items()):
             if name in index and name.startswith("accelerator_"):
                 p = pre.get(name)
@@ -522,6 +631,61 @@ class SeriesWriter:
             plan.lines = None
         else:
             plan.values, plan.types, plan.lines = vs, tuple(map(type, vs)), lines
+
+    def _combined(
+        self,
+        out: list[str],
+        e: _Device,
+        attr: str,
+        name: str,
+        labelnames: tuple[str, ...],
+        m: Mapping[Any, float],
+        labels: dict[str, str] | None = None,
+    ) -> None:
+        """The series of one mapping field with a breakdown off: keys (one value, or a tuple of one per
+        ``labelnames``) grouped by the labels the breakdown keeps, values combined in sorted key order,
+        groups in the order first seen (as ``_Families`` does over the reference's series)."""
+        keys = tuple(m)
+        plan = e.prefixes.get(attr)
+        if not isinstance(plan, _Combined) or plan.keys != keys:
+            plan = e.prefixes[attr] = self._combined_plan(
+                keys, name, e.labels if labels is None else labels, labelnames
+            )
+        vs = tuple(m.values())
+        if plan.lines is not None and vs == plan.values and tuple(map(type, vs)) == plan.types:
+            out += plan.lines
+            return
+        combine = _COMBINE[self._drop[name][1]]
+        acc: list[float | None] = [None] * len(plan.prefixes)
+        for j, g in plan.order:
+            v = float(vs[j])
+            a = acc[g]
+            acc[g] = v if a is None else combine(a, v)
+        text = self._text
+        lines = [p + text(a) for p, a in zip(plan.prefixes, acc, strict=True) if a is not None]
+        out += lines
+        if any(type(v) is float and not v for v in vs):
+            plan.lines = None
+        else:
+            plan.values, plan.types, plan.lines = vs, tuple(map(type, vs)), lines
+
+    def _combined_plan(
+        self, keys: tuple[Any, ...], name: str, labels: dict[str, str], labelnames: tuple[str, ...]
+    ) -> _Combined:
+        dropped = self._drop[name][0]
+        kept = [i for i, label in enumerate(labelnames) if label not in dropped]
+        order = sorted(range(len(keys)), key=keys.__getitem__)
+        parts = [keys[j] if len(labelnames) > 1 else (keys[j],) for j in range(len(keys))]
+        exact = all(type(x) is str for k in parts for x in k)
+        groups: dict[tuple[str, ...], int] = {}
+        pairs = tuple(
+            (j, groups.setdefault(tuple(str(parts[j][i]) for i in kept), len(groups))) for j in order
+        )
+        base = {k: v for k, v in labels.items() if k not in dropped}
+        prefixes = [
+            self._make(name, {**base, **{labelnames[i]: g[x] for x, i in enumerate(kept)}}) for g in groups
+        ]
+        return _Combined(keys if exact else None, pairs, prefixes)
 
     def _plan(self, keys: tuple[Any, ...], name: str, labels: dict[str, str], label: str | None) -> _Plan:
         # Dict keys are pairwise unequal, so sorting them orders the items as the reference's
@@ -584,8 +748,12 @@ class SeriesWriter:
             held[key] = held.get(key, 0.0) + proc.memory_used_bytes
         if not held:
             return
-        sub = e.prefixes.setdefault("containers", {})
         out = lines[self._index[C.CONTAINER_MEMORY_USED]]
+        if C.CONTAINER_MEMORY_USED in self._drop:
+            names = ("namespace", "pod", "container")
+            self._combined(out, e, "containers+", C.CONTAINER_MEMORY_USED, names, held, e.ident)
+            return
+        sub = e.prefixes.setdefault("containers", {})
         for key, used in sorted(held.items()):
             p = sub.get(key)
             if p is None:
@@ -616,6 +784,7 @@ class Collector(_ClientCollector):
         clock: Callable[[], float],
         status: Callable[[], MappingStatus | None] | None = None,
         pid_lookup: Callable[[int], ContainerRef | None] | None = None,
+        selection: Selection | None = None,
     ) -> None:
         self.node = node
         self._views = views
@@ -623,7 +792,9 @@ class Collector(_ClientCollector):
         self._clock = clock
         self._status = status
         self._pid_lookup = pid_lookup
-        self._defs = C.by_name()
+        self.catalog = C.by_name()
+        self.selection = Selection.default() if selection is None else selection
+        self._defs = {n: d for n, d in self.catalog.items() if self.selection.family_on(n)}
         self._warned: set[str] = set()
 
     def render_key(self) -> tuple[object, ...]:
@@ -635,7 +806,7 @@ class Collector(_ClientCollector):
 
     @property
     def defs(self) -> Mapping[str, C.MetricDef]:
-        """The catalog it renders, in order."""
+        """The families it renders (the catalog's, less those the selection switches off), in order."""
         return self._defs
 
     def inputs(self) -> RenderInputs:
@@ -672,10 +843,11 @@ class Collector(_ClientCollector):
             inp.views,
             inp.attribution,
             inp.mapping_up,
-            self._defs,
+            self.catalog,
             unknown,
             inp.status,
             inp.pids,
+            self.selection,
         )
         self.warn_unknown(unknown)
         yield from fams

@@ -13,6 +13,7 @@ import sys
 from collections.abc import Sequence
 
 from exporter import build, logs
+from exporter.selection import Layer, split_flags
 
 # Packages that own subcommands, in help order. A package not yet present is skipped.
 COMMAND_MODULES = (
@@ -70,7 +71,13 @@ def _log_flags(parser: argparse.ArgumentParser, default: object) -> None:
 
 def main(argv: Sequence[str] | None = None) -> None:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    # node_exporter's --collector.<name> / --no-collector.<name>: names come from the catalog, so they are
+    # taken out before argparse (which knows no flag families) and checked by `serve` (exporter.selection).
+    rest, collectors = split_flags(list(sys.argv[1:] if argv is None else argv))
+    args = parser.parse_args(rest)
+    if collectors != Layer() and getattr(args, "command", None) != "serve":
+        parser.error("--collector.<name> / --no-collector.<name> are flags of `xpuwatch serve`")
+    args.collectors = collectors
     try:
         level, fmt = logs.resolve(args.log_level, args.log_format, os.environ)
     except logs.LogSettingsError as exc:

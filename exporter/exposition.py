@@ -131,11 +131,14 @@ class FastEncoder:
         ``rest``: the collector's series are written straight from ``collector.inputs()`` by a
         ``SeriesWriter`` (prefixes rendered by this encoder and kept per device), without building its
         families; ``rest`` goes through ``encode``."""
-        defs = collector.defs
         writer = self._writer
-        if writer is None or writer.defs is not defs:
-            writer = self._writer = SeriesWriter(defs, self._prefix)
-            self._family_headers = [self._header(family(name, d)) for name, d in defs.items()]
+        if (
+            writer is None
+            or writer.catalog is not collector.catalog
+            or writer.selection is not collector.selection
+        ):
+            writer = self._writer = SeriesWriter(collector.catalog, self._prefix, collector.selection)
+            self._family_headers = [self._header(family(name, d)) for name, d in writer.defs.items()]
         unknown: set[str] = set()
         lines = writer.write(collector.inputs(), unknown)
         collector.warn_unknown(unknown)

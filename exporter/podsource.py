@@ -29,7 +29,7 @@ from exporter.podmap import (
     match,
     parse_hami_allocation,
 )
-from exporter.workload import DEFAULT_OWNER_LABELS, UNKNOWN, PodMeta, Workload, classify
+from exporter.workload import DEFAULT_OWNER_LABELS, UNKNOWN, PodMeta, Workload, classify, promote
 
 if TYPE_CHECKING:
     from exporter.kubeapi import ApiAccess
@@ -59,6 +59,13 @@ class PodMappingSettings:
     kube_api: bool = False  # enrich with workload kind/owner from the Kubernetes API
     kube_api_host: str | None = None  # None: in-cluster service account, else kubeconfig
     owner_labels: tuple[str, ...] = DEFAULT_OWNER_LABELS
+    label_allowlist: tuple[str, ...] = ()
+    """Pod label keys promoted to ``accelerator_allocated`` as ``label_<key>`` (needs kube_api); none by
+    default. Bounded with the annotations by ``exporter.workload.MAX_PROMOTED``."""
+    annotation_allowlist: tuple[str, ...] = ()
+    """Pod annotation keys promoted as ``annotation_<key>``, values cut at ``MAX_PROMOTED_VALUE``."""
+    owner_kind: bool = False
+    """Promote the kind of the pod's first ownerReference as ``owner_kind`` (counts as one key)."""
 
 
 DevicesFn = Callable[[], tuple[Sequence[DeviceRef], Sequence[SliceRef]]]
@@ -80,9 +87,14 @@ def build_attribution(
     workloads: dict[tuple[str, str], Workload] = {}
     hami: dict[str, list[tuple[str, str, str]]] = {}  # device uuid -> [(ns, pod, container)]
     containers: dict[str, Holder] = {}
+    promoted: dict[tuple[str, str], tuple[tuple[str, str], ...]] = {}
     if pods is not None:
         for p in pods:
             w = workloads[(p.namespace, p.name)] = classify(p, settings.owner_labels)
+            if settings.label_allowlist or settings.annotation_allowlist or settings.owner_kind:
+                promoted[(p.namespace, p.name)] = promote(
+                    p, settings.label_allowlist, settings.annotation_allowlist, settings.owner_kind
+                )
             for cid, cname in p.container_ids.items():
                 containers[cid] = Holder(p.namespace, p.name, cname, w.kind, w.owner)
             if HAMI_ALLOCATED in p.annotations:
@@ -93,7 +105,7 @@ def build_attribution(
 
     def holder(ns: str, pod: str, container: str) -> Holder:
         w = workloads.get((ns, pod), Workload(UNKNOWN, ""))
-        return Holder(ns, pod, container, w.kind, w.owner)
+        return Holder(ns, pod, container, w.kind, w.owner, promoted.get((ns, pod), ()))
 
     table: dict[str, list[Holder]] = {}
     for uuid, refs in pm.devices.items():

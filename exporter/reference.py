@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from exporter import budget
 from exporter.catalog import DEVICE_LABELS, POD_LABELS, SLICE_LABELS, MetricDef, catalog
+from exporter.selection import breakdowns
 
 _SCOPES = (
     (
@@ -66,4 +68,49 @@ def render_markdown(defs: Iterable[MetricDef] | None = None) -> str:
                 f"| `{d.name}` | {d.type} | {d.unit or '-'} | {extra or '-'} | {_cell(d.help)} | {_cell(d.source)} |"
             )
         out.append("")
+    out += _selection_section()
     return "\n".join(out)
+
+
+def _selection_section() -> list[str]:
+    """Names for metric selection (exporter.selection), breakdowns, and the series budget per device."""
+    out = [
+        "## Metric selection",
+        "",
+        "Every family above can be switched off, and each breakdown below on or off on its own, as",
+        "node_exporter's collectors are: `--no-collector.<name>` / `--collector.<name>` (and",
+        "`--collector.disable-defaults`), config `metrics: {include: [...], exclude: [...], disable_defaults: false}`,",
+        "env `XPUWATCH_METRICS_INCLUDE` / `XPUWATCH_METRICS_EXCLUDE` (comma-separated); see docs/exporter.md.",
+        "`<name>` is a family name above or `<family>.<breakdown>`. A breakdown switched off keeps its family,",
+        "one series per remaining label set, the values combined as the table says.",
+        "",
+        "| breakdown | labels dropped when off | combined by | default | why |",
+        "|---|---|---|---|---|",
+    ]
+    for key, b in breakdowns().items():
+        labels = ", ".join(f"`{x}`" for x in b.labels)
+        out.append(
+            f"| `{key}` | {labels} | {b.aggregate} | {'on' if b.default else 'off'} | {_cell(b.why)} |"
+        )
+    out += [
+        "",
+        "## Series budget per device",
+        "",
+        "Series carrying one device's `uuid` (its own, its slices', its allocation and container series; the",
+        "`xpuwatch_*` self-metrics are per exporter) on the largest device of each vendor and mode in the",
+        "default simulated fleet (`vendors/sim_default.yaml`, t=0, its pods attached): at the default selection,",
+        "and the maximum with every breakdown on. The budget is the documented ceiling for the default",
+        "(`exporter/budget.py`); `tests/exporter/test_selection.py` fails when a default exceeds it.",
+        "`xpuwatch_render_series` reports what a live exporter's last render held.",
+        "",
+        "| vendor | mode | simulated devices | default series per device | maximum (every breakdown on) | budget |",
+        "|---|---|---|---|---|---|",
+    ]
+    for r in budget.rows():
+        out.append(f"| {r.vendor} | {r.mode} | {r.devices} | {r.default} | {r.maximum} | {r.budget} |")
+    out += [
+        "",
+        f"A vendor and mode not listed has the budget {budget.DEFAULT_BUDGET} until its own is set.",
+        "",
+    ]
+    return out

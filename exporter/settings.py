@@ -22,10 +22,20 @@ the key (``backends.nvml.interval: must be a number > 0``). Config file shape::
       resource_prefixes: [nvidia.com/, amd.com/, huawei.com/]   # default: every known vendor
       kube_api: true                  # workload kind/owner from the API server (RBAC: list pods)
       owner_labels: [owner, user]
+      label_allowlist: [team]         # pod labels promoted to accelerator_allocated as label_<name>
+      annotation_allowlist: []        # pod annotations promoted as annotation_<name>
+      owner_kind: false               # the pod's owner kind (Job, ReplicaSet, ...) as owner_kind
+    metrics:                          # families and breakdowns written (exporter.selection)
+      disable_defaults: false         # true: only the included device/slice families and breakdowns
+      include: [accelerator_link_errors_total.link]
+      exclude: [accelerator_clock_throttled.reason, accelerator_sm_occupancy_ratio]
 
 Environment: XPUWATCH_CONFIG, XPUWATCH_NODE, XPUWATCH_ENABLE (comma-separated), XPUWATCH_WEB_LISTEN_ADDRESS,
 XPUWATCH_WEB_TELEMETRY_PATH, XPUWATCH_WEB_CONFIG_FILE, XPUWATCH_DCGM_HOST (``backends.dcgm.host``: per node,
-so a DaemonSet can point at ``$(NODE_IP):5555`` from the downward API while the ConfigMap is shared).
+so a DaemonSet can point at ``$(NODE_IP):5555`` from the downward API while the ConfigMap is shared),
+XPUWATCH_METRICS_INCLUDE / XPUWATCH_METRICS_EXCLUDE (comma-separated), XPUWATCH_METRICS_DISABLE_DEFAULTS
+(true/false). Metric selection layers per name: the file's include/exclude, then the environment's, then
+the ``--collector.<name>`` / ``--no-collector.<name>`` flags (exporter.selection).
 
 Default port 9851: not taken by any exporter in the Prometheus "default port allocations" wiki list (which
 runs contiguously from 9100 upwards); 9852/9853 are our relay and remediation controller.
@@ -45,6 +55,8 @@ import yaml
 
 from exporter import validation
 from exporter.podsource import PodMappingSettings
+from exporter.selection import FLAGS, Layer, Selection, SelectionError, resolve
+from exporter.workload import MAX_PROMOTED, check_allowlists
 
 DEFAULT_PORT = 9851
 DEFAULT_LISTEN_ADDRESS = f":{DEFAULT_PORT}"
@@ -122,6 +134,11 @@ class Settings:
     """Per-backend sections by backend name."""
     pod_mapping: PodMappingSettings = field(default_factory=PodMappingSettings)
     """Pod attribution through the kubelet PodResources API (off unless enabled)."""
+    metrics: Selection = field(default_factory=Selection.default)
+    """The families and breakdowns written (exporter.selection); default: every family, each breakdown
+    at its catalog default."""
+    metrics_layer: Layer = field(default_factory=Layer)
+    """What the config file's ``metrics`` section says (the lowest layer of ``metrics``)."""
     enable_from: str = "enable"
     """Where ``enable`` was set (``--backend``, ``XPUWATCH_ENABLE`` or the config's ``enable``), for errors."""
 
@@ -229,6 +246,9 @@ _POD_KEYS = {
     "kube_api",
     "kube_api_host",
     "owner_labels",
+    "label_allowlist",
+    "annotation_allowlist",
+    "owner_kind",
 }
 
 
@@ -240,13 +260,31 @@ def _pod_mapping(raw: Any) -> PodMappingSettings:
             f"pod_mapping.{sorted(map(str, unknown))[0]}: unknown key (known: {', '.join(sorted(_POD_KEYS))})"
         )
     d = PodMappingSettings()
-    for key in ("enabled", "kube_api"):
+    for key in ("enabled", "kube_api", "owner_kind"):
         if key in section and not isinstance(section[key], bool):
             raise ConfigError(f"pod_mapping.{key}: must be true or false")
 
     def num(key: str, default: float) -> float:
         return default if section.get(key) is None else _positive(section[key], f"pod_mapping.{key}")
 
+    allow = {
+        key: () if section.get(key) is None else _names(section[key], f"pod_mapping.{key}")
+        for key in ("label_allowlist", "annotation_allowlist", "owner_labels")
+    }
+    owner_kind = section.get("owner_kind", d.owner_kind)
+    problem = check_allowlists(allow["label_allowlist"], allow["annotation_allowlist"], owner_kind)
+    if problem:
+        raise ConfigError(f"pod_mapping.label_allowlist/annotation_allowlist: {problem}")
+    promoting = allow["label_allowlist"] or allow["annotation_allowlist"] or owner_kind
+    if promoting and not section.get("kube_api", d.kube_api):
+        raise ConfigError(
+            "pod_mapping.label_allowlist/annotation_allowlist/owner_kind: need kube_api: true (pod "
+            "labels, annotations and owners are read from the API server)"
+        )
+    if len(allow["owner_labels"]) > MAX_PROMOTED:
+        raise ConfigError(
+            f"pod_mapping.owner_labels: at most {MAX_PROMOTED} keys, got {len(allow['owner_labels'])}"
+        )
     return PodMappingSettings(
         enabled=section.get("enabled", d.enabled),
         socket=_str(section.get("socket", d.socket), "pod_mapping.socket"),
@@ -277,7 +315,54 @@ def _pod_mapping(raw: Any) -> PodMappingSettings:
             if section.get("owner_labels") is None
             else _names(section["owner_labels"], "pod_mapping.owner_labels")
         ),
+        label_allowlist=allow["label_allowlist"],
+        annotation_allowlist=allow["annotation_allowlist"],
+        owner_kind=owner_kind,
     )
+
+
+_METRICS_KEYS = ("disable_defaults", "include", "exclude")
+
+
+def _metrics_layer(raw: Any) -> Layer:
+    section = _mapping(raw, "metrics")
+    unknown = set(section) - set(_METRICS_KEYS)
+    if unknown:
+        raise ConfigError(
+            f"metrics.{sorted(map(str, unknown))[0]}: unknown key (known: {', '.join(_METRICS_KEYS)})"
+        )
+    disable = section.get("disable_defaults")
+    if disable is not None and not isinstance(disable, bool):
+        raise ConfigError("metrics.disable_defaults: must be true or false")
+    return Layer(
+        () if section.get("include") is None else _names(section["include"], "metrics.include"),
+        () if section.get("exclude") is None else _names(section["exclude"], "metrics.exclude"),
+        disable,
+    )
+
+
+def _env_layer(env: Mapping[str, str]) -> Layer:
+    disable: bool | None = None
+    raw = env.get("XPUWATCH_METRICS_DISABLE_DEFAULTS", "").strip().lower()
+    if raw:
+        if raw not in ("true", "false"):
+            raise ConfigError(f"XPUWATCH_METRICS_DISABLE_DEFAULTS: must be true or false, got {raw!r}")
+        disable = raw == "true"
+    include = env.get("XPUWATCH_METRICS_INCLUDE", "")
+    exclude = env.get("XPUWATCH_METRICS_EXCLUDE", "")
+    return Layer(
+        _names(include, "XPUWATCH_METRICS_INCLUDE") if include.strip() else (),
+        _names(exclude, "XPUWATCH_METRICS_EXCLUDE") if exclude.strip() else (),
+        disable,
+    )
+
+
+def select(layers: list[tuple[str, Layer]]) -> Selection:
+    """``exporter.selection.resolve`` with its errors as ConfigError."""
+    try:
+        return resolve(layers)
+    except SelectionError as exc:
+        raise ConfigError(str(exc)) from exc
 
 
 def parse(doc: Any, source: str = "config") -> Settings:
@@ -286,10 +371,10 @@ def parse(doc: Any, source: str = "config") -> Settings:
         doc = {}
     if not isinstance(doc, dict):
         raise ConfigError(f"{source}: must be a mapping of keys (node, enable, web, backends, pod_mapping)")
-    unknown = set(doc) - {"node", "enable", "web", "backends", "pod_mapping"}
+    unknown = set(doc) - {"node", "enable", "web", "backends", "pod_mapping", "metrics"}
     if unknown:
         raise ConfigError(
-            f"{sorted(map(str, unknown))[0]}: unknown key (known: node, enable, web, backends, pod_mapping)"
+            f"{sorted(map(str, unknown))[0]}: unknown key (known: node, enable, web, backends, pod_mapping, metrics)"
         )
     node = None if doc.get("node") is None else _str(doc["node"], "node")
     enable = () if doc.get("enable") is None else _names(doc["enable"], "enable")
@@ -298,13 +383,23 @@ def parse(doc: Any, source: str = "config") -> Settings:
         str(name): _backend(str(name), section)
         for name, section in _mapping(doc.get("backends"), "backends").items()
     }
-    return Settings(node, enable, web, MappingProxyType(backends), _pod_mapping(doc.get("pod_mapping")))
+    layer = _metrics_layer(doc.get("metrics"))
+    return Settings(
+        node,
+        enable,
+        web,
+        MappingProxyType(backends),
+        _pod_mapping(doc.get("pod_mapping")),
+        select([("metrics", layer)]),
+        layer,
+    )
 
 
 def load(path: str | None, env: Mapping[str, str], flags: Mapping[str, Any]) -> Settings:
     """File (``path`` or $XPUWATCH_CONFIG), then environment, then flags (non-None values win).
 
-    ``flags`` keys: node, enable (list), listen_address, telemetry_path, web_config_file.
+    ``flags`` keys: node, enable (list), listen_address, telemetry_path, web_config_file, metrics (the
+    ``--collector.*`` flags' ``Layer``).
     """
     path = path or env.get("XPUWATCH_CONFIG") or None
     doc: Any = {}
@@ -357,6 +452,14 @@ def load(path: str | None, env: Mapping[str, str], flags: Mapping[str, Any]) -> 
         web=web,
         backends=backends,
         pod_mapping=s.pod_mapping,
+        metrics=select(
+            [
+                ("metrics", s.metrics_layer),
+                ("XPUWATCH_METRICS", _env_layer(env)),
+                (FLAGS, flags.get("metrics") or Layer()),
+            ]
+        ),
+        metrics_layer=s.metrics_layer,
     )
 
 

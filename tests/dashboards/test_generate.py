@@ -17,7 +17,7 @@ import yaml
 from dashboards import sources
 from dashboards.cli import generate
 from dashboards.configmap import render_configmaps
-from dashboards.generator import DEFAULT_OUT, MODULES, render_all, stale_files
+from dashboards.generator import DEFAULT_OUT, MODULES, READS, render_all, stale_files
 from dashboards.layout import Row, place
 from dashboards.panel import Panel, Query
 from exporter import catalog
@@ -55,7 +55,7 @@ def test_generate_writes_then_check_fails_on_a_stale_and_a_stray_file(
         return generate(argparse.Namespace(out=tmp_path / "out", configmaps=configmaps, check=check))
 
     assert run(check=False) == 0
-    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == sorted(render_all())
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == sorted([*render_all(), READS])
     assert configmaps.read_text("utf-8") == render_configmaps(render_all())
     assert run(check=True) == 0
     (tmp_path / "out" / "xpuwatch-fleet.json").write_text("{}\n")

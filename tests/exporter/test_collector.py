@@ -13,6 +13,7 @@ from exporter.attribution import Attribution, Holder, StaticAttributionSource, s
 from exporter.collector import Collector, families
 from exporter.exposition import ExpositionCache
 from exporter.poller import BackendView
+from exporter.selection import Selection
 from vendors.base import Device, DeviceSample, Slice, VendorMetric
 
 DEV = Device("nvidia", "NVIDIA A100-SXM4-80GB", "0", "GPU-a", "0000:01:00.0", "550.54.15", "1320")
@@ -83,7 +84,7 @@ def test_every_field_maps_to_its_catalog_series() -> None:
         link_errors={("0", "crc_flit"): 5},
         health={"memory": False},
     )
-    fams = families("n1", [view(s)], Attribution(), None)
+    fams = families("n1", [view(s)], Attribution(), None, selection=Selection())  # every breakdown on
     assert series(fams, C.UTILIZATION) == {lab(): 0.97}
     assert series(fams, C.MEMORY_USED) == {lab(): 1024.0}
     assert series(fams, C.ENERGY) == {lab(): 12345.5}
@@ -114,6 +115,7 @@ def test_none_means_no_series_never_zero() -> None:
         C.BACKEND_POLL_DURATION,
         C.BACKEND_LAST_SUCCESS,
         C.BACKEND_DEVICES,
+        C.RENDER_SERIES,
     }
 
 

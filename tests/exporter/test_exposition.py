@@ -29,6 +29,7 @@ from exporter.cgroup import ContainerRef
 from exporter.collector import Collector, RenderInputs, SeriesWriter, families, family
 from exporter.exposition import ExpositionCache, FastEncoder, ScrapeForecast, fast_encoder
 from exporter.poller import BackendView
+from exporter.selection import Selection, known
 from vendors.base import Device, DeviceSample, ProcessMemory, Slice
 
 ACCEPTS = [
@@ -366,7 +367,7 @@ class Node:
     """Render inputs a test sets, served through the real Collector (its ``inputs()`` and ``collect()``):
     the poller's views, the attribution source, the mapping status and (``kube``) the pid lookup."""
 
-    def __init__(self, kube: bool) -> None:
+    def __init__(self, kube: bool, selection: Selection | None = None) -> None:
         self.inp = RenderInputs("n", (), EMPTY, None)
         self.collector = Collector(
             "n",
@@ -375,6 +376,7 @@ class Node:
             lambda: 0.0,
             lambda: self.inp.status,
             self.pid if kube else None,
+            selection,
         )
 
     def current(self) -> Attribution:
@@ -413,6 +415,25 @@ def test_series_writer_is_byte_identical_to_prometheus_client(
     registry.register(node.collector)
     for accept, encoder, fast in encoders():
         for inp in (*polls, polls[0]):  # first render, the same devices with new everything, then back
+            node.set(inp)
+            assert fast.render(node.collector) == encoder(registry), accept
+
+
+@settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large]
+)
+@given(state=states(), off=st.sets(st.sampled_from(known())))
+def test_series_writer_is_byte_identical_to_prometheus_client_under_any_selection(
+    state: tuple[list[Device], list[RenderInputs]], off: set[str]
+) -> None:
+    """Families switched off and breakdowns combined: the fast path still writes prometheus-client's bytes
+    over families() with the same selection."""
+    _, polls = state
+    node = Node(kube=polls[0].pids is not None, selection=Selection(frozenset(off)))
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(node.collector)
+    for accept, encoder, fast in encoders():
+        for inp in (*polls, polls[0]):
             node.set(inp)
             assert fast.render(node.collector) == encoder(registry), accept
 
@@ -456,7 +477,7 @@ def full_node() -> RenderInputs:
         ),
     )
     lost = DeviceSample.lost(Device("amd", "MI250X", "1", "amd-1"), "timeout")
-    alice = Holder("ml", 'jupyter-"alice"', "notebook", "notebook", "alice\\")
+    alice = Holder("ml", 'jupyter-"alice"', "notebook", "notebook", "alice\\", (("label_team", 'v"x\n\\'),))
     bob = Holder("ml", "train-0", "trainer\n显存", "job", "")
     views = (BackendView("nvml", True, (s, lost), 2, 1.7e9, 0.25, {"timeout": 1, "field": 2}, 1, True),)
     return RenderInputs(
@@ -501,7 +522,8 @@ def test_series_writer_keeps_only_what_the_last_render_served() -> None:
         )
 
     lines = writer.write(poll([a], {"core": 1.0}))
-    assert sum(map(len, lines)) == 3 + 4 and writer.held() == 3  # up, info, temperature; 4 of the backend
+    # up, info, temperature; 4 of the backend; xpuwatch_render_series
+    assert sum(map(len, lines)) == 3 + 4 + 1 and writer.held() == 3
     others = [Device("amd", "MI250X", str(i), f"amd-{i}") for i in range(3)]
     writer.write(poll(others, {}))
     assert writer.held() == 6  # GPU-a's entry is gone: 3 devices x (up, info)
