@@ -173,7 +173,7 @@ _CORE: tuple[MetricDef, ...] = (
     _g(
         TEMPERATURE,
         "celsius",
-        "Temperature by sensor: core (GPU die/edge), memory (HBM), hotspot (junction).",
+        "Temperature by sensor: core (GPU die/edge), memory (HBM), hotspot (junction), edge (beside a named core).",
         f"{NV}: nvmlDeviceGetTemperature(GPU), field NVML_FI_DEV_MEMORY_TEMP; AMD: edge/junction/memory; Ascend: chip temperature",
         ("sensor",),
     ),
