@@ -13,7 +13,8 @@ A line is a command line when it is, at column 0:
 - a bare prompt (``$``, ``#``, ``>``, ``PS C:\\>``) followed by a known vendor tool (``$ mx-smi``,
   ``# sudo npu-smi info``): a bare ``#`` before anything else is a comment (Prometheus ``# HELP``), not a prompt;
 - a known vendor tool, by name or path, with no prompt (``/usr/local/bin/npu-smi info -m``, ``./hy-smi
-  --showmemavailable``, ``sudo amd-smi``, ``watch -n 1 hy-smi``).
+  --showmemavailable``, ``sudo amd-smi``, ``watch -n 1 hy-smi``), its words one space apart and none a
+  ``key:`` (so that a tool's banner, ``mx-smi  version: 2.2.12``, stays output).
 
 Text without any command line is one block with no command: every format that read a file before still reads it.
 """
@@ -53,6 +54,7 @@ _BARE_PROMPT = re.compile(r"^(?:PS [^>]{1,128}>|[$#>%])\s+(?P<cmd>\S.*?)\s*$")
 # Words a command may start with before the tool itself.
 _WRAPPERS = {"sudo", "time", "env", "command", "exec", "nohup"}
 _MAX_LINE = 2000
+_KEY_WORD = re.compile(r"\S:(?:\s|$)")
 
 
 @dataclass(frozen=True)
@@ -95,6 +97,10 @@ def command_of(line: str) -> str | None:
     if m:
         return m.group("cmd") if _tool_command(m.group("cmd")) else None
     stripped = line.strip()
+    # Without a prompt a tool's own banner could pass for a command ("mx-smi  version: 2.2.12"): a command
+    # line has single spaces between its words and no "key:" word.
+    if "  " in stripped or _KEY_WORD.search(stripped):
+        return None
     return stripped if _tool_command(stripped) else None
 
 

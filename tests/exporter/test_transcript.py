@@ -40,6 +40,8 @@ def test_command_lines_are_told_from_output_lines() -> None:
         "    mthreads-gmi:1.12.2          Driver Version:1.2.0",  # the tool's own title, indented
         "| npu-smi 23.0.3                   Version: 23.0.3                                   |",
         "$ 5 dollars",
+        "mx-smi  version: 2.2.12",  # the tool's banner (hawkli-1994/gpu_tools pkg/gpu/mx/testdata)
+        "mx-smi version: 2.2.12",
         "HCU[0]          : Available memory size (MiB): 65438",
     ):
         assert command_of(output) is None, output
