@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.vendors.test_cn_tools import check_parse, mutated, read
-from vendors import enflame, hygon, metax
+from vendors import enflame, hygon, metax, mthreads
 from vendors.base import DeviceSample, ParseError
 from vendors.registry import all_formats
 
@@ -23,6 +23,7 @@ MX_QUERY = "metax/mx-smi_--show-temperature-usage-memory_MXN260x2_2.3.4.txt"
 MX_QUERY_PROMPT = "metax/mx-smi_--show-temperature-usage-memory_MXN260x2_2.2.12_prompt.txt"
 HY_TEXT = "hygon/hy-smi_showmemavailable_K100_AIx8_65438MiB_key-value.txt"
 HY_USED = "hygon/hy-smi_showuse_showmeminfo_8hcu_used-only.txt"
+GMI_JSON = "mthreads/mthreads-gmi_-q_json_S5000_drv3.3.5_2of8_excerpt.json"
 
 OWN: dict[str, str] = {
     EFSMI_Q: "efsmi-query",
@@ -30,11 +31,13 @@ OWN: dict[str, str] = {
     MX_QUERY: "mx-smi-query",
     HY_TEXT: "hy-smi-text",
     HY_USED: "hy-smi-text",
+    GMI_JSON: "mthreads-gmi-json",
 }
 PARSERS: dict[str, Callable[[str], Sequence[DeviceSample]]] = {
     "efsmi-query": enflame.parse_query,
     "mx-smi-query": metax.parse_query,
     "hy-smi-text": hygon.parse_hy_smi_text,
+    "mthreads-gmi-json": mthreads.parse_json,
 }
 
 
@@ -99,6 +102,7 @@ def test_parse_cost_per_device() -> None:
         (EFSMI_Q, enflame.parse_query),
         (MX_QUERY, metax.parse_query),
         (HY_TEXT, hygon.parse_hy_smi_text),
+        (GMI_JSON, mthreads.parse_json),
     ):
         text = read(name)
         n = len(parse(text))
@@ -108,3 +112,12 @@ def test_parse_cost_per_device() -> None:
             parse(text)
         per_device = (time.perf_counter() - start) / rounds / n
         assert per_device < 2e-3, (name, per_device)
+
+
+def test_mthreads_json_reads_the_key_with_a_trailing_space() -> None:
+    a, b = mthreads.parse_json(read(GMI_JSON))
+    assert (a.power_watts, a.power_limit_watts, b.power_watts) == (96.66, 950.0, 97.09)
+    assert a.device.pci_bus_id == "0000:2a:00.0" and b.device.pci_bus_id is None
+    for bad in ("{", "[]", '{"GPU": {}}', '{"GPU": [{"Index": "x"}]}'):
+        with pytest.raises(ParseError):
+            mthreads.parse_json(bad)
