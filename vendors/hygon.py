@@ -299,7 +299,7 @@ def _text_sample(idx: str, card: Mapping[str, str]) -> DeviceSample:
     return replace(sample, vendor_metrics={**sample.vendor_metrics, MEMORY_AVAILABLE.name: got})
 
 
-def parse_hy_smi_text(raw: str) -> list[DeviceSample]:
+def parse_hy_smi_text(raw: str, prefixes: tuple[str, ...] = ("HCU", "DCU")) -> list[DeviceSample]:
     """Any of hy-smi's key-value text modes, alone or several in one output (``--showuse --showmeminfo vram``)
     -> one DeviceSample per ``HCU[n]``/``DCU[n]``. Raises ParseError.
 
@@ -307,9 +307,10 @@ def parse_hy_smi_text(raw: str) -> list[DeviceSample]:
     ``Temperature (Sensor edge|junction|mem|core) (C)``, ``Average Graphics Package Power (W)``,
     ``Max Graphics Package Power (W)``, ``Card series``, ``Serial Number``, ``PCI Bus``), plus
     ``Available memory size (MiB)`` (``--showmemavailable``) as a vendor metric. Keys the reader does not
-    know are left (``--explain`` lists them). No key-value line at all is a ParseError.
+    know are left (``--explain`` lists them). No key-value line at all is a ParseError. The backend, which
+    knows it ran a Hygon tool, also reads ``GPU[n]`` lines (``prefixes``).
     """
-    cards = hy_smi_text_cards(raw, ("HCU", "DCU"))
+    cards = hy_smi_text_cards(raw, prefixes)
     if not cards:
         raise ParseError("hy-smi text: no 'HCU[n] : key (unit): value' lines")
     return [_text_sample(idx, card) for idx, card in sorted(cards.items(), key=lambda kv: int(kv[0]))]
@@ -396,9 +397,12 @@ def merge_meminfo(samples: Sequence[DeviceSample], mem: MemInfo) -> list[DeviceS
 
 
 def parse_hygon_output(raw: str, require_markers: bool = True) -> list[DeviceSample]:
-    """JSON when the tool printed JSON, else the table (older hy-smi builds ignore ``--json``)."""
+    """JSON when the tool printed JSON; else the key-value text a build that ignores ``--json`` prints for the
+    ``--show*`` flags (bytes included: no extra call needed); else the table."""
     if raw.lstrip()[:1] in ("{", "["):
         return parse_hygon_json(raw, require_markers)
+    if hy_smi_text_cards(raw, ("HCU", "DCU", "GPU")):
+        return parse_hy_smi_text(raw, ("HCU", "DCU", "GPU"))
     return parse_hygon_table(raw)
 
 
@@ -408,9 +412,10 @@ def parse_hygon_output(raw: str, require_markers: bool = True) -> list[DeviceSam
 
 class HygonBackend:
     """Backend ``hygon``: runs ``hy-smi`` (else DTK ``rocm-smi``) with ``SMI_ARGS`` each poll
-    (``SMI_MINIMAL_ARGS`` from the first refusal on); when a device came without memory bytes (the table
-    prints only ``VRAM%``) it also runs ``<tool> --showmeminfo vram`` (stopped for good if the tool
-    refuses it: exit status).
+    (``SMI_MINIMAL_ARGS`` from the first refusal on): JSON, or the key-value text of a build that ignores
+    ``--json`` (both carry bytes: one call), or the table; only when a device came without memory bytes (the
+    table prints only ``VRAM%``) does it also run ``<tool> --showmeminfo vram``, the cheapest mode that gives
+    used and total bytes in one call (stopped for good if the tool refuses it: exit status).
 
     ``options``: ``tool`` (a path or name; default hy-smi, then rocm-smi), ``args`` (list, replaces
     ``SMI_ARGS``), ``timeout_seconds`` (10). A device that disappears from the output is reported lost.

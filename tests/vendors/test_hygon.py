@@ -565,3 +565,12 @@ def test_showmemavailable_is_a_vendor_metric_not_a_total() -> None:
         assert s.memory_total_bytes is None and s.memory_used_bytes is None and not s.unread
     with pytest.raises(ParseError):
         hygon.parse_hy_smi_text("GPU[0]\t\t: GPU use (%): 1\n")  # AMD's prefix: not claimed
+
+
+def test_a_build_ignoring_json_prints_key_value_text_and_needs_no_extra_call() -> None:
+    """What the backend's flags print on a build without --json: the --show* sections as key-value text."""
+    text = KEY_VALUE_TEXT.replace("HCU[0]", "GPU[0]")
+    (s,) = hygon.parse_hygon_output(text, require_markers=False)
+    assert (s.memory_used_bytes, s.memory_total_bytes, s.power_watts) == (64169 * MIB, 65520 * MIB, 91.0)
+    assert s.memory_used_ratio is None and s.temperatures_celsius["core"] == 50.0
+    assert hygon.parse_hygon_output(fixture(HCU_TABLE))[0].power_limit_watts == 800.0  # the table still reads
