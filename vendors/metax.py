@@ -158,12 +158,7 @@ _QUERY_KEYS_READ = (
 
 def explain_query(text: str) -> list[str]:
     """The section/key paths of the output the reader does not use, once each."""
-    seen: dict[str, None] = {}
-    for rec in smi_query.records(text, _GPU_LINE, "mx-smi query"):
-        for key in rec.row.values:
-            if "/" in key and key not in _QUERY_KEYS_READ:
-                seen.setdefault(f"{key}: no schema reading", None)
-    return list(seen)
+    return smi_query.unused(text, _GPU_LINE, _QUERY_KEYS_READ, "mx-smi query")
 
 
 def sniff_query(text: str) -> bool:

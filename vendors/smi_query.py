@@ -17,6 +17,7 @@ Each value is keyed by its section path and by its bare key, lower-case (``devic
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from vendors.base import ParseError
@@ -71,3 +72,14 @@ def records(text: str, header: re.Pattern[str], what: str) -> list[Record]:
     if not out:
         raise ParseError(f"{what}: no device section")
     return out
+
+
+def unused(text: str, header: re.Pattern[str], read: Sequence[str], what: str) -> list[str]:
+    """The section/key paths of ``text`` that are not in ``read``, once each, as ``"<path>: no schema
+    reading"`` lines (an ``OutputFormat.explain`` hook). Raises ParseError as ``records`` does."""
+    seen: dict[str, None] = {}
+    for rec in records(text, header, what):
+        for key in rec.row.values:
+            if "/" in key and key not in read:
+                seen.setdefault(f"{key}: no schema reading", None)
+    return list(seen)

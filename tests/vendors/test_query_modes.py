@@ -121,3 +121,15 @@ def test_mthreads_json_reads_the_key_with_a_trailing_space() -> None:
     for bad in ("{", "[]", '{"GPU": {}}', '{"GPU": [{"Index": "x"}]}'):
         with pytest.raises(ParseError):
             mthreads.parse_json(bad)
+
+
+def test_explain_lists_the_keys_not_read() -> None:
+    unused = enflame.explain_query(read(EFSMI_Q))
+    assert "device mem info/reserved size: no schema reading" in unused
+    assert not any(
+        line.startswith(("device mem info/used size", "temperature info/gcu temp")) for line in unused
+    )
+    assert metax.explain_query(read(MX_QUERY))[:2] == [
+        "board temperature/drmos_soc: no schema reading",
+        "board temperature/drmos_core: no schema reading",
+    ]
