@@ -94,6 +94,7 @@ SLICE_COMPUTE_LIMIT = "accelerator_slice_compute_limit_ratio"
 SLICE_UTILIZATION = "accelerator_slice_utilization_ratio"
 SLICE_SM_ACTIVE = "accelerator_slice_sm_active_ratio"
 SLICE_SM_OCCUPANCY = "accelerator_slice_sm_occupancy_ratio"
+IMPLAUSIBLE = "xpuwatch_implausible_readings"
 BACKEND_UP = "xpuwatch_backend_up"
 BACKEND_POLL_DURATION = "xpuwatch_backend_poll_duration_seconds"
 BACKEND_ERRORS = "xpuwatch_backend_errors_total"
@@ -174,7 +175,7 @@ _CORE: tuple[MetricDef, ...] = (
     _g(
         TEMPERATURE,
         "celsius",
-        "Temperature by sensor: core (GPU die/edge), memory (HBM), hotspot (junction).",
+        "Temperature by sensor: core (GPU die/edge), memory (HBM), hotspot (junction), edge (beside a named core).",
         f"{NV}: nvmlDeviceGetTemperature(GPU), field NVML_FI_DEV_MEMORY_TEMP; AMD: edge/junction/memory; Ascend: chip temperature",
         ("sensor",),
     ),
@@ -337,6 +338,15 @@ _CORE: tuple[MetricDef, ...] = (
         "SM occupancy inside the slice (0..1).",
         f"{NV}: DCGM_FI_PROF_SM_OCCUPANCY per GPU instance",
         scope="slice",
+    ),
+    _g(
+        IMPLAUSIBLE,
+        "",
+        "Readings of the device exported as printed although no working device can have them, by reason "
+        "(used_above_total, ratio_above_one, negative_power, temperature_above_150c, negative_value); a series "
+        "only while non-zero.",
+        "xpuwatch collector (exporter/plausibility.py) over every backend's readings",
+        ("reason",),
     ),
     _g(
         BACKEND_UP,

@@ -22,6 +22,8 @@ from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector as _ClientCollector
 from prometheus_client.registry import CollectorRegistry
 
+from exporter import catalog as C
+from exporter import transcript
 from exporter.attribution import (
     EMPTY,
     AttributionSource,
@@ -42,7 +44,7 @@ from exporter.reference import render_markdown
 from exporter.selection import Selection, blind
 from exporter.server import Server, ssl_context
 from exporter.settings import ConfigError, Settings, WebConfig, load, load_web_config
-from vendors.base import Backend, DeviceSample, ParseError
+from vendors.base import Backend, DeviceSample, ParseError, overlay
 from vendors.command import (
     MAX_BUNDLE_BYTES,
     TOOLS,
@@ -53,7 +55,7 @@ from vendors.command import (
     read_regular_file,
     write_bundle,
 )
-from vendors.registry import BackendContext, all_formats, all_specs, check_options, detect
+from vendors.registry import BackendContext, OutputFormat, all_formats, all_specs, check_options, detect
 from vendors.sim import SimBackend
 
 log = logging.getLogger("xpuwatch")
@@ -500,44 +502,74 @@ def inspect_files(
     paths: Sequence[str], fmt_name: str | None, node: str, explained: list[str] | None = None
 ) -> tuple[bytes, list[str]]:
     """(exposition, errors): parse each file with its format and render the device series. With
-    ``explained`` (a list), each parsed file's ``exporter.explain`` lines are appended to it."""
+    ``explained`` (a list), each parsed file's ``exporter.explain`` lines are appended to it.
+
+    A pasted terminal transcript is split into one block per command (``exporter.transcript``): prompt and
+    command lines are skipped, each block is read with its own format (``fmt_name`` applies to every block),
+    an unreadable block is an error naming the block and the rest still reads. Readings of one device in
+    several blocks (``npu-smi info -t board`` then ``-t health``) are overlaid into one sample.
+    ``xpuwatch_implausible_readings`` is kept beside the device series: it flags values printed as they are.
+    """
     formats = all_formats()
     errors: list[str] = []
     views: list[BackendView] = []
+    if fmt_name is not None and fmt_name not in formats:
+        errors.append(
+            f"--format: unknown format {fmt_name!r} (known: {', '.join(sorted(formats)) or 'none'})"
+        )
+        paths = ()
     for path in paths:
         try:
             text = read_regular_file(Path(path), MAX_BUNDLE_BYTES).decode("utf-8", errors="replace")
         except OSError as exc:
             errors.append(f"{path}: cannot read: {exc.strerror or exc}")
             continue
-        if fmt_name is not None:
-            fmt = formats.get(fmt_name)
+        parts = transcript.blocks(text)
+        merged: dict[tuple[str, str], DeviceSample] = {}
+        names: list[str] = []
+        for n, block in enumerate(parts, 1):
+            where = path if len(parts) == 1 and block.command is None else _block_name(path, n, block)
+            fmt = formats[fmt_name] if fmt_name is not None else _detect(block.text, formats)
             if fmt is None:
                 errors.append(
-                    f"--format: unknown format {fmt_name!r} (known: {', '.join(sorted(formats)) or 'none'})"
-                )
-                break
-        else:
-            matches = [f for n, f in sorted(formats.items()) if _sniff(f.sniff, text)]
-            if not matches:
-                errors.append(
-                    f"{path}: no known format matches (known: {', '.join(sorted(formats)) or 'none'}); "
+                    f"{where}: no known format matches (known: {', '.join(sorted(formats)) or 'none'}); "
                     "pass --format NAME"
                 )
                 continue
-            fmt = matches[0]
-        try:
-            samples: tuple[DeviceSample, ...] = tuple(fmt.parse(text))
-        except ParseError as exc:
-            errors.append(f"{path}: not valid {fmt.name}: {exc}")
-            continue
-        if explained is not None:
-            explained.extend(explain(path, fmt, text, samples))
-        views.append(BackendView(fmt.name, True, samples, len(samples), None, None, {}, 0, True))
-    fams = [f for f in families(node, views, EMPTY, None) if not f.name.startswith("xpuwatch_")]
+            try:
+                samples: tuple[DeviceSample, ...] = tuple(fmt.parse(block.text))
+            except ParseError as exc:
+                errors.append(f"{where}: not valid {fmt.name}: {exc}")
+                continue
+            if explained is not None:
+                explained.extend(explain(where, fmt, block.text, samples))
+            names.append(fmt.name)
+            for sample in samples:
+                key = (sample.device.vendor, sample.device.uuid)
+                merged[key] = overlay(merged[key], sample) if key in merged else sample
+        if names:
+            got = tuple(merged.values())
+            views.append(BackendView("+".join(names), True, got, len(got), None, None, {}, 0, True))
+    fams = [
+        f
+        for f in families(node, views, EMPTY, None)
+        if not f.name.startswith("xpuwatch_") or f.name == C.IMPLAUSIBLE
+    ]
     registry = CollectorRegistry(auto_describe=False)
     registry.register(_Static(fams))
     return generate_latest(registry), errors
+
+
+def _block_name(path: str, n: int, block: transcript.Block) -> str:
+    """How errors and ``--explain`` name one block of a transcript: ``FILE block 2 (`npu-smi info -t health`,
+    line 12)``."""
+    cmd = f"`{block.command[:120]}`" if block.command else "text before the first command"
+    return f"{path} block {n} ({cmd}, line {block.line})"
+
+
+def _detect(text: str, formats: Mapping[str, OutputFormat]) -> OutputFormat | None:
+    """The first format (by name) whose sniffer claims ``text``."""
+    return next((f for _, f in sorted(formats.items()) if _sniff(f.sniff, text)), None)
 
 
 def _sniff(fn: Callable[[str], bool], text: str) -> bool:

@@ -32,6 +32,7 @@ from prometheus_client.utils import floatToGoString
 from exporter import catalog as C
 from exporter.attribution import Attribution, AttributionSource, Holder, MappingStatus
 from exporter.cgroup import ContainerRef
+from exporter.plausibility import implausible
 from exporter.poller import BackendView
 from exporter.selection import Selection
 from vendors.base import DeviceSample, Slice, merge_samples
@@ -283,6 +284,8 @@ def _device(
         _slice(out, ident, sl, attribution)
     if s.processes is not None and pid_containers is not None:
         _containers(out, ident, s, attribution, pid_containers)
+    for reason, n in implausible(s):
+        out.add(C.IMPLAUSIBLE, {**labels, "reason": reason}, n)
 
 
 def _containers(
@@ -608,6 +611,15 @@ class SeriesWriter:
             self._slices(lines, e, s.slices, attribution)
         if s.processes is not None and inp.pids is not None:
             self._containers(lines, e, s, attribution, inp.pids)
+        odd = implausible(s)
+        if odd:
+            sub = pre.setdefault("implausible", {})
+            out = lines[index[C.IMPLAUSIBLE]]
+            for reason, n in odd:
+                p = sub.get(reason)
+                if p is None:
+                    p = sub[reason] = prefix(C.IMPLAUSIBLE, {**e.labels, "reason": reason})
+                out.append(p + text(n))
 
     def _mapping(
         self, out: list[str], e: _Device, attr: str, name: str, label: str | None, m: Mapping[Any, float]

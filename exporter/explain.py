@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from exporter.plausibility import describe, implausible
 from vendors.base import DeviceSample
 from vendors.registry import OutputFormat
 
@@ -40,6 +41,8 @@ def explain(path: str, fmt: OutputFormat, text: str, samples: Sequence[DeviceSam
             out.append(f"#     note: {s.error}")
         for name, why in sorted(s.unread.items()):
             out.append(f"#     unread {name}: {why}")
+        for reason, _ in implausible(s):
+            out.append(f"#     implausible, exported as printed: {reason}: {describe(s, reason)}")
         missing = [n for n in _SCALARS if getattr(s, n) is None and n not in s.unread]
         missing += [n for n in _MAPPINGS if not getattr(s, n) and n not in s.unread]
         if missing:

@@ -23,9 +23,12 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
+from exporter.plausibility import describe, implausible
 from vendors.base import Backend, BackendError, DeviceSample
 
 log = logging.getLogger(__name__)
+MAX_IMPLAUSIBLE_LOGGED = 4096
+"""(device, reason) pairs remembered as logged: bounded, a fleet of churning uuids cannot grow it."""
 
 OPEN_BACKOFF_INITIAL_SECONDS = 1.0
 OPEN_BACKOFF_MAX_SECONDS = 300.0
@@ -155,6 +158,7 @@ class BackendPoller:
         self._worker = _Worker(f"xpuwatch-{self.name}-worker")
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._implausible_logged: set[tuple[str, str]] = set()  # (uuid, reason) already logged
 
     # -- reading (any thread) ------------------------------------------------------------------------
 
@@ -266,6 +270,7 @@ class BackendPoller:
             log.error("backend %s: %s", self.name, exc)
             return _FAILED
         unread = sum(len(s.unread) for s in samples)
+        self._log_implausible(samples)
         with self._lock:
             if unread:
                 self._errors["field"] = self._errors.get("field", 0) + unread
@@ -277,6 +282,25 @@ class BackendPoller:
             self._generation += 1
         self._notify()
         return samples
+
+    def _log_implausible(self, samples: Sequence[DeviceSample]) -> None:
+        """Log each (device, reason) of ``exporter.plausibility`` once per exporter run: the values stay
+        exported as printed and counted in ``xpuwatch_implausible_readings``; the log says which they are."""
+        for s in samples:
+            for reason, _ in implausible(s):
+                key = (s.device.uuid, reason)
+                if key in self._implausible_logged or len(self._implausible_logged) >= MAX_IMPLAUSIBLE_LOGGED:
+                    continue
+                self._implausible_logged.add(key)
+                log.warning(
+                    "backend %s: device %s (%s) reads %s (%s): exported as printed, counted in "
+                    "xpuwatch_implausible_readings",
+                    self.name,
+                    s.device.index,
+                    s.device.uuid,
+                    reason,
+                    describe(s, reason),
+                )
 
     def _record_failure(self, reason: str, duration: float) -> None:
         with self._lock:

@@ -13,7 +13,8 @@ from dataclasses import dataclass, field, replace
 from typing import Literal, Protocol, runtime_checkable
 
 # Label values used across the schema. Kept here so vendors and the exporter agree without retyping.
-TEMPERATURE_SENSORS = ("core", "memory", "hotspot")
+TEMPERATURE_SENSORS = ("core", "memory", "hotspot", "edge")
+"""``edge`` only where the tool names a core sensor too (Hygon): elsewhere the edge sensor is ``core``."""
 CLOCK_DOMAINS = ("graphics", "sm", "memory")
 ECC_TYPES = ("corrected", "uncorrected")
 REMAP_TYPES = ("correctable", "uncorrectable")

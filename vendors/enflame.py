@@ -13,18 +13,35 @@ or a bare ``35`` (Celsius, the only unit efsmi uses); power as ``105W  300W``, `
 or ``-`` (a sleeping card prints ``-`` for TEMP and power: no reading, the card stays up). ``Mem`` is
 the memory capacity (vendors.md 3.7: total only), so memory used is not known from this view.
 ``DUsed`` is the device (GCU) utilization percentage. ``ECC`` is the ECC mode (Enable/Disable), not
-error counts: exported as a vendor metric. ``efsmi -q`` prints more (used memory, GCU Usage) as
-``key : value`` text; it is not read yet for want of a complete real capture. Identity: ``uuid`` is the
-PCI bus id (sysfs form; the printed ``00:01:00.0`` is domain:bus:device.function); the SN goes to
-``serial``.
+error counts: exported as a vendor metric. Identity: ``uuid`` is the PCI bus id (sysfs form; the printed
+``00:01:00.0`` is domain:bus:device.function); the SN goes to ``serial``.
+
+``efsmi -q`` (format ``efsmi-query``; also ``-q -d TEMP,MEMORY,USAGE,...``) prints each GCU as indented
+``key : value`` sections under ``DEV ID <n>`` (``smi_query``), and gives what the table lacks: memory used.
+Keys (real captures: hawkli-1994/gpu_tools ``pkg/gpu/enflame/testdata/efs-15.txt``, ``efs17.txt``; the
+zstack-utility Enflame docstring)::
+
+    PCIe Info / Domain, Bus, Dev, Func        -> uuid (the table's PCI id, so both forms name one device)
+    Device Info / Dev Name, Dev SN, Health    -> model, serial, accelerator_health{subsystem="device"}
+    Driver Info / Ver                         -> driver_version
+    Device Mem Info / Total Size, Used Size   -> memory (1.4+; 1.2 prints Mem Size, Mem Usage)
+    Temperature Info / GCU Temp, Memory Temp  -> temperature core, memory (named sensors; Board Temp is not
+                                                 the chip's and is not read)
+    Power Info / Cur Power, Power Capa        -> power, power limit
+    Device Usage Info / GCU Usage             -> utilization
+    ECC Mode / Current                        -> accelerator_enflame_ecc_enabled
+
+``Used Size`` excludes the driver's ``Reserved Size`` (1129 MiB on an S60); 1.2's ``Mem Usage`` printed
+1129 MiB on an idle card, i.e. includes it: each is exported as printed.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 
+from vendors import smi_query, smi_tool
 from vendors import smi_table as t
-from vendors import smi_tool
 from vendors.base import Backend, Device, DeviceSample, ParseError, VendorMetric
 from vendors.registry import BackendContext, BackendSpec, Detection, OutputFormat, register
 from vendors.smi_tool import ToolBackend, detect_tool
@@ -97,6 +114,118 @@ def parse(text: str) -> Sequence[DeviceSample]:
     return t.samples_from_rows(t.table_rows(text, HEADER), lambda row: identify(driver, row), read)
 
 
+_DEV_ID = re.compile(r"DEV ID\s+(\d{1,6})")
+_HEALTH = {"true": True, "false": False, "ok": True, "normal": True}
+
+
+def parse_query(text: str) -> Sequence[DeviceSample]:
+    """``efsmi -q`` text -> one DeviceSample per ``DEV ID`` section (keys in the module docstring). Raises
+    ParseError when there is no section or no section's PCI id can be read."""
+    out: list[DeviceSample] = []
+    seen: set[str] = set()
+    first_error: ParseError | None = None
+    for rec in smi_query.records(text, _DEV_ID, "efsmi -q"):
+        row = rec.row
+        try:
+            bus = t.pci_bus_id(
+                f"{row.get('pcie info/domain') or ''}:{row.get('pcie info/bus') or ''}:"
+                f"{row.get('pcie info/dev') or ''}.{row.get('pcie info/func') or ''}"
+            )
+        except ParseError as exc:
+            first_error = first_error or exc
+            continue
+        if bus in seen:
+            raise ParseError(f"efsmi -q: two devices with PCI id {bus!r}")
+        seen.add(bus)
+        c = t.CellReader(row)
+        sn = c.text("device info/dev sn")
+        device = Device(
+            vendor=VENDOR,
+            model=c.text("device info/dev name") or "unknown",
+            index=str(int(rec.header[0])),
+            uuid=bus,
+            pci_bus_id=bus,
+            driver_version=c.text("driver info/ver"),
+            serial=None if sn is None or t.is_masked(sn) else sn,
+        )
+        health_text = (c.text("device info/health") or "").lower()
+        health = _HEALTH.get(health_text)
+        if health_text and health is None:
+            c.unread["health.device"] = f"Health: {health_text!r} is not True/False"
+        ecc_text = (c.text("ecc mode/current") or "").lower()
+        ecc = _ECC_MODE.get(ecc_text)
+        if ecc_text and ecc is None:
+            c.unread[f"vendor_metrics.{ECC_ENABLED.name}"] = f"ECC Mode: {ecc_text!r} is not Enable/Disable"
+        temps: dict[str, float] = {}
+        for sensor, key in (
+            ("core", "temperature info/gcu temp"),
+            ("memory", "temperature info/memory temp"),
+        ):
+            got = c.number(f"temperatures_celsius.{sensor}", [key], t.CELSIUS, default_unit="C")
+            if got is not None:
+                temps[sensor] = got
+        out.append(
+            DeviceSample(
+                device=device,
+                utilization_ratio=c.number(
+                    "utilization_ratio", ["device usage info/gcu usage"], t.PERCENT_AS_RATIO
+                ),
+                memory_used_bytes=c.number(
+                    "memory_used_bytes",
+                    ["device mem info/used size", "device mem info/mem usage"],
+                    t.MEMORY_AS_BYTES,
+                ),
+                memory_total_bytes=c.number(
+                    "memory_total_bytes",
+                    ["device mem info/total size", "device mem info/mem size"],
+                    t.MEMORY_AS_BYTES,
+                ),
+                temperatures_celsius=temps,
+                power_watts=c.number("power_watts", ["power info/cur power"], t.WATTS),
+                power_limit_watts=c.number("power_limit_watts", ["power info/power capa"], t.WATTS),
+                health={} if health is None else {"device": health},
+                vendor_metrics={} if ecc is None else {ECC_ENABLED.name: ecc},
+                unread=c.unread,
+            )
+        )
+    if not out:
+        raise first_error or ParseError("efsmi -q: no device section")
+    return out
+
+
+_QUERY_KEYS_READ = (
+    "pcie info/domain",
+    "pcie info/bus",
+    "pcie info/dev",
+    "pcie info/func",
+    "device info/dev name",
+    "device info/dev sn",
+    "device info/health",
+    "driver info/ver",
+    "device mem info/total size",
+    "device mem info/used size",
+    "device mem info/mem size",
+    "device mem info/mem usage",
+    "temperature info/gcu temp",
+    "temperature info/memory temp",
+    "power info/cur power",
+    "power info/power capa",
+    "device usage info/gcu usage",
+    "ecc mode/current",
+)
+
+
+def explain_query(text: str) -> list[str]:
+    """The section/key paths of the output the reader does not use, once each."""
+    return smi_query.unused(text, _DEV_ID, _QUERY_KEYS_READ, "efsmi -q")
+
+
+def sniff_query(text: str) -> bool:
+    """``efsmi -q``: a ``DEV ID <n>`` line and Enflame's section names."""
+    head = text[:20000]
+    return _DEV_ID.search(head) is not None and ("Device Mem Info" in head or "Device Usage Info" in head)
+
+
 def create(ctx: BackendContext) -> Backend:
     return ToolBackend("enflame", ctx, TOOLS, (), parse)
 
@@ -111,7 +240,10 @@ register(
         vendor=VENDOR,
         create=create,
         detect=detect,
-        formats=(OutputFormat("efsmi-table", parse, sniff),),
+        formats=(
+            OutputFormat("efsmi-table", parse, sniff),
+            OutputFormat("efsmi-query", parse_query, sniff_query, explain_query),
+        ),
         metrics=(ECC_ENABLED,),
         priority=80,
         options=smi_tool.OPTIONS,

@@ -56,7 +56,7 @@ from vendors.amd import (
     scaled,
     with_notes,
 )
-from vendors.base import BackendError, Device, DeviceSample, ParseError
+from vendors.base import BackendError, Device, DeviceSample, ParseError, VendorMetric
 from vendors.registry import BackendContext, BackendSpec, Detection, OutputFormat, register
 
 log = logging.getLogger(__name__)
@@ -241,13 +241,114 @@ def sniff_hygon_table(raw: str) -> bool:
 
 
 # ---------------------------------------------------------------------------------------------------
-# --showmeminfo vram
+# Key-value text modes (--showmeminfo vram, --showuse, --showpower, --showtemp, --showmemavailable, ...)
 
-_MEMINFO = re.compile(
-    r"^\s*(?:HCU|DCU|GPU|card)\s*\[?\s*(?P<idx>\d{1,6})\s*\]?\s*:\s*"
-    r"(?P<key>vram\s+total\s+(?:used\s+)?memory)\s*\((?P<unit>[^()]*)\)\s*:\s*(?P<value>.*?)\s*$",
+# ``HCU[0]          : vram Total Memory (MiB): 65520``: device prefix, key (unit in its last "(...)"), value.
+# The key ends at the first ": " (or ":" at the end of the line); values may hold colons ("0000:3b:00.0").
+_KEY_VALUE = re.compile(
+    r"^\s*(?P<dev>HCU|DCU|GPU|card)\s*\[\s*(?P<idx>\d{1,6})\s*\]\s*:\s*(?P<key>[^\s:][^:]*?)\s*:(?:\s+|$)(?P<value>.*?)\s*$",
     re.IGNORECASE,
 )
+AVAILABLE_KEY = "available memory size"
+MEMORY_AVAILABLE = VendorMetric(
+    name="accelerator_hygon_memory_available_bytes",
+    type="gauge",
+    unit="bytes",
+    help="Device memory hy-smi reports as available (its --showmemavailable; the tool does not say whether it "
+    "is free or usable capacity, so it is not exported as total or used).",
+    source="hy-smi --showmemavailable 'HCU[n] : Available memory size (MiB)'",
+)
+# Real --showmemavailable output is a few hundred bytes; a text this many lines long is not one tool call.
+MAX_TEXT_LINES = 20000
+
+
+def hy_smi_text_cards(
+    raw: str, prefixes: tuple[str, ...] = ("HCU", "DCU", "GPU", "CARD")
+) -> dict[str, dict[str, str]]:
+    """Key-value text (rocm-smi's non-JSON modes as hy-smi prints them) -> {index: {key: value}}, keys as
+    printed (``"vram Total Memory (MiB)"``), in the order met. Lines of other shapes (banners, rules, a
+    ``HCU[0] : <message>`` line with no value) are ignored. Never raises."""
+    cards: dict[str, dict[str, str]] = {}
+    for line in raw.splitlines()[:MAX_TEXT_LINES]:
+        m = _KEY_VALUE.match(line)
+        if m is None or m.group("dev").upper() not in prefixes or not m.group("value"):
+            continue
+        cards.setdefault(str(int(m.group("idx"))), {})[m.group("key")] = m.group("value")
+    return cards
+
+
+def _text_sample(idx: str, card: Mapping[str, str]) -> DeviceSample:
+    """One device's key-value lines -> DeviceSample, by the rocm-smi key reader (the JSON keys are the same
+    strings); ``Available memory size`` -> ``accelerator_hygon_memory_available_bytes``."""
+    sample = rocm_smi_sample(VENDOR, idx, card, None)
+    avail = next((v for k, v in card.items() if k.lower().startswith(AVAILABLE_KEY)), None)
+    if avail is None:
+        return sample
+    unit = re.search(r"\(([^()]*)\)\s*$", next(k for k in card if k.lower().startswith(AVAILABLE_KEY)))
+    notes = Notes()
+    got = amount(
+        {"value": avail, "unit": unit.group(1) if unit else None},
+        "bytes",
+        None,
+        notes,
+        "Available memory size",
+        MEMORY_AVAILABLE.name,
+    )
+    if got is None:
+        return replace(sample, unread={**sample.unread, **notes.unread})
+    return replace(sample, vendor_metrics={**sample.vendor_metrics, MEMORY_AVAILABLE.name: got})
+
+
+def parse_hy_smi_text(raw: str, prefixes: tuple[str, ...] = ("HCU", "DCU")) -> list[DeviceSample]:
+    """Any of hy-smi's key-value text modes, alone or several in one output (``--showuse --showmeminfo vram``)
+    -> one DeviceSample per ``HCU[n]``/``DCU[n]``. Raises ParseError.
+
+    Read by key, as the JSON is (``rocm_smi_sample``: ``HCU use (%)``, ``vram Total [Used] Memory (MiB)``,
+    ``Temperature (Sensor edge|junction|mem|core) (C)``, ``Average Graphics Package Power (W)``,
+    ``Max Graphics Package Power (W)``, ``Card series``, ``Serial Number``, ``PCI Bus``), plus
+    ``Available memory size (MiB)`` (``--showmemavailable``) as a vendor metric. Keys the reader does not
+    know are left (``--explain`` lists them). No key-value line at all is a ParseError. The backend, which
+    knows it ran a Hygon tool, also reads ``GPU[n]`` lines (``prefixes``).
+    """
+    cards = hy_smi_text_cards(raw, prefixes)
+    if not cards:
+        raise ParseError("hy-smi text: no 'HCU[n] : key (unit): value' lines")
+    return [_text_sample(idx, card) for idx, card in sorted(cards.items(), key=lambda kv: int(kv[0]))]
+
+
+_TEXT_KEYS_READ = (
+    "hcu use",
+    "dcu use",
+    "vram total memory",
+    "vram total used memory",
+    "hcu memory use",
+    "dcu memory use",
+    "temperature (sensor",
+    "average graphics package power",
+    "max graphics package power",
+    "card series",
+    "serial number",
+    "pci bus",
+    "unique id",
+    AVAILABLE_KEY,
+)
+
+
+def explain_hy_smi_text(raw: str) -> list[str]:
+    """The keys of the output the reader does not use, once each."""
+    seen: dict[str, None] = {}
+    for card in hy_smi_text_cards(raw, ("HCU", "DCU")).values():
+        for key in card:
+            if not key.lower().startswith(_TEXT_KEYS_READ):
+                seen.setdefault(f"{key}: no schema reading", None)
+    return list(seen)
+
+
+def sniff_hy_smi_text(raw: str) -> bool:
+    """Hygon's ``HCU[n]``/``DCU[n]`` prefix only: AMD's rocm-smi prints ``GPU[n]`` (the backend, which knows
+    it ran a Hygon tool, still reads ``GPU[n]`` lines)."""
+    return bool(hy_smi_text_cards("\n".join(raw.splitlines()[:40]), ("HCU", "DCU")))
+
 
 # (memory_used_bytes, memory_total_bytes, unread) per index.
 MemInfo = dict[str, tuple[float | None, float | None, dict[str, str]]]
@@ -257,26 +358,17 @@ def parse_hy_smi_meminfo(raw: str) -> MemInfo:
     """``hy-smi --showmeminfo vram`` text -> {index: (used bytes, total bytes, unread)}. Raises ParseError.
 
     Lines ``HCU[0]          : vram Total Memory (MiB): 65520`` and ``... vram Total Used Memory (MiB): 2``
-    (``DCU[n]``/``GPU[n]`` on older builds; the unit is the key's ``(MiB)``/``(B)``). Banner and rule lines
-    are ignored; no such line at all is a ParseError.
+    (``DCU[n]``/``GPU[n]`` on older builds; the unit is the key's ``(MiB)``/``(B)``), read by
+    ``hy_smi_text_cards``. No device with a memory line is a ParseError.
     """
-    found: dict[str, dict[str, object]] = {}
-    for line in raw.splitlines():
-        m = _MEMINFO.match(line)
-        if m:
-            kind = "used" if "used" in m.group("key").lower() else "total"
-            found.setdefault(str(int(m.group("idx"))), {})[kind] = {
-                "value": m.group("value"),
-                "unit": m.group("unit"),
-            }
-    if not found:
-        raise ParseError("hy-smi --showmeminfo vram: no 'vram Total Memory' lines")
     out: MemInfo = {}
-    for idx, got in found.items():
-        notes = Notes()
-        used = amount(got.get("used"), "bytes", None, notes, "vram Total Used Memory", "memory_used_bytes")
-        total = amount(got.get("total"), "bytes", None, notes, "vram Total Memory", "memory_total_bytes")
-        out[idx] = (used, total, notes.unread)
+    for idx, card in hy_smi_text_cards(raw).items():
+        s = rocm_smi_sample(VENDOR, idx, card, None)
+        unread = {k: v for k, v in s.unread.items() if k.startswith("memory_")}
+        if s.memory_used_bytes is not None or s.memory_total_bytes is not None or unread:
+            out[idx] = (s.memory_used_bytes, s.memory_total_bytes, unread)
+    if not out:
+        raise ParseError("hy-smi --showmeminfo vram: no 'vram Total Memory' lines")
     return out
 
 
@@ -304,29 +396,13 @@ def merge_meminfo(samples: Sequence[DeviceSample], mem: MemInfo) -> list[DeviceS
     return out
 
 
-def parse_hy_smi_meminfo_samples(raw: str) -> list[DeviceSample]:
-    """``--showmeminfo vram`` alone as DeviceSamples (``xpuwatch inspect``): memory only. Raises ParseError."""
-    return [
-        DeviceSample(
-            device=Device(vendor=VENDOR, model=UNKNOWN_MODEL, index=idx, uuid=f"{VENDOR}-index-{idx}"),
-            memory_used_bytes=used,
-            memory_total_bytes=total,
-            unread=unread,
-        )
-        for idx, (used, total, unread) in sorted(parse_hy_smi_meminfo(raw).items(), key=lambda kv: int(kv[0]))
-    ]
-
-
-def sniff_hy_smi_meminfo(raw: str) -> bool:
-    """Hygon's ``HCU[n]``/``DCU[n]`` prefix only: AMD's rocm-smi prints ``GPU[n]`` (the backend, which knows
-    it ran a Hygon tool, still reads ``GPU[n]`` lines)."""
-    return any(_MEMINFO.match(line) and line.lstrip()[:3].upper() in _INDEX for line in raw.splitlines()[:40])
-
-
 def parse_hygon_output(raw: str, require_markers: bool = True) -> list[DeviceSample]:
-    """JSON when the tool printed JSON, else the table (older hy-smi builds ignore ``--json``)."""
+    """JSON when the tool printed JSON; else the key-value text a build that ignores ``--json`` prints for the
+    ``--show*`` flags (bytes included: no extra call needed); else the table."""
     if raw.lstrip()[:1] in ("{", "["):
         return parse_hygon_json(raw, require_markers)
+    if hy_smi_text_cards(raw, ("HCU", "DCU", "GPU")):
+        return parse_hy_smi_text(raw, ("HCU", "DCU", "GPU"))
     return parse_hygon_table(raw)
 
 
@@ -336,9 +412,10 @@ def parse_hygon_output(raw: str, require_markers: bool = True) -> list[DeviceSam
 
 class HygonBackend:
     """Backend ``hygon``: runs ``hy-smi`` (else DTK ``rocm-smi``) with ``SMI_ARGS`` each poll
-    (``SMI_MINIMAL_ARGS`` from the first refusal on); when a device came without memory bytes (the table
-    prints only ``VRAM%``) it also runs ``<tool> --showmeminfo vram`` (stopped for good if the tool
-    refuses it: exit status).
+    (``SMI_MINIMAL_ARGS`` from the first refusal on): JSON, or the key-value text of a build that ignores
+    ``--json`` (both carry bytes: one call), or the table; only when a device came without memory bytes (the
+    table prints only ``VRAM%``) does it also run ``<tool> --showmeminfo vram``, the cheapest mode that gives
+    used and total bytes in one call (stopped for good if the tool refuses it: exit status).
 
     ``options``: ``tool`` (a path or name; default hy-smi, then rocm-smi), ``args`` (list, replaces
     ``SMI_ARGS``), ``timeout_seconds`` (10). A device that disappears from the output is reported lost.
@@ -417,7 +494,7 @@ def detect(ctx: BackendContext) -> Detection:
 
 FORMATS: tuple[OutputFormat, ...] = (
     OutputFormat("hy-smi-json", parse_hygon_json, sniff_hygon_json),
-    OutputFormat("hy-smi-meminfo", parse_hy_smi_meminfo_samples, sniff_hy_smi_meminfo),
+    OutputFormat("hy-smi-text", parse_hy_smi_text, sniff_hy_smi_text, explain_hy_smi_text),
     OutputFormat("hy-smi-table", parse_hygon_table, sniff_hygon_table),
 )
 
@@ -433,6 +510,7 @@ SPEC = register(
         create=_create,
         detect=detect,
         formats=FORMATS,
+        metrics=(MEMORY_AVAILABLE,),
         priority=40,
         supersedes=("amd",),
         options={"timeout_seconds": "seconds", "args": "any", "tool": "string"},
@@ -448,7 +526,7 @@ __all__ = [
     "load_hy_smi_json",
     "merge_meminfo",
     "parse_hy_smi_meminfo",
-    "parse_hy_smi_meminfo_samples",
+    "parse_hy_smi_text",
     "parse_hygon_json",
     "parse_hygon_output",
     "parse_hygon_table",

@@ -19,15 +19,27 @@ newer releases (a third-party detector reads its driver/MACA versions) but no re
 readings was found, so the table is read. MOFFETT's SPU tool is also called ``mx-smi`` (header
 "MOFFETT-SMI"): detection runs the tool once and enables this backend only when a MetaX header is there.
 Identity: no UUID is printed, so ``uuid`` is the PCI bus id (sysfs form); ``index`` is the GPU column.
-``driver_version`` is the kernel mode driver version.
+``driver_version`` is the kernel mode driver version. ``GPU-State`` (``Available`` in every capture) is not
+mapped: MetaX documents no list of its values.
+
+Per-topic text (format ``mx-smi-query``: ``mx-smi --show-temperature --show-usage --show-memory``, real
+captures of mx-smi 2.2.12 and 2.3.4 on MXN260 in hawkli-1994/gpu_tools ``pkg/gpu/mx/testdata/``): one
+``GPU#<n>  <name>  <bus id>`` line per GPU, then indented sections (``smi_query``)::
+
+    Chip Temperature / hotspot(sensor1)  :  38.00 C   -> temperature{sensor="hotspot"} (the tool names it)
+    Memory / vram total, vram used       : 67108864 KB -> memory bytes (KB = KiB: 67108864 KB is 64 GiB)
+    Utilization / GPU                    : 0 %          -> utilization
+
+``Board Temperature`` sensors (DrMOS, tdiode, air inlet/outlet) are the board's, not the GPU's: not read.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 
+from vendors import smi_query, smi_tool
 from vendors import smi_table as t
-from vendors import smi_tool
 from vendors.base import Backend, BackendError, Device, DeviceSample, ParseError
 from vendors.registry import BackendContext, BackendSpec, Detection, OutputFormat, register
 from vendors.smi_tool import DEFAULT_TIMEOUT_SECONDS, ToolBackend, locate
@@ -103,6 +115,58 @@ def parse_any(text: str) -> Sequence[DeviceSample]:
     return parse_ht(text) if "HT-SMI" in text else parse(text)
 
 
+_GPU_LINE = re.compile(
+    r"GPU#(\d{1,6})\s+(\S.*?)\s+((?:[0-9a-fA-F]{4,8}:)?[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7])"
+)
+# "KB" in mx-smi's memory section is binary: 67108864 KB on a 64 GiB MXN260.
+KIB_AS_BYTES = {"KB": 1024.0, "KiB": 1024.0, "MiB": t.MIB, "MB": t.MIB}
+
+
+def parse_query(text: str) -> Sequence[DeviceSample]:
+    """``mx-smi --show-temperature --show-usage --show-memory`` text -> one DeviceSample per ``GPU#n``
+    section (module docstring). Raises ParseError when there is none."""
+    if _is_moffett(text):
+        raise ParseError("this mx-smi is MOFFETT's SPU tool, not MetaX's")
+    out: list[DeviceSample] = []
+    for rec in smi_query.records(text, _GPU_LINE, "mx-smi query"):
+        idx, name, bus_text = rec.header
+        bus = t.pci_bus_id(bus_text)  # the header pattern admits only PCI ids
+        if any(s.device.uuid == bus for s in out):
+            raise ParseError(f"mx-smi query: two GPUs with bus id {bus!r}")
+        c = t.CellReader(rec.row)
+        hot = c.number("temperatures_celsius.hotspot", ["chip temperature/hotspot(sensor1)"], t.CELSIUS)
+        out.append(
+            DeviceSample(
+                device=Device(VENDOR, name, str(int(idx)), bus, pci_bus_id=bus),
+                utilization_ratio=c.number("utilization_ratio", ["utilization/gpu"], t.PERCENT_AS_RATIO),
+                memory_used_bytes=c.number("memory_used_bytes", ["memory/vram used"], KIB_AS_BYTES),
+                memory_total_bytes=c.number("memory_total_bytes", ["memory/vram total"], KIB_AS_BYTES),
+                temperatures_celsius={} if hot is None else {"hotspot": hot},
+                unread=c.unread,
+            )
+        )
+    return out
+
+
+_QUERY_KEYS_READ = (
+    "chip temperature/hotspot(sensor1)",
+    "memory/vram used",
+    "memory/vram total",
+    "utilization/gpu",
+)
+
+
+def explain_query(text: str) -> list[str]:
+    """The section/key paths of the output the reader does not use, once each."""
+    return smi_query.unused(text, _GPU_LINE, _QUERY_KEYS_READ, "mx-smi query")
+
+
+def sniff_query(text: str) -> bool:
+    """MetaX's log title and a ``GPU#n`` section line."""
+    head = text[:20000]
+    return "MetaX System Management Interface Log" in head and _GPU_LINE.search(head) is not None
+
+
 def create(ctx: BackendContext) -> Backend:
     return ToolBackend("metax", ctx, TOOLS, (), parse_any)
 
@@ -134,6 +198,7 @@ register(
         formats=(
             OutputFormat("mx-smi-table", parse, sniff),
             OutputFormat("ht-smi-table", parse_ht, sniff_ht),
+            OutputFormat("mx-smi-query", parse_query, sniff_query, explain_query),
         ),
         priority=74,
         options=smi_tool.OPTIONS,

@@ -21,7 +21,7 @@ from vendors.command import CommandRunner, SubprocessRunner
 log = logging.getLogger(__name__)
 
 # Modules of this package that are infrastructure, not backends.
-_NOT_BACKENDS = {"base", "registry", "command", "smi_table", "smi_tool"}
+_NOT_BACKENDS = {"base", "registry", "command", "smi_table", "smi_tool", "smi_query"}
 
 
 @dataclass(frozen=True)

@@ -210,7 +210,8 @@ def table_rows(text: str, anchor: str) -> list[Row]:
     The header is the run of ``|`` lines around the first line containing ``anchor`` (a column name that
     only this tool prints), bounded by rule lines; every device block below it has as many lines as the
     header, line i under header line i. Blocks end at a line without ``|`` or a ``Processes:`` title (a rule closes each; a block
-    cut off before its rule is dropped). Raises ParseError when the anchor is absent, the header is not
+    cut off before its rule is dropped, unless the text ends there with the block's every line, newline
+    included: a paste of the rows a user meant). Raises ParseError when the anchor is absent, the header is not
     bounded by rules, a closed block has the wrong number of lines, or no complete block remains.
     """
     lines = text.splitlines()
@@ -247,6 +248,11 @@ def table_rows(text: str, anchor: str) -> list[Row]:
         if "|" not in line or _PROCESS_TITLE.match(cells(line)[0]):
             break
         current.append(line)
+    else:
+        # The text ends inside a block: a paste that stops after a device's last line, before its rule
+        # (users copy the rows they mean). Kept when it has every line and the last one ends with its newline.
+        if len(current) == len(header) and text.endswith("\n"):
+            blocks.append(current)
     if not blocks:
         raise ParseError("device table holds no complete device block")
     rows: list[Row] = []

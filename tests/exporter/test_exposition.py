@@ -442,7 +442,7 @@ def full_node() -> RenderInputs:
     """Every family the catalog has, with pods on the device, on slices and on processes."""
     d = Device("nvidia", "NVIDIA A100", "0", "GPU-a", "0000:01:00.0", "550.54.15", "1320")
     mig = Slice("GPU-a", "1/0", "1g.10gb", "mig", "MIG-a", 1.0, 2.0, 1 / 7, 0.5, 0.25, -0.0)
-    vgpu = Slice("GPU-a", "v1", "vgpu", "vgpu", None, 3.0, 4.0, 0.3, 0.2, 0.1, 0.05)
+    vgpu = Slice("GPU-a", "v1", "vgpu", "vgpu", None, 5.0, 4.0, 0.3, 0.2, 0.1, 0.05)  # used above its limit
     s = DeviceSample(
         d,
         utilization_ratio=0.97,
@@ -453,7 +453,7 @@ def full_node() -> RenderInputs:
         memory_used_bytes=80e9,
         memory_total_bytes=85899345920,
         memory_used_ratio=0.5,
-        temperatures_celsius={"core": 60, "memory": 70},
+        temperatures_celsius={"core": 60, "memory": 70, "hotspot": 151.0},  # implausible: above 150 C
         power_watts=300.5,
         power_limit_watts=400,
         energy_joules=1e21,

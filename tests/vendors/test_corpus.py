@@ -13,6 +13,7 @@ Expectations format (BRIEF, issue 11 item 7)::
           power_watts: 87.0
         absent: [power_limit_watts]   # readings that must NOT be given
         unread: [memory_used_bytes]   # readings that must be in DeviceSample.unread (and no other may be)
+        implausible: {used_above_total: 1}   # exporter.plausibility counts (default: none may be)
 
 A diagnostic dump of several tool calls (each command line at column 0, its output indented) has
 ``blocks: {"<command line as printed>": {format: ..., devices: ..., device: ...}}`` instead.
@@ -31,6 +32,7 @@ from typing import Any
 import pytest
 import yaml
 
+from exporter.plausibility import implausible
 from tests.conftest import FIXTURES
 from vendors.base import DeviceSample
 from vendors.registry import all_formats
@@ -188,7 +190,7 @@ def check_text(name: str, text: str, exp: Mapping[str, Any]) -> list[str]:
             continue
         s = found
         spec = spec or {}
-        unknown = set(spec) - {"up", "values", "absent", "unread", *DEVICE_FIELDS}
+        unknown = set(spec) - {"up", "values", "absent", "unread", "implausible", *DEVICE_FIELDS}
         if unknown:
             problems.append(f"{where}: unknown expectation keys {sorted(unknown)}")
         for f in DEVICE_FIELDS:
@@ -217,6 +219,12 @@ def check_text(name: str, text: str, exp: Mapping[str, Any]) -> list[str]:
             if key not in s.unread:
                 problems.append(f"{where}: {key} not in unread (unread: {dict(s.unread)})")
     for index, s in by_index.items():
+        odd = dict(implausible(s))
+        if odd != ((wanted.get(index) or {}).get("implausible") or {}):
+            problems.append(
+                f"{name}: device {index}: implausible readings {odd}, expected "
+                f"{(wanted.get(index) or {}).get('implausible') or {}}"
+            )
         listed = set((wanted.get(index) or {}).get("unread") or ())
         for key, why in s.unread.items():
             if key not in listed:

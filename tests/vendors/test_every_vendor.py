@@ -94,6 +94,11 @@ COMPLETE: dict[str, tuple[str, Expect]] = {
         "hygon",
         {(USED, "3", ()): 12058 * MIB, (USED, "7", ()): 5042 * MIB},
     ),
+    # hy-smi --showmemavailable: 65438 MiB per HCU, a vendor metric (not a total: its meaning is undocumented).
+    "hygon/hy-smi_showmemavailable_K100_AIx8_65438MiB_key-value.txt": (
+        "hygon",
+        {("accelerator_hygon_memory_available_bytes", "7", ()): 65438 * MIB},
+    ),
     # Hygon DTK rocm-smi JSON: DCU use 0 %, vram 2 / 65520 MiB, edge 41 C, 80.0 W.
     "hygon/rocm-smi_json_hygon_dcu_dtk24.04.3.json": (
         "hygon",
@@ -371,12 +376,18 @@ EXCERPTS: dict[str, str | None] = {
     "amd/amd-smi_metric_-w_1_json_watch_excerpt.txt": "not valid amd-smi-json: amd-smi metric: invalid JSON",
     "amd/amd-smi_static_text_mi350x_excerpt.txt": "no known format matches",
     "amd/device-metrics-exporter_scrape_mi300x-vf_issue171_excerpt.prom": "no known format matches",
-    # Diagnostic dumps holding several npu-smi commands (one file per host): not one tool output; the format
-    # that claims the first block rejects the file with the reason.
-    "ascend/npu-smi_info_-t_health_Alarm_with_error_codes.txt": "not valid npu-smi-health: npu-smi: rejected the query",
-    "ascend/npu-smi_info_910A_23.0.5_m_board_usages_health_OK.txt": "not valid npu-smi-info-m",
+    # Diagnostic dumps holding several npu-smi commands (one file per host): read block by block; the blocks
+    # no format reads (a usage error, `-t board`) are named, one line each, and the others still read.
+    "ascend/npu-smi_info_-t_health_Alarm_with_error_codes.txt": (
+        " block 1 (`/usr/local/bin/npu-smi info -i 0 -t board`, line 2): no known format matches"
+    ),
+    "ascend/npu-smi_info_910A_23.0.5_m_board_usages_health_OK.txt": (
+        " block 2 (`/usr/local/bin/npu-smi info -i 0 -c 0 -t board`, line 13): no known format matches"
+    ),
     # The two device blocks the excerpt holds are complete: partial output, exit 0.
     "mthreads/mthreads-gmi_S5000_2.3.2_excerpt.txt": None,
+    # One device block, cut before its closing rule with every line: read (used above total, as printed).
+    "mthreads/mthreads-gmi_S4000_1.12.2_drv1.2.0_used-exceeds-total-44302of32768_88pct_excerpt.txt": None,
 }
 
 
@@ -448,7 +459,11 @@ def test_inspect_on_excerpt_is_clean(name: str) -> None:
     else:
         assert res.returncode == 1
         lines = res.stderr.splitlines()
-        assert len(lines) == 1 and lines[0].startswith(f"xpuwatch inspect: {FIXTURES / name}: ")
+        if " block " in message:  # a transcript: one line per unreadable block, the readable ones printed
+            assert all(line.startswith(f"xpuwatch inspect: {FIXTURES / name} block ") for line in lines)
+            assert res.stdout.count(f"{catalog.UP}{{") >= 1
+        else:
+            assert len(lines) == 1 and lines[0].startswith(f"xpuwatch inspect: {FIXTURES / name}: ")
         assert message in lines[0]
 
 
@@ -469,7 +484,8 @@ CLAIMED_BY: dict[str, str | None] = {
     "hygon/hy-smi_K100-AI_dtk24.04.1_4dcu_800W_dcu-header.txt": "hy-smi-table",
     "hygon/hy-smi_2hcu_400W_hcu-header_no-dec-enc.txt": "hy-smi-table",
     "hygon/hy-smi_json_BW_2hcu_dtk-hyhal_missing-commas.json": "hy-smi-json",
-    "hygon/hy-smi_showuse_showmeminfo_8hcu_used-only.txt": "hy-smi-meminfo",
+    "hygon/hy-smi_showuse_showmeminfo_8hcu_used-only.txt": "hy-smi-text",
+    "hygon/hy-smi_showmemavailable_K100_AIx8_65438MiB_key-value.txt": "hy-smi-text",
     "ascend/npu-smi_info_310P3_25.0.rc1.1_2chips_procs.txt": "npu-smi-info",
     "ascend/npu-smi_info_910B2C_23.0.3_no_procs.txt": "npu-smi-info",
     "ascend/npu-smi_info_910A_22.0.3.1_8npu.txt": "npu-smi-info",
@@ -494,6 +510,9 @@ CLAIMED_BY: dict[str, str | None] = {
     "kunlunxin/xpu_smi_R300_rt4.31_drv4.0.txt": "xpu-smi-devices",
     "metax/mx-smi_C550_2.2.4.txt": "mx-smi-table",
     "mthreads/mthreads-gmi_S5000_2.3.2_excerpt.txt": "mthreads-gmi-table",
+    "mthreads/mthreads-gmi_S4000_1.12.2_drv1.2.0_used-exceeds-total-44302of32768_88pct_excerpt.txt": (
+        "mthreads-gmi-table"
+    ),
     "nvidia/nvidia-smi_q_x_tesla-t4_515.105.01.xml": "nvidia-smi-xml",
     "nvidia/nvidia-smi_q_x_a100-sxm4-80gb-mig_535.54.03.xml": "nvidia-smi-xml",
     "nvidia/nvidia-smi_query-gpu_h100-80gb-hbm3_590.48.01_load.csv.txt": "nvidia-smi-csv",

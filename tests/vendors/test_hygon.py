@@ -245,6 +245,7 @@ HCU_TABLE = "hy-smi_8hcu_800W_mixed-vram_100pct.txt"
 DCU_TABLE = "hy-smi_K100-AI_dtk24.04.1_4dcu_800W_dcu-header.txt"
 BW_JSON = "hy-smi_json_BW_2hcu_dtk-hyhal_missing-commas.json"
 MEMINFO = "hy-smi_showuse_showmeminfo_8hcu_used-only.txt"
+AVAILABLE = "hy-smi_showmemavailable_K100_AIx8_65438MiB_key-value.txt"
 
 TARGETS: list[tuple[str, Callable[[str], Sequence[DeviceSample]]]] = [
     (JSON_FIXTURE, hygon.parse_hygon_json),
@@ -254,14 +255,25 @@ TARGETS: list[tuple[str, Callable[[str], Sequence[DeviceSample]]]] = [
     (HCU_TABLE, hygon.parse_hygon_table),
     (DCU_TABLE, hygon.parse_hygon_table),
     (BW_JSON, hygon.parse_hygon_json),
-    (MEMINFO, hygon.parse_hy_smi_meminfo_samples),
+    (MEMINFO, hygon.parse_hy_smi_text),
+    (AVAILABLE, hygon.parse_hy_smi_text),
 ]
 
 
 @pytest.mark.parametrize(
     ("name", "parse"),
     TARGETS,
-    ids=["json", "table", "auto-json", "auto-table", "hcu-table", "dcu-table", "hyhal-json", "meminfo"],
+    ids=[
+        "json",
+        "table",
+        "auto-json",
+        "auto-table",
+        "hcu-table",
+        "dcu-table",
+        "hyhal-json",
+        "meminfo",
+        "available",
+    ],
 )
 @settings(max_examples=200, deadline=None)
 @given(data=st.data())
@@ -351,7 +363,8 @@ def test_hyhal_json_is_repaired_not_guessed() -> None:
     s0, s1 = hygon.parse_hygon_json(raw)
     # Values on both sides of each missing comma are read, the empty "" keys are dropped.
     assert (s0.power_watts, s1.power_watts) == (91.0, 84.0)
-    assert s0.temperatures_celsius == {"core": 54.0, "hotspot": 57.0, "memory": 51.0}
+    # Sensor core is named: it is the core temperature, and edge keeps its own name
+    assert s0.temperatures_celsius == {"core": 51.0, "edge": 54.0, "hotspot": 57.0, "memory": 51.0}
     assert s0.memory_used_bytes == 64169 * MIB and s0.memory_total_bytes == 65520 * MIB
     # bytes are there, so the "HCU memory use (%)" share is not exported a second time
     assert s0.memory_used_ratio is None and not s0.unread
@@ -508,6 +521,56 @@ def test_amd_text_outputs_are_not_claimed_as_hygon() -> None:
         "900Mhz  0%   auto  750.0W  95%    0%\n"
     )
     for text in (amd_meminfo, amd_table):
-        assert not fmts["hy-smi-meminfo"].sniff(text) and not fmts["hy-smi-table"].sniff(text)
+        assert not fmts["hy-smi-text"].sniff(text) and not fmts["hy-smi-table"].sniff(text)
     # the backend, which ran a Hygon tool, still reads GPU[n] lines
     assert hygon.parse_hy_smi_meminfo(amd_meminfo)["0"][1] == 17163091968
+
+
+# hy-smi key-value modes as rocm-smi's text mode prints them ("HCU[n]\t\t: <key> (<unit>): <value>"); the keys
+# are those of the hyhal JSON capture (hy-smi_json_BW_2hcu_*), which hy-smi builds from the same strings.
+KEY_VALUE_TEXT = (
+    "============================ System Management Interface =============================\n"
+    "HCU[0]\t\t: Temperature (Sensor edge) (C): 54.0\n"
+    "HCU[0]\t\t: Temperature (Sensor junction) (C): 57.0\n"
+    "HCU[0]\t\t: Temperature (Sensor mem) (C): 51.0\n"
+    "HCU[0]\t\t: Temperature (Sensor core) (C): 50.0\n"
+    "HCU[0]\t\t: Average Graphics Package Power (W): 91.0\n"
+    "HCU[0]\t\t: Max Graphics Package Power (W): 400.0\n"
+    "HCU[0]\t\t: HCU use (%): 15.0\n"
+    "HCU[0]\t\t: vram Total Memory (MiB): 65520\n"
+    "HCU[0]\t\t: vram Total Used Memory (MiB): 64169\n"
+    "HCU[0]\t\t: PCI Bus: 0000:3B:00.0\n"
+    "HCU[0]\t\t: Available memory size (MiB): xxxxx\n"
+    "================================= End of SMI Log =================================\n"
+)
+
+
+def test_key_value_modes_read_by_key() -> None:
+    (s,) = hygon.parse_hy_smi_text(KEY_VALUE_TEXT)
+    assert s.temperatures_celsius == {"core": 50.0, "edge": 54.0, "hotspot": 57.0, "memory": 51.0}
+    assert (s.power_watts, s.power_limit_watts, s.utilization_ratio) == (91.0, 400.0, 0.15)
+    assert (s.memory_used_bytes, s.memory_total_bytes) == (64169 * MIB, 65520 * MIB)
+    assert s.device.pci_bus_id == "0000:3B:00.0" and s.device.uuid == "pci-0000:3b:00.0"
+    assert set(s.unread) == {"accelerator_hygon_memory_available_bytes"} and not s.vendor_metrics
+    assert all_formats()["hy-smi-text"].sniff(KEY_VALUE_TEXT)
+    unused = hygon.explain_hy_smi_text(KEY_VALUE_TEXT + "HCU[0]\t\t: Fan speed (%): 20\n")
+    assert unused == ["Fan speed (%): no schema reading"]
+
+
+def test_showmemavailable_is_a_vendor_metric_not_a_total() -> None:
+    samples = hygon.parse_hy_smi_text(fixture(AVAILABLE))
+    assert [s.device.index for s in samples] == [str(i) for i in range(8)]
+    for s in samples:
+        assert s.vendor_metrics == {"accelerator_hygon_memory_available_bytes": 65438 * MIB}
+        assert s.memory_total_bytes is None and s.memory_used_bytes is None and not s.unread
+    with pytest.raises(ParseError):
+        hygon.parse_hy_smi_text("GPU[0]\t\t: GPU use (%): 1\n")  # AMD's prefix: not claimed
+
+
+def test_a_build_ignoring_json_prints_key_value_text_and_needs_no_extra_call() -> None:
+    """What the backend's flags print on a build without --json: the --show* sections as key-value text."""
+    text = KEY_VALUE_TEXT.replace("HCU[0]", "GPU[0]")
+    (s,) = hygon.parse_hygon_output(text, require_markers=False)
+    assert (s.memory_used_bytes, s.memory_total_bytes, s.power_watts) == (64169 * MIB, 65520 * MIB, 91.0)
+    assert s.memory_used_ratio is None and s.temperatures_celsius["core"] == 50.0
+    assert hygon.parse_hygon_output(fixture(HCU_TABLE))[0].power_limit_watts == 800.0  # the table still reads

@@ -109,19 +109,25 @@ def rocm_smi_sample(vendor: str, idx: str, card: Mapping[str, Any], driver: str 
     VRAM ``VRAM Total [Used] Memory (B|MiB)``; allocated share ``GPU Memory Allocated (VRAM%)`` (AMD) /
     ``DCU|HCU memory use (%)`` (Hygon: the hy-smi table's ``VRAM%``; 98 % for 64169 of 65520 MiB in the
     BW capture, so allocation, not bus activity) -> ``memory_used_ratio`` when bytes are absent;
-    temperatures ``Temperature (Sensor edge|junction|memory|mem|HBM n)``, Hygon ``(Sensor core)`` when no
-    edge; power ``Current Socket Graphics Package Power (W)`` else ``Average Graphics Package Power (W)``;
+    temperatures ``Temperature (Sensor edge|junction|memory|mem|HBM n)`` (edge -> core), Hygon ``(Sensor core)``
+    -> core with edge then kept as ``edge`` (an explicit sensor wins over the edge-as-core guess); power ``Current Socket Graphics Package Power (W)`` else ``Average Graphics Package Power (W)``;
     cap ``Max Graphics Package Power (W)``; energy ``Accumulated Energy (uJ)``; ``PCIe Replay Count``.
     Each value is read on its own: an unreadable one is named in ``unread``, "N/A" is None.
     """
     k = _Keys(card)
     notes = Notes()
     temps: dict[str, float] = {}
+    # A sensor the tool names wins over a guess: Hygon prints "(Sensor core)" beside edge and junction, so
+    # core is that sensor and edge keeps its own name; without a core sensor, edge stands for the die (core).
+    explicit_core = k.get("temperature (sensor core)")[0] is not None
     for sensor, names in (
-        ("core", ("temperature (sensor edge)", "temperature (sensor core)")),
+        ("core", ("temperature (sensor core)",) if explicit_core else ("temperature (sensor edge)",)),
+        ("edge", ("temperature (sensor edge)",) if explicit_core else ()),
         ("hotspot", ("temperature (sensor junction)", "temperature (sensor hotspot)")),
         ("memory", ("temperature (sensor memory)", "temperature (sensor mem)", "temperature (sensor vram)")),
     ):
+        if not names:
+            continue
         t = k.scaled("celsius", notes, f"temperatures_celsius.{sensor}", *names)
         if t is not None:
             temps[sensor] = t
