@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import logging
 import re
+import time
+import urllib.error
 import urllib.request
 from collections import defaultdict
 from collections.abc import Callable
@@ -310,6 +312,13 @@ def test_serve_logs_at_start_what_an_exclusion_leaves_blind(start_exporter: Call
     )
     text = "\n".join(exp.log)
     assert f"{C.TEMPERATURE} is off; generated alert AcceleratorTemperatureHigh reads it" in text
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:  # /readyz: 503 until the first poll (late on a loaded machine)
+        try:
+            with urllib.request.urlopen(exp.url + "/readyz", timeout=10):
+                break
+        except urllib.error.HTTPError:
+            time.sleep(0.1)
     with urllib.request.urlopen(exp.url + "/metrics", timeout=10) as resp:
         body = resp.read().decode()
     assert f"{C.TEMPERATURE}{{" not in body and f"# HELP {C.TEMPERATURE} " not in body
