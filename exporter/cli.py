@@ -51,7 +51,7 @@ from vendors.command import (
     read_regular_file,
     write_bundle,
 )
-from vendors.registry import BackendContext, all_formats, all_specs, check_options, detect
+from vendors.registry import BackendContext, OutputFormat, all_formats, all_specs, check_options, detect
 from vendors.sim import SimBackend
 
 log = logging.getLogger("xpuwatch")
@@ -493,16 +493,15 @@ def inspect_files(
                 )
                 break
         else:
-            matches = [f for n, f in sorted(formats.items()) if _sniff(f.sniff, text)]
-            if not matches:
-                errors.append(
-                    f"{path}: no known format matches (known: {', '.join(sorted(formats)) or 'none'}); "
-                    "pass --format NAME"
-                )
+            found = detect_format(formats, text)
+            if isinstance(found, str):
+                errors.append(f"{path}: {found}")
                 continue
-            fmt = matches[0]
+            fmt, parsed = found
         try:
-            samples: tuple[DeviceSample, ...] = tuple(fmt.parse(text))
+            samples: tuple[DeviceSample, ...] = (
+                tuple(fmt.parse(text)) if fmt_name is not None else tuple(parsed)
+            )
         except ParseError as exc:
             errors.append(f"{path}: not valid {fmt.name}: {exc}")
             continue
@@ -513,6 +512,28 @@ def inspect_files(
     registry = CollectorRegistry(auto_describe=False)
     registry.register(_Static(fams))
     return generate_latest(registry), errors
+
+
+def detect_format(
+    formats: Mapping[str, OutputFormat], text: str
+) -> tuple[OutputFormat, Sequence[DeviceSample]] | str:
+    """(format, samples) of ``text``: the first format (by name) whose sniffer claims it and whose parser
+    reads it. When none does, a one-line reason naming what was tried: each claiming format with its
+    parse error (one: ``not valid NAME: why``), else every known format, and ``pass --format NAME``."""
+    claimed = [f for _, f in sorted(formats.items()) if _sniff(f.sniff, text)]
+    failed: list[tuple[str, str]] = []
+    for fmt in claimed:
+        try:
+            return fmt, fmt.parse(text)
+        except ParseError as exc:
+            failed.append((fmt.name, str(exc)))
+    if len(failed) == 1:
+        return f"not valid {failed[0][0]}: {failed[0][1]}"
+    if failed:
+        tried = "; ".join(f"{name}: {why[:80]}" for name, why in failed)
+        return f"looks like {len(failed)} formats, none reads it ({tried}); pass --format NAME"
+    names = ", ".join(sorted(formats)) or "none"
+    return f"no known format matches (tried {len(formats)}: {names}); pass --format NAME"
 
 
 def _sniff(fn: Callable[[str], bool], text: str) -> bool:

@@ -33,7 +33,7 @@ from exporter import catalog as C
 from exporter.attribution import Attribution, AttributionSource, Holder, MappingStatus
 from exporter.cgroup import ContainerRef
 from exporter.poller import BackendView
-from vendors.base import DeviceSample, Slice, merge_samples
+from vendors.base import DeviceSample, Partition, Slice, merge_samples
 
 log = logging.getLogger(__name__)
 
@@ -109,6 +109,16 @@ def _allocated_labels(ident: Mapping[str, str], h: Holder) -> dict[str, str]:
         "container": h.container,
         "workload_kind": h.workload_kind,
         "owner": h.owner,
+    }
+
+
+def _partition_labels(ident: Mapping[str, str], p: Partition) -> dict[str, str]:
+    return {
+        **ident,
+        "parent_uuid": p.parent_uuid,
+        "partition_id": p.partition_id,
+        "compute_partition": p.compute_mode or "",
+        "memory_partition": p.memory_mode or "",
     }
 
 
@@ -208,6 +218,8 @@ def _device(
         },
         1,
     )
+    if d.partition is not None:
+        out.add(C.PARTITION_INFO, _partition_labels(ident, d.partition), 1)
     holders = set(device_holders)
     if s.up:
         for sl in s.slices:
@@ -445,6 +457,11 @@ class SeriesWriter:
             }
             p = pre[C.INFO] = prefix(C.INFO, info)
         lines[index[C.INFO]].append(p + one)
+        if d.partition is not None:
+            p = pre.get(C.PARTITION_INFO)
+            if p is None:
+                p = pre[C.PARTITION_INFO] = prefix(C.PARTITION_INFO, _partition_labels(e.ident, d.partition))
+            lines[index[C.PARTITION_INFO]].append(p + one)
         holders = set(device_holders)
         if s.up:
             for sl in s.slices:

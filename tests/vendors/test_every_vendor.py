@@ -371,6 +371,9 @@ EXCERPTS: dict[str, str | None] = {
     "amd/amd-smi_metric_-w_1_json_watch_excerpt.txt": "not valid amd-smi-json: amd-smi metric: invalid JSON",
     "amd/amd-smi_static_text_mi350x_excerpt.txt": "no known format matches",
     "amd/device-metrics-exporter_scrape_mi300x-vf_issue171_excerpt.prom": "no known format matches",
+    # Default amd-smi and rocm-smi tables cut after complete device rows: partial output, exit 0.
+    "amd/amd-smi_default_mi300x_dpx_rocm7.0.2_amdsmi-issue132_excerpt.txt": None,
+    "amd/rocm-smi_concise_mi300x_spx_rocm6.4.1_legacy-rocm-build-4750_excerpt.txt": None,
     # Diagnostic dumps holding several npu-smi commands (one file per host): not one tool output; the format
     # that claims the first block rejects the file with the reason.
     "ascend/npu-smi_info_-t_health_Alarm_with_error_codes.txt": "not valid npu-smi-health: npu-smi: rejected the query",
