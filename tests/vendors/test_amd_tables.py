@@ -280,3 +280,63 @@ def test_random_text_raises_only_parse_error(raw: str) -> None:
         with contextlib.suppress(ParseError):
             parse(raw)
     assert amd.sniff_amd_smi_table(raw) in (True, False) and amd.sniff_rocm_smi_table(raw) in (True, False)
+
+
+# ---------------------------------------------------------------------------------------------------
+# the live paths: amd-smi static --json and the amdsmi library
+
+
+def _static_partitioned() -> str:
+    """CONSTRUCTED from the real 8 x MI300X ``amd-smi static --json`` capture (its first GPU) with the
+    ``partition`` section amd-smi static prints on partition-capable cards (keys compute_partition,
+    memory_partition, partition_id: AMD's amd-smi CLI docs, ``amd-smi static --partition``), one card in
+    CPX split in two listed partitions at functions .0/.1 sharing the ASIC serial; partition 1 prints N/A
+    modes as amdsmi did before ROCm/rocm-systems#8491."""
+    import json
+
+    doc = json.loads(_read(AMD / "amd-smi_static_json_8x-mi300x_rocm7.2.1_ppt0-limit.json"))
+    gpu = doc["gpu_data"][0]
+    gpu["asic"] = {
+        **gpu["asic"],
+        "asic_serial": "0x5A1F2B3C4D5E6F70",
+    }  # the capture's serials are masked to 0
+    p0 = {
+        **gpu,
+        "gpu": 0,
+        "partition": {"compute_partition": "CPX", "memory_partition": "NPS4", "partition_id": 0},
+    }
+    p1 = {
+        **gpu,
+        "gpu": 1,
+        "bus": {**gpu["bus"], "bdf": gpu["bus"]["bdf"][:-1] + "1"},
+        "partition": {"compute_partition": "N/A", "memory_partition": "N/A", "partition_id": 1},
+    }
+    return json.dumps({"gpu_data": [p0, p1]})
+
+
+def test_amd_smi_static_partition_section_ties_partitions() -> None:
+    s0, s1 = amd.parse_amd_smi_static_samples(_static_partitioned())
+    card = s0.device.uuid
+    assert card == "0x5a1f2b3c4d5e6f70"
+    assert s0.device.partition == Partition(card, "0", "CPX", "NPS4")
+    assert s1.device.uuid == f"{card}:p1"  # one ASIC serial, two logical GPUs: two series
+    assert s1.device.partition == Partition(card, "1", "CPX", "NPS4")
+    plain = amd.parse_amd_smi_static_samples(
+        _read(AMD / "amd-smi_static_json_8x-mi300x_rocm7.2.1_ppt0-limit.json")
+    )
+    assert [s.device.partition for s in plain] == [None] * 8  # no partition section printed: nothing claimed
+
+
+def test_amdsmi_library_reads_partition_modes() -> None:
+    from tests.vendors.fake_amdsmi import AmdSmiRetCode, make_amdsmi, mi300x_gcd
+    from vendors.amd import AmdSmiLibrary
+
+    p0 = {**mi300x_gcd("0xabc", "0000:05:00.0"), "compute_partition": "DPX", "memory_partition": "NPS1"}
+    p0["kfd"] = {"kfd_id": 1, "node_id": 2, "current_partition_id": 0}
+    p1 = {**mi300x_gcd("0xabc", "0000:05:00.1"), "compute_partition": AmdSmiRetCode.ERR_NOT_SUPPORTED}
+    lib = AmdSmiLibrary(make_amdsmi([p0, p1]))
+    lib.open()
+    a, b = lib.sample()
+    assert a.device.partition == Partition(a.device.uuid, "0", "DPX", "NPS1")
+    assert b.device.partition == Partition(a.device.uuid, "1", "DPX", "NPS1")  # id from the PCI function
+    assert b.device.uuid == f"{a.device.uuid}:p1"
