@@ -2,9 +2,9 @@
 
 Vendor layer, one package with one registration (``backend.SPEC``); one module per source:
 ``amdsmi_library`` (the ``amdsmi`` Python package), ``amd_smi_json`` (``amd-smi metric|static --json``),
-``amd_smi_monitor`` (``amd-smi monitor`` text), ``amd_smi_table`` (the default ``amd-smi`` dashboard) and
-``rocm_smi_table`` (plain ``rocm-smi``), both for ``inspect`` only, ``rocm_smi_json`` (``rocm-smi --json``, AMD's and the
-Hygon DTK fork's), ``readings`` (units, "N/A" markers, device ids) and ``backend`` (source choice, tool
+``amd_smi_monitor`` (``amd-smi monitor`` text), ``amd_smi_table`` (the default ``amd-smi`` dashboard)
+and ``rocm_smi_table`` (plain ``rocm-smi``), both for ``inspect`` only, ``partitions`` (MI300 compute
+partitions tied to their card), ``rocm_smi_json`` (``rocm-smi --json``, AMD's and the Hygon DTK fork's), ``readings`` (units, "N/A" markers, device ids) and ``backend`` (source choice, tool
 runs, detection, registration). ``AmdBackend`` tries, in order (``options["source"]`` pins one):
 
 1. the ``amdsmi`` Python package (ROCm ``py-interface``: ``amdsmi_interface.py``), read per call;
