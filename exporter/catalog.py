@@ -292,8 +292,9 @@ _CORE: tuple[MetricDef, ...] = (
         "logical GPU `partition_id` of the card `parent_uuid` (the uuid of the card's partition 0), in "
         "compute mode `compute_partition` (SPX, DPX, QPX, CPX) and memory mode `memory_partition` (NPS1, "
         "NPS4). Sum card-wide readings (power, memory) by `parent_uuid`, not by `uuid`.",
-        "AMD: amd-smi default table Partition-Mode and the PCI function of each partition; rocm-smi "
-        "Partitions (Mem, Compute, ID)",
+        "AMD: amdsmi_get_gpu_compute_partition/memory_partition and kfd_info current_partition_id; "
+        "amd-smi static --json partition section; amd-smi default table Partition-Mode; rocm-smi "
+        "Partitions (Mem, Compute, ID); partitions of one card grouped by PCI domain:bus:device",
         "device",
         ("parent_uuid", "partition_id", "compute_partition", "memory_partition"),
     ),

@@ -35,7 +35,7 @@ from __future__ import annotations
 import re
 from dataclasses import replace
 
-from vendors.amd.readings import VENDOR, Notes, amount, device_uuid, is_na, ratio, scaled, with_notes
+from vendors.amd.readings import VENDOR, Notes, amount, device_uuid, ratio, scaled, with_notes
 from vendors.base import Device, DeviceSample, ParseError, Partition
 
 _TOKEN = re.compile(r"\S+")
@@ -209,8 +209,6 @@ def _partition(cell: str | None, uuid: str) -> Partition | None:
             return None  # a card without partition support (Radeon: "N/A, N/A, 0")
     elif pid is None:
         pid = "0"  # ROCm 6.0 prints no ID column: the modes are the card's
-    if is_na(pid):
-        return None
     return Partition(uuid, str(int(pid or "0")), compute, memory)
 
 
