@@ -340,3 +340,19 @@ def test_amdsmi_library_reads_partition_modes() -> None:
     assert a.device.partition == Partition(a.device.uuid, "0", "DPX", "NPS1")
     assert b.device.partition == Partition(a.device.uuid, "1", "DPX", "NPS1")  # id from the PCI function
     assert b.device.uuid == f"{a.device.uuid}:p1"
+
+
+def test_rocm5_one_line_header_names_the_sensor_in_the_column() -> None:
+    """CONSTRUCTED: the ROCm 5 concise header writes the sensor into the one header line ("Temp (DieEdge)");
+    values from the ROCm 3.3 capture (ROCm/ROC-smi#86)."""
+    text = "\n".join(
+        [
+            "======================= ROCm System Management Interface =======================",
+            "================================= Concise Info =================================",
+            "GPU  Temp (DieEdge)  AvgPwr  SCLK    MCLK    Fan     Perf  PwrCap  VRAM%  GPU%  ",
+            "0    24.0c           3.0W    852Mhz  167Mhz  13.73%  auto  170.0W    5%   0%    ",
+            "================================================================================",
+        ]
+    )
+    (s,) = amd.parse_rocm_smi_table(text)
+    assert (s.temperatures_celsius, s.power_watts, s.memory_used_ratio) == ({"core": 24.0}, 3.0, 0.05)
