@@ -103,6 +103,11 @@ class Records:
     node_faults: str
     node_pcie_replays: str
     node_link_errors: str
+    # Card-wide readings summed per node with each physical card counted once (AMD MI300 partitions: one
+    # card listed as 2-8 logical GPUs, see ``card_max``).
+    node_power: str
+    node_memory_used: str
+    node_memory_total: str
 
 
 def _eq(label: str, value: str, op: str = "=") -> str:
@@ -152,6 +157,9 @@ def records(spec: Spec) -> Records:
         node_faults=f"node:{c.FAULT_EVENTS.removesuffix('_total')}:increase_{w}",
         node_pcie_replays=f"node:{c.PCIE_REPLAY.removesuffix('_total')}:increase_{w}",
         node_link_errors=f"node:{c.LINK_ERRORS.removesuffix('_total')}:increase_{w}",
+        node_power=f"node:{c.POWER}:sum",
+        node_memory_used=f"node:{c.MEMORY_USED}:sum",
+        node_memory_total=f"node:{c.MEMORY_TOTAL}:sum",
     )
 
 
@@ -229,6 +237,24 @@ def recording_rules(spec: Spec) -> tuple[RecordingRule, ...]:
     return tuple(out) + dashboard_rules(spec)
 
 
+def card_max(spec: Spec, metric: str) -> str:
+    """``metric`` once per physical card: ``max by (cluster, node, card)`` where ``card`` is the device's
+    ``parent_uuid`` when ``accelerator_partition_info`` ties it to a partitioned card, else its ``uuid``.
+
+    Why max: amd-smi prints a partitioned MI300X's power on partition 0 only (N/A on the others) and the
+    whole card's VRAM total on partition 0 (ROCm/amdsmi#132: 196592 MB beside 98296 MB on partition 1 in
+    DPX); rocm-smi repeats the whole card's total and used VRAM on every one of 64 CPX partitions
+    (ROCm/legacy-rocm-build#4750). A sum over logical GPUs counts one card 2-8 times; the max counts it
+    once (for used memory printed per partition, the max is a lower bound: docs/vendors/amd.md)."""
+    info = series(spec, c.PARTITION_INFO)
+    value = series(spec, metric)
+    own = f'label_replace({value} unless {_ON_DEV} {info}, "card", "$1", "uuid", "(.*)")'
+    shared = (
+        f'{value} * {_ON_DEV} group_left (card) label_replace({info}, "card", "$1", "parent_uuid", "(.*)")'
+    )
+    return f"max by ({CLUSTER}, node, card) (\n  {own}\n  or\n  {shared}\n)"
+
+
 def dashboard_rules(spec: Spec) -> tuple[RecordingRule, ...]:
     """Per-pool and per-node aggregates the fleet dashboards draw (raw series stay on the device dashboard)."""
     r, w = records(spec), spec.rec("dashboard_window")
@@ -255,6 +281,9 @@ def dashboard_rules(spec: Spec) -> tuple[RecordingRule, ...]:
         RecordingRule(r.node_faults, increase(c.FAULT_EVENTS, f"{node}, vendor, code")),
         RecordingRule(r.node_pcie_replays, increase(c.PCIE_REPLAY, node)),
         RecordingRule(r.node_link_errors, increase(c.LINK_ERRORS, node)),
+        RecordingRule(r.node_power, f"sum by ({node}) ({card_max(spec, c.POWER)})"),
+        RecordingRule(r.node_memory_used, f"sum by ({node}) ({card_max(spec, c.MEMORY_USED)})"),
+        RecordingRule(r.node_memory_total, f"sum by ({node}) ({card_max(spec, c.MEMORY_TOTAL)})"),
     )
 
 

@@ -41,7 +41,52 @@ def _sixteen_gpus() -> str:
     return json.dumps({"gpu_data": [{"gpu": i, **entry} for i in range(16)]})
 
 
+def _amd_smi_table_cpx(cards: int = 8, parts: int = 8) -> str:
+    """The default amd-smi table (layout of the ROCm/amdsmi#132 capture) for ``cards`` MI300X in CPX."""
+    head = (FIX / "amd" / "amd-smi_default_mi300x_dpx_rocm7.0.2_amdsmi-issue132_excerpt.txt").read_text()
+    lines = head.splitlines()[:7]
+    rule = "|-------------------------------------+----------------------------------------|"
+    for c in range(cards):
+        for p in range(parts):
+            i = c * parts + p
+            power = "142/750 W" if p == 0 else "N/A"
+            mode = "CPX/NPS1" if p == 0 else "N/A"
+            lines.append(
+                f"| 0000:{5 + c:02x}:00.{p}    AMD Instinct MI300X | 0 %      40 °C   0 {power:>19} |"
+            )
+            lines.append(f"| {i:3d} {i:7d}       7 {mode:>15} | 0 %        N/A {'283/24574 MB':>23} |")
+            lines.append(rule)
+    return "\n".join(lines) + "\n"
+
+
+def _rocm_smi_table_cpx(rows: int = 64) -> str:
+    """Plain rocm-smi (layout of the ROCm/legacy-rocm-build#4750 capture), ``rows`` CPX partitions."""
+    head = (
+        FIX / "amd" / "rocm-smi_concise_mi300x_spx_rocm6.4.1_legacy-rocm-build-4750_excerpt.txt"
+    ).read_text()
+    lines = head.splitlines()
+    row = lines[5]
+    body = [f"{i:<8d}{row[8:]}".replace("NPS1, SPX, 0 ", f"NPS1, CPX, {i % 8} ") for i in range(rows)]
+    return "\n".join([*lines[:5], *body, lines[4]]) + "\n"
+
+
 CASES: list[tuple[str, Callable[[str], Sequence[DeviceSample]], str]] = [
+    (
+        "amd-smi default table, 2 GPUs + procs",
+        amd.parse_amd_smi_table,
+        (
+            FIX / "amd" / "amd-smi_default_R9700x2_26.2.1_rocm7.2.0_fan-pct-missing_procs-table.txt"
+        ).read_text(),
+    ),
+    ("amd-smi default table, 64 CPX partitions", amd.parse_amd_smi_table, _amd_smi_table_cpx()),
+    (
+        "rocm-smi concise, 1 GPU (ROCm 7)",
+        amd.parse_rocm_smi_table,
+        (
+            FIX / "amd" / "rocm-smi_concise_R9700_kernel6.18_partitions-cols_degC_pwrcap210-manual.txt"
+        ).read_text(),
+    ),
+    ("rocm-smi concise, 64 CPX partitions", amd.parse_rocm_smi_table, _rocm_smi_table_cpx()),
     ("amd-smi metric, 16 GPUs (gpu_data)", amd.parse_amd_smi_metric, _sixteen_gpus()),
     (
         "amd-smi monitor fixture",
@@ -92,7 +137,11 @@ def main() -> None:
     for name, parse, raw in CASES:
         n = 500
         seconds = timeit.timeit(lambda parse=parse, raw=raw: parse(raw), number=n) / n
-        print(f"{name:40s} {seconds * 1e6:9.1f} µs/parse  ({len(parse(raw))} devices)")
+        devices = len(parse(raw))
+        print(
+            f"{name:42s} {seconds * 1e6:9.1f} µs/parse  ({devices} devices, "
+            f"{seconds * 1e6 / devices:7.1f} µs/device)"
+        )
 
 
 if __name__ == "__main__":

@@ -248,6 +248,42 @@ slices = Panel(
     ),
 )
 
+partitions = Panel(
+    "Partitions of this card",
+    "table",
+    (
+        Query(
+            f'{c.PARTITION_INFO}{{cluster=~"$cluster"}} and on (cluster, node, parent_uuid) '
+            f"{_one(c.PARTITION_INFO)}\nor on (cluster, node, uuid) "
+            f'label_replace({_one(c.INFO)}, "compute_partition", "none", "", "")',
+            instant=True,
+            table=True,
+        ),
+    ),
+    "AMD MI300 compute partitions (SPX/DPX/QPX/CPX) and memory mode (NPS1/NPS4): every logical GPU of the "
+    "physical card this device belongs to (parent_uuid), with its partition id. Card-wide power and memory "
+    "appear on partition 0; node totals count each card once (node:accelerator_power_watts:sum). "
+    "compute_partition none: the device's tool prints no partition mode (not an MI300, or SPX on a tool "
+    "that does not print it).",
+    width=24,
+    height=6,
+    transformations=(
+        {
+            "id": "organize",
+            "options": {
+                "excludeByName": {
+                    "Time": True,
+                    "Value": True,
+                    "__name__": True,
+                    "driver_version": True,
+                    "serial": True,
+                    "pci_bus_id": True,
+                }
+            },
+        },
+    ),
+)
+
 BOARD = Board(
     UID,
     "xpuwatch / Device",
@@ -257,6 +293,7 @@ BOARD = Board(
         Row("Activity", (activity, memory, memory_share, power, temperature, clocks, throttle, bottleneck)),
         Row("Errors and health", (ecc, faults, links, remap, health)),
         Row("Slices", (slices, slice_activity, slice_memory)),
+        Row("Partitions", (partitions,)),
     ),
     variables=(*STANDARD, UUID),
     time_from="now-3h",

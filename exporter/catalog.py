@@ -88,6 +88,7 @@ HEALTH = "accelerator_health"
 ALLOCATED = "accelerator_allocated"
 CONTAINER_MEMORY_USED = "accelerator_container_memory_used_bytes"
 SLICE_INFO = "accelerator_slice_info"
+PARTITION_INFO = "accelerator_partition_info"
 SLICE_MEMORY_USED = "accelerator_slice_memory_used_bytes"
 SLICE_MEMORY_LIMIT = "accelerator_slice_memory_limit_bytes"
 SLICE_COMPUTE_LIMIT = "accelerator_slice_compute_limit_ratio"
@@ -287,6 +288,20 @@ _CORE: tuple[MetricDef, ...] = (
         "pid -> container through the host's "
         "/proc/<pid>/cgroup and the pods' status.containerStatuses (with pod_mapping enabled)",
         ("namespace", "pod", "container"),
+    ),
+    MetricDef(
+        PARTITION_INFO,
+        "info",
+        "",
+        "The partition mode of the physical card this device is part of (value 1): the device `uuid` is "
+        "logical GPU `partition_id` of the card `parent_uuid` (the uuid of the card's partition 0), in "
+        "compute mode `compute_partition` (SPX, DPX, QPX, CPX) and memory mode `memory_partition` (NPS1, "
+        "NPS4). Sum card-wide readings (power, memory) by `parent_uuid`, not by `uuid`.",
+        "AMD: amdsmi_get_gpu_compute_partition/memory_partition and kfd_info current_partition_id; "
+        "amd-smi static --json partition section; amd-smi default table Partition-Mode; rocm-smi "
+        "Partitions (Mem, Compute, ID); partitions of one card grouped by PCI domain:bus:device",
+        "device",
+        ("parent_uuid", "partition_id", "compute_partition", "memory_partition"),
     ),
     MetricDef(
         SLICE_INFO,

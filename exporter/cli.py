@@ -529,18 +529,20 @@ def inspect_files(
         names: list[str] = []
         for n, block in enumerate(parts, 1):
             where = path if len(parts) == 1 and block.command is None else _block_name(path, n, block)
-            fmt = formats[fmt_name] if fmt_name is not None else _detect(block.text, formats)
-            if fmt is None:
-                errors.append(
-                    f"{where}: no known format matches (known: {', '.join(sorted(formats)) or 'none'}); "
-                    "pass --format NAME"
-                )
-                continue
-            try:
-                samples: tuple[DeviceSample, ...] = tuple(fmt.parse(block.text))
-            except ParseError as exc:
-                errors.append(f"{where}: not valid {fmt.name}: {exc}")
-                continue
+            if fmt_name is not None:
+                fmt = formats[fmt_name]
+                try:
+                    samples: tuple[DeviceSample, ...] = tuple(fmt.parse(block.text))
+                except ParseError as exc:
+                    errors.append(f"{where}: not valid {fmt.name}: {exc}")
+                    continue
+            else:
+                found = detect_format(formats, block.text)
+                if isinstance(found, str):
+                    errors.append(f"{where}: {found}")
+                    continue
+                fmt, parsed = found
+                samples = tuple(parsed)
             if explained is not None:
                 explained.extend(explain(where, fmt, block.text, samples))
             names.append(fmt.name)
@@ -567,9 +569,26 @@ def _block_name(path: str, n: int, block: transcript.Block) -> str:
     return f"{path} block {n} ({cmd}, line {block.line})"
 
 
-def _detect(text: str, formats: Mapping[str, OutputFormat]) -> OutputFormat | None:
-    """The first format (by name) whose sniffer claims ``text``."""
-    return next((f for _, f in sorted(formats.items()) if _sniff(f.sniff, text)), None)
+def detect_format(
+    formats: Mapping[str, OutputFormat], text: str
+) -> tuple[OutputFormat, Sequence[DeviceSample]] | str:
+    """(format, samples) of ``text``: the first format (by name) whose sniffer claims it and whose parser
+    reads it. When none does, a one-line reason naming what was tried: each claiming format with its
+    parse error (one: ``not valid NAME: why``), else every known format, and ``pass --format NAME``."""
+    claimed = [f for _, f in sorted(formats.items()) if _sniff(f.sniff, text)]
+    failed: list[tuple[str, str]] = []
+    for fmt in claimed:
+        try:
+            return fmt, fmt.parse(text)
+        except ParseError as exc:
+            failed.append((fmt.name, str(exc)))
+    if len(failed) == 1:
+        return f"not valid {failed[0][0]}: {failed[0][1]}"
+    if failed:
+        tried = "; ".join(f"{name}: {why[:80]}" for name, why in failed)
+        return f"looks like {len(failed)} formats, none reads it ({tried}); pass --format NAME"
+    names = ", ".join(sorted(formats)) or "none"
+    return f"no known format matches (tried {len(formats)}: {names}); pass --format NAME"
 
 
 def _sniff(fn: Callable[[str], bool], text: str) -> bool:

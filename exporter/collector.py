@@ -35,7 +35,7 @@ from exporter.cgroup import ContainerRef
 from exporter.plausibility import implausible
 from exporter.poller import BackendView
 from exporter.selection import Selection
-from vendors.base import DeviceSample, Slice, merge_samples
+from vendors.base import DeviceSample, Partition, Slice, merge_samples
 
 log = logging.getLogger(__name__)
 
@@ -148,6 +148,16 @@ def _allocated_labels(ident: Mapping[str, str], h: Holder) -> dict[str, str]:
     }
 
 
+def _partition_labels(ident: Mapping[str, str], p: Partition) -> dict[str, str]:
+    return {
+        **ident,
+        "parent_uuid": p.parent_uuid,
+        "partition_id": p.partition_id,
+        "compute_partition": p.compute_mode or "",
+        "memory_partition": p.memory_mode or "",
+    }
+
+
 def _pod_labels(holders: Sequence[Holder]) -> dict[str, str]:
     if len(holders) != 1:
         return {}
@@ -250,6 +260,8 @@ def _device(
         },
         1,
     )
+    if d.partition is not None:
+        out.add(C.PARTITION_INFO, _partition_labels(ident, d.partition), 1)
     holders = set(device_holders)
     if s.up:
         for sl in s.slices:
@@ -546,6 +558,11 @@ class SeriesWriter:
             }
             p = pre[C.INFO] = prefix(C.INFO, info)
         lines[index[C.INFO]].append(p + one)
+        if d.partition is not None:
+            p = pre.get(C.PARTITION_INFO)
+            if p is None:
+                p = pre[C.PARTITION_INFO] = prefix(C.PARTITION_INFO, _partition_labels(e.ident, d.partition))
+            lines[index[C.PARTITION_INFO]].append(p + one)
         holders = set(device_holders)
         if s.up:
             for sl in s.slices:

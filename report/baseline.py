@@ -26,6 +26,7 @@ from report.prom import Prometheus, ReportError, Series
 
 IDENT = "node, vendor, model, device, uuid"
 SLICE_IDENT = "node, vendor, model, device, uuid, slice_id, profile, slice_kind"
+PART_IDENT = "node, device, parent_uuid, partition_id, compute_partition, memory_partition"
 GIB = 1024.0**3
 
 
@@ -165,6 +166,12 @@ def queries(spec: Spec, w: Window) -> tuple[Query, ...]:
     held = f"0 * ({alloc} == 1)"
     pods = queue.pod_pending_expr(spec)
     slice_ratio = f"{c.SLICE_MEMORY_USED}{{{job}}} / ({c.SLICE_MEMORY_LIMIT}{{{job}}} > 0)"
+    used_ratio = f"({used} / ({total} > 0))"
+    # AMD MI300 logical GPUs carry their card's partition mode (accelerator_partition_info, value 1).
+    part = (
+        "* on (node, uuid) group_left (parent_uuid, partition_id, compute_partition, memory_partition) "
+        f"{c.PARTITION_INFO}{{{job}}}"
+    )
     r, sub = w.range, w.sub
     return (
         Query(
@@ -212,6 +219,16 @@ def queries(spec: Spec, w: Window) -> tuple[Query, ...]:
             "slice_compute",
             "slice compute",
             f"avg by ({SLICE_IDENT}) (avg_over_time(({c.SLICE_SM_ACTIVE}{{{job}}} or {c.SLICE_UTILIZATION}{{{job}}}){sub}))",
+        ),
+        Query(
+            "part_mem",
+            "partition memory",
+            f"avg by ({PART_IDENT}) (avg_over_time(({used_ratio} {part}){sub}))",
+        ),
+        Query(
+            "part_compute",
+            "partition compute",
+            f"avg by ({PART_IDENT}) (avg_over_time(({util} {part}){sub}))",
         ),
         Query(
             "pods_waited",
@@ -313,6 +330,18 @@ def _advice(mem: float, comp: float, spec: Spec) -> str:
     return "fits"
 
 
+_PARTITION_ADVICE = {
+    "memory-bound": "memory-bound: fewer, larger partitions (DPX or SPX), or NPS1 so each gets more memory",
+    "compute-bound": "compute-bound: fewer partitions, more XCDs each (CPX -> QPX/DPX)",
+    "oversized": "oversized: more partitions (DPX -> QPX/CPX) serve more tenants per card",
+}
+
+
+def _partition_advice(advice: str) -> str:
+    """The slice advice in an AMD partition's terms: the knob is the card's compute/memory mode."""
+    return _PARTITION_ADVICE.get(advice.split(":")[0], advice)
+
+
 def _grid(points: Sequence[tuple[float, float]], w: Window) -> tuple[tuple[float, float], ...]:
     """A range query's points on the full grid of the window, 0 where the query had no value (nothing
     waited): a step plot must drop to 0 between waits, not hold the last value across the gap."""
@@ -392,6 +421,20 @@ def figures(answers: Answers, spec: Spec, w: Window) -> Baseline:
             advice=_advice(m, s_comp.get(k, math.nan), spec),
         )
         for k, m in sorted(s_mem.items())
+    )
+    part_ident = ("node", "device", "partition_id", "compute_partition", "memory_partition")
+    p_mem, p_comp = _by(answers, "part_mem", *part_ident), _by(answers, "part_compute", *part_ident)
+    slices += tuple(
+        SliceAdvice(
+            k[0],
+            k[1],
+            f"partition {k[2]}",
+            f"{k[3] or '?'}/{k[4] or '?'}",
+            memory_ratio=m,
+            compute_ratio=p_comp.get(k, math.nan),
+            advice=_partition_advice(_advice(m, p_comp.get(k, math.nan), spec)),
+        )
+        for k, m in sorted(p_mem.items())
     )
     pods_ns = _by(answers, "pods_by_ns", "namespace", "resource")
     waiting = tuple(

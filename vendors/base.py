@@ -21,6 +21,25 @@ REMAP_TYPES = ("correctable", "uncorrectable")
 
 
 @dataclass(frozen=True)
+class Partition:
+    """The partition mode of a physical card and this logical device's place on it.
+
+    AMD Instinct MI300 cards in a compute partition mode other than SPX are listed by the tools as several
+    GPUs (DPX: 2, QPX: 4, CPX: 8 per card, each with its own PCI function), not as slices of one GPU: each
+    logical GPU is a ``Device`` whose ``partition`` names its card. ``parent_uuid`` is the ``uuid`` of the
+    card's partition 0 (which stands for the card: the tools print the card-wide power only there), so
+    ``parent_uuid == uuid`` on partition 0 and on an unpartitioned (SPX) card. ``compute_mode`` ("SPX",
+    "DPX", "TPX", "QPX", "CPX") and ``memory_mode`` ("NPS1", "NPS2", "NPS4") are the card's modes as
+    printed, None where the tool did not print them (amd-smi prints them on partition 0 only).
+    """
+
+    parent_uuid: str
+    partition_id: str  # "0".."7" as the tool prints it
+    compute_mode: str | None = None
+    memory_mode: str | None = None
+
+
+@dataclass(frozen=True)
 class Device:
     """Identity of one physical accelerator (a GPU, an NPU chip, one GCD of a multi-die package).
 
@@ -39,6 +58,9 @@ class Device:
     aliases: tuple[str, ...] = ()
     """Other names device plugins use for this device, for pod attribution: ``phy-<n>`` is the physical
     chip id in Huawei's ``Ascend910-<n>`` device IDs."""
+    partition: Partition | None = None
+    """Where this device sits on a physical card that the vendor splits into several listed devices (AMD
+    MI300 compute partitions); None where the tool prints no partition mode."""
 
 
 @dataclass(frozen=True)

@@ -135,8 +135,9 @@ def test_inspect_detects_format_and_prints_exposition(tmp_path: Path, fake_spec:
     g = tmp_path / "garbage.txt"
     g.write_text("hello")
     _, errors = inspect_files([str(g)], None, "n1")
+    known = registry.all_formats()
     assert errors == [
-        f"{g}: no known format matches (known: {', '.join(sorted(registry.all_formats()))}); pass --format NAME"
+        f"{g}: no known format matches (tried {len(known)}: {', '.join(sorted(known))}); pass --format NAME"
     ]
     _, errors = inspect_files([str(g)], "fake-tool-text", "n1")
     assert errors == [f"{g}: not valid fake-tool-text: line 1: expected '<uuid> <serial> <util%> <host>'"]

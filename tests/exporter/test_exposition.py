@@ -30,7 +30,7 @@ from exporter.collector import Collector, RenderInputs, SeriesWriter, families, 
 from exporter.exposition import ExpositionCache, FastEncoder, ScrapeForecast, fast_encoder
 from exporter.poller import BackendView
 from exporter.selection import Selection, known
-from vendors.base import Device, DeviceSample, ProcessMemory, Slice
+from vendors.base import Device, DeviceSample, Partition, ProcessMemory, Slice
 
 ACCEPTS = [
     "",  # text 0.0.4
@@ -65,6 +65,10 @@ def fleets(draw: st.DrawFn) -> list[BackendView]:
                 draw(st.one_of(st.none(), text)),
                 draw(st.one_of(st.none(), text)),
                 draw(st.one_of(st.none(), text)),
+                partition=draw(
+                    st.none()
+                    | st.builds(Partition, text, text, st.none() | text, st.none() | text)  # AMD MI300 modes
+                ),
             )
             if draw(st.booleans()):
                 samples.append(DeviceSample.lost(d, "lost"))
@@ -476,7 +480,9 @@ def full_node() -> RenderInputs:
             ProcessMemory(13, 5.0),
         ),
     )
-    lost = DeviceSample.lost(Device("amd", "MI250X", "1", "amd-1"), "timeout")
+    lost = DeviceSample.lost(
+        Device("amd", "MI300X", "1", "amd-1", partition=Partition("amd-0", "1", "CPX", "NPS4")), "timeout"
+    )
     alice = Holder("ml", 'jupyter-"alice"', "notebook", "notebook", "alice\\", (("label_team", 'v"x\n\\'),))
     bob = Holder("ml", "train-0", "trainer\n显存", "job", "")
     views = (BackendView("nvml", True, (s, lost), 2, 1.7e9, 0.25, {"timeout": 1, "field": 2}, 1, True),)

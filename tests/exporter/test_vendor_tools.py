@@ -229,3 +229,66 @@ def test_amd_rocm_smi_is_not_taken_for_hygon(tmp_path: Path, start_exporter: Cal
     assert found["cambricon"] == "cnmon not on PATH"
     assert found["kunlunxin"] == "xpu-smi / xpu_smi not on PATH"
     assert found["metax"] == "mx-smi / ht-smi not on PATH"
+
+
+@pytest.mark.slow
+def test_partitioned_amd_card_on_metrics(tmp_path: Path, start_exporter: Callable[..., Exporter]) -> None:
+    """A fake ``amd-smi`` on PATH for one MI300X in DPX (two logical GPUs at functions .0/.1): /metrics of the
+    real server ties both to the card and carries power only where amd-smi prints it. CONSTRUCTED answers:
+    the static document is the real 8 x MI300X capture's first GPU with a ``partition`` section (keys of
+    ``amd-smi static --partition``); the metric values are those of the DPX table in ROCm/amdsmi#132
+    (partition 0: 142 W, 196592 MB total; partition 1: power N/A, 98296 MB)."""
+    static = json.loads(
+        (ROOT / "tests/fixtures/amd/amd-smi_static_json_8x-mi300x_rocm7.2.1_ppt0-limit.json").read_text()
+    )["gpu_data"][0]
+    gpus, metrics = [], []
+    for pid, power, total in ((0, {"value": 142, "unit": "W"}, 196592), (1, "N/A", 98296)):
+        gpus.append(
+            {
+                **static,
+                "gpu": pid,
+                "bus": {**static["bus"], "bdf": f"0000:05:00.{pid}"},
+                "partition": {"compute_partition": "DPX", "memory_partition": "NPS1", "partition_id": pid},
+            }
+        )
+        metrics.append(
+            {
+                "gpu": pid,
+                "power": {"socket_power": power},
+                "mem_usage": {
+                    "total_vram": {"value": total, "unit": "MB"},
+                    "used_vram": {"value": 283, "unit": "MB"},
+                },
+            }
+        )
+    answers = tmp_path / "answers"
+    answers.mkdir()
+    (answers / "static.json").write_text(json.dumps({"gpu_data": gpus}))
+    (answers / "metric.json").write_text(json.dumps({"gpu_data": metrics}))
+    faketools.answering(
+        tmp_path / "bin",
+        "amd-smi",
+        {("static", "--json"): answers / "static.json", ("metric", "--json"): answers / "metric.json"},
+    )
+    exp = start_exporter("--node-name", "n1", env=_env(tmp_path / "bin", isolated=True))
+    wait_ready(exp.url)
+    deadline = time.monotonic() + 30
+    while "accelerator_partition_info" not in (text := _scrape(exp.url)) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    got = _series(text, drop=("model", "vendor", "node"))
+    card = "pci-0000:05:00.0"
+    for pid in (0, 1):
+        key = (
+            "accelerator_partition_info",
+            (
+                ("compute_partition", "DPX"),
+                ("device", str(pid)),
+                ("memory_partition", "NPS1"),
+                ("parent_uuid", card),
+                ("partition_id", str(pid)),
+                ("uuid", f"pci-0000:05:00.{pid}"),
+            ),
+        )
+        assert got[key] == 1.0
+    power = {k[1]: v for k, v in got.items() if k[0] == catalog.POWER}
+    assert power == {(("device", "0"), ("uuid", card)): 142.0}

@@ -123,6 +123,10 @@ def make_amdsmi(gpus: list[dict[str, Any]], init_error: int | None = None) -> ty
         ("amdsmi_get_gpu_total_ecc_count", "ecc"),
         ("amdsmi_get_pcie_info", "pcie"),
         ("amdsmi_get_gpu_process_list", "process"),
+        # ROCm 6.1+: the card's modes as strings ("CPX", "NPS1"); 6.2+: {kfd_id, node_id, current_partition_id}
+        ("amdsmi_get_gpu_compute_partition", "compute_partition"),
+        ("amdsmi_get_gpu_memory_partition", "memory_partition"),
+        ("amdsmi_get_gpu_kfd_info", "kfd"),
     ):
         setattr(m, fn, lambda h, _k=key: answer(_k, h))
 

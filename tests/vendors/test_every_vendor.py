@@ -64,6 +64,28 @@ COMPLETE: dict[str, tuple[str, Expect]] = {
         "amd",
         {(TEMP, "0", CORE): 33.0, (POWER, "0", ()): 41.0, (LIMIT, "0", ()): 300.0, (UTIL, "0", ()): 0.0},
     ),
+    # default amd-smi table, 2 x R9700: "103/300 W", "29777/32624 MB", 79 degC (hotspot), GFX-Uti 100 %.
+    "amd/amd-smi_default_R9700x2_26.2.1_rocm7.2.0_fan-pct-missing_procs-table.txt": (
+        "amd",
+        {
+            (POWER, "0", ()): 103.0,
+            (LIMIT, "0", ()): 300.0,
+            (USED, "0", ()): 29777 * MIB,
+            (TOTAL, "1", ()): 32624 * MIB,
+            (TEMP, "0", HOT): 79.0,
+            (UTIL, "1", ()): 1.0,
+        },
+    ),
+    # plain rocm-smi on ROCm 7 (R9700): 45.0 degC (Edge -> core), 31.0 W of a 210.0 W cap, GPU% 100.
+    "amd/rocm-smi_concise_R9700_kernel6.18_partitions-cols_degC_pwrcap210-manual.txt": (
+        "amd",
+        {(TEMP, "0", CORE): 45.0, (POWER, "0", ()): 31.0, (LIMIT, "0", ()): 210.0, (UTIL, "0", ()): 1.0},
+    ),
+    # plain rocm-smi on ROCm 3.3: GPU 1 at 24.0c, 3.0 W of 170.0 W, GPU% 0.
+    "amd/rocm-smi_concise_rocm3.3_rx_ROC-smi-issue86.txt": (
+        "amd",
+        {(TEMP, "1", CORE): 24.0, (POWER, "1", ()): 3.0, (LIMIT, "1", ()): 170.0, (UTIL, "1", ()): 0.0},
+    ),
     # hy-smi (hyhal) HCU table: 8 HCUs, 43.0C / 131.0W / 800.0W on HCU 0, VRAM% 100 on HCU 3.
     "hygon/hy-smi_8hcu_800W_mixed-vram_100pct.txt": (
         "hygon",
@@ -376,6 +398,9 @@ EXCERPTS: dict[str, str | None] = {
     "amd/amd-smi_metric_-w_1_json_watch_excerpt.txt": "not valid amd-smi-json: amd-smi metric: invalid JSON",
     "amd/amd-smi_static_text_mi350x_excerpt.txt": "no known format matches",
     "amd/device-metrics-exporter_scrape_mi300x-vf_issue171_excerpt.prom": "no known format matches",
+    # Default amd-smi and rocm-smi tables cut after complete device rows: partial output, exit 0.
+    "amd/amd-smi_default_mi300x_dpx_rocm7.0.2_amdsmi-issue132_excerpt.txt": None,
+    "amd/rocm-smi_concise_mi300x_spx_rocm6.4.1_legacy-rocm-build-4750_excerpt.txt": None,
     # Diagnostic dumps holding several npu-smi commands (one file per host): read block by block; the blocks
     # no format reads (a usage error, `-t board`) are named, one line each, and the others still read.
     "ascend/npu-smi_info_-t_health_Alarm_with_error_codes.txt": (
@@ -480,6 +505,11 @@ CLAIMED_BY: dict[str, str | None] = {
     "hygon/rocm-smi_table_dcu_dtk23.10.1.txt": "hy-smi-table",
     "amd/amd-smi_static_json_8x-mi300x_rocm7.2.1_ppt0-limit.json": "amd-smi-static-json",
     "amd/rocm-smi_-a_json_mi210_rocm5_driver5.18.13.json": "rocm-smi-json",
+    "amd/amd-smi_default_R9700x2_26.2.1_rocm7.2.0_fan-pct-missing_procs-table.txt": "amd-smi-table",
+    "amd/amd-smi_default_mi300x_dpx_rocm7.0.2_amdsmi-issue132_excerpt.txt": "amd-smi-table",
+    "amd/rocm-smi_concise_R9700_kernel6.18_partitions-cols_degC_pwrcap210-manual.txt": "rocm-smi-table",
+    "amd/rocm-smi_concise_mi300x_spx_rocm6.4.1_legacy-rocm-build-4750_excerpt.txt": "rocm-smi-table",
+    "amd/rocm-smi_concise_rocm3.3_rx_ROC-smi-issue86.txt": "rocm-smi-table",
     "hygon/hy-smi_8hcu_800W_mixed-vram_100pct.txt": "hy-smi-table",
     "hygon/hy-smi_K100-AI_dtk24.04.1_4dcu_800W_dcu-header.txt": "hy-smi-table",
     "hygon/hy-smi_2hcu_400W_hcu-header_no-dec-enc.txt": "hy-smi-table",

@@ -2,8 +2,9 @@
 
 Vendor layer, one package with one registration (``backend.SPEC``); one module per source:
 ``amdsmi_library`` (the ``amdsmi`` Python package), ``amd_smi_json`` (``amd-smi metric|static --json``),
-``amd_smi_monitor`` (``amd-smi monitor`` text), ``rocm_smi_json`` (``rocm-smi --json``, AMD's and the
-Hygon DTK fork's), ``readings`` (units, "N/A" markers, device ids) and ``backend`` (source choice, tool
+``amd_smi_monitor`` (``amd-smi monitor`` text), ``amd_smi_table`` (the default ``amd-smi`` dashboard)
+and ``rocm_smi_table`` (plain ``rocm-smi``), both for ``inspect`` only, ``partitions`` (MI300 compute
+partitions tied to their card), ``rocm_smi_json`` (``rocm-smi --json``, AMD's and the Hygon DTK fork's), ``readings`` (units, "N/A" markers, device ids) and ``backend`` (source choice, tool
 runs, detection, registration). ``AmdBackend`` tries, in order (``options["source"]`` pins one):
 
 1. the ``amdsmi`` Python package (ROCm ``py-interface``: ``amdsmi_interface.py``), read per call;
@@ -45,6 +46,7 @@ from vendors.amd.amd_smi_process import (
     process_memory,
     sniff_amd_smi_process_json,
 )
+from vendors.amd.amd_smi_table import parse_amd_smi_table, sniff_amd_smi_table
 from vendors.amd.amdsmi_library import AmdSmiLibrary
 from vendors.amd.backend import (
     AMD_SMI_METRIC,
@@ -86,6 +88,7 @@ from vendors.amd.rocm_smi_json import (
     rocm_smi_sample,
     sniff_rocm_smi_json,
 )
+from vendors.amd.rocm_smi_table import parse_rocm_smi_table, sniff_rocm_smi_table
 
 __all__ = [
     "AMD_SMI_METRIC",
@@ -122,7 +125,9 @@ __all__ = [
     "parse_amd_smi_process_samples",
     "parse_amd_smi_static",
     "parse_amd_smi_static_samples",
+    "parse_amd_smi_table",
     "parse_rocm_smi_json",
+    "parse_rocm_smi_table",
     "printed",
     "process_memory",
     "quantity",
@@ -135,7 +140,9 @@ __all__ = [
     "sniff_amd_smi_monitor",
     "sniff_amd_smi_process_json",
     "sniff_amd_smi_static_json",
+    "sniff_amd_smi_table",
     "sniff_rocm_smi_json",
+    "sniff_rocm_smi_table",
     "text",
     "with_notes",
 ]

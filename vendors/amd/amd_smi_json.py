@@ -10,6 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from vendors.amd.partitions import partition_of, tie
 from vendors.amd.readings import (
     ECC_DEFERRED,
     UNKNOWN_MODEL,
@@ -43,6 +44,8 @@ class Identity:
     driver_version: str | None = None
     power_limit_watts: float | None = None
     memory_total_bytes: float | None = None
+    partition: tuple[tuple[str, str], ...] = ()
+    """The ``partition`` section as printed (``compute_partition``, ``memory_partition``, ``partition_id``)."""
     unread: dict[str, str] = field(default_factory=dict, compare=False)
 
 
@@ -113,8 +116,16 @@ def static_identity(entry: Mapping[str, Any]) -> Identity:
         memory_total_bytes=amount(
             first(vram, "size", "vram_size"), "bytes", "MB", notes, "vram.size", "memory_total_bytes"
         ),
+        partition=tuple(
+            (k, str(v))
+            for k, v in _section(entry, "partition").items()
+            if k in _PARTITION_KEYS and v is not None
+        ),
         unread=notes.unread,
     )
+
+
+_PARTITION_KEYS = ("compute_partition", "memory_partition", "partition_id")
 
 
 def parse_amd_smi_static(raw: str) -> dict[str, Identity]:
@@ -130,29 +141,33 @@ def parse_amd_smi_static_samples(raw: str) -> list[DeviceSample]:
     static = parse_amd_smi_static(raw)
     if not static:
         raise ParseError("amd-smi static: no GPUs in the output")
-    return [
-        with_notes(
-            DeviceSample(
-                device=amd_device(VENDOR, idx, ident),
-                memory_total_bytes=ident.memory_total_bytes,
-                power_limit_watts=ident.power_limit_watts,
-            ),
-            Notes(unread=dict(ident.unread)),
-        )
-        for idx, ident in static.items()
-    ]
+    return tie(
+        [
+            with_notes(
+                DeviceSample(
+                    device=amd_device(VENDOR, idx, ident),
+                    memory_total_bytes=ident.memory_total_bytes,
+                    power_limit_watts=ident.power_limit_watts,
+                ),
+                Notes(unread=dict(ident.unread)),
+            )
+            for idx, ident in static.items()
+        ]
+    )
 
 
 def amd_device(vendor: str, idx: str, ident: Identity | None) -> Device:
     ident = ident or Identity()
+    uuid = device_uuid(vendor, idx, ident.unique_id, ident.serial, ident.pci_bus_id)
     return Device(
         vendor=vendor,
         model=ident.model or UNKNOWN_MODEL,
         index=idx,
-        uuid=device_uuid(vendor, idx, ident.unique_id, ident.serial, ident.pci_bus_id),
+        uuid=uuid,
         pci_bus_id=ident.pci_bus_id,
         driver_version=ident.driver_version,
         serial=ident.serial,
+        partition=partition_of(dict(ident.partition), uuid),
     )
 
 
@@ -246,7 +261,7 @@ def parse_amd_smi_metric(raw: str, static: Mapping[str, Identity] | None = None)
     if not entries:
         raise ParseError("amd-smi metric: no GPUs in the output")
     static = static or {}
-    return [amd_smi_sample(idx, entry, static.get(idx)) for idx, entry in entries]
+    return tie([amd_smi_sample(idx, entry, static.get(idx)) for idx, entry in entries])
 
 
 # Sections only ``amd-smi metric`` prints, and sections only ``amd-smi static`` prints.

@@ -11,6 +11,7 @@ from typing import Any
 
 from vendors.amd.amd_smi_json import first
 from vendors.amd.amd_smi_process import READING, process_memory
+from vendors.amd.partitions import partition_of, tie
 from vendors.amd.readings import (
     ECC_DEFERRED,
     UNKNOWN_MODEL,
@@ -27,7 +28,7 @@ from vendors.amd.readings import (
     text,
     with_notes,
 )
-from vendors.base import BackendError, Device, DeviceSample, ProcessMemory
+from vendors.base import BackendError, Device, DeviceSample, Partition, ProcessMemory
 
 log = logging.getLogger(__name__)
 
@@ -97,18 +98,43 @@ class AmdSmiLibrary:
         serial = text(board.get("product_serial")) if isinstance(board, Mapping) else None
         asic = asic if isinstance(asic, Mapping) else {}
         board = board if isinstance(board, Mapping) else {}
+        uuid = device_uuid(VENDOR, idx, asic.get("asic_serial"), serial, bdf)
         return Device(
             vendor=VENDOR,
             model=text(board.get("product_name")) or text(asic.get("market_name")) or UNKNOWN_MODEL,
             index=idx,
-            uuid=device_uuid(VENDOR, idx, asic.get("asic_serial"), serial, bdf),
+            uuid=uuid,
             pci_bus_id=bdf,
             driver_version=text(drv.get("driver_version")) if isinstance(drv, Mapping) else None,
             serial=serial,
+            partition=self._partition(h, bdf, uuid),
         )
 
+    def _partition(self, h: Any, bdf: str | None, uuid: str) -> Partition | None:
+        """The card's compute/memory partition mode (amdsmi_get_gpu_compute_partition/memory_partition, ROCm
+        6.1+) and this GPU's partition id (amdsmi_get_gpu_kfd_info ``current_partition_id``, ROCm 6.2+; else
+        the PCI function). A library without these calls, or a card without partitions, gives None."""
+        errors: list[str] = []
+        section: dict[str, object] = {}
+        for key, fn in (
+            ("compute_partition", "amdsmi_get_gpu_compute_partition"),
+            ("memory_partition", "amdsmi_get_gpu_memory_partition"),
+        ):
+            if hasattr(self.lib, fn):
+                section[key] = self._call(errors, fn, h)
+        kfd = (
+            self._call(errors, "amdsmi_get_gpu_kfd_info", h)
+            if hasattr(self.lib, "amdsmi_get_gpu_kfd_info")
+            else None
+        )
+        pid = kfd.get("current_partition_id") if isinstance(kfd, Mapping) else None
+        if pid is None and bdf and "." in bdf:
+            pid = bdf.rsplit(".", 1)[1]
+        section["partition_id"] = pid
+        return partition_of(section, uuid)
+
     def sample(self) -> list[DeviceSample]:
-        return [self._sample_one(h, dev) for _, h, dev in self._handles]
+        return tie([self._sample_one(h, dev) for _, h, dev in self._handles])
 
     def _processes(self, h: Any, notes: Notes) -> tuple[ProcessMemory, ...] | None:
         """``amdsmi_get_gpu_process_list(h)``: VRAM per process on this GPU (see ``amd_smi_process``).

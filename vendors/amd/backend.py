@@ -29,9 +29,11 @@ from vendors.amd.amd_smi_process import (
     parse_amd_smi_process_samples,
     sniff_amd_smi_process_json,
 )
+from vendors.amd.amd_smi_table import explain_amd_smi_table, parse_amd_smi_table, sniff_amd_smi_table
 from vendors.amd.amdsmi_library import AmdSmiLibrary
 from vendors.amd.readings import ECC_DEFERRED, VENDOR
 from vendors.amd.rocm_smi_json import parse_rocm_smi_json, sniff_rocm_smi_json
+from vendors.amd.rocm_smi_table import explain_rocm_smi_table, parse_rocm_smi_table, sniff_rocm_smi_table
 from vendors.base import BackendError, Device, DeviceSample, ParseError
 from vendors.command import CommandRunner, SubprocessRunner
 from vendors.registry import BackendContext, BackendSpec, Detection, OutputFormat, register
@@ -261,6 +263,8 @@ FORMATS: tuple[OutputFormat, ...] = (
     OutputFormat("amd-smi-process-json", parse_amd_smi_process_samples, sniff_amd_smi_process_json),
     OutputFormat("amd-smi-monitor", parse_amd_smi_monitor, sniff_amd_smi_monitor),
     OutputFormat("rocm-smi-json", parse_rocm_smi_json, sniff_rocm_smi_json),
+    OutputFormat("amd-smi-table", parse_amd_smi_table, sniff_amd_smi_table, explain_amd_smi_table),
+    OutputFormat("rocm-smi-table", parse_rocm_smi_table, sniff_rocm_smi_table, explain_rocm_smi_table),
 )
 
 
