@@ -102,6 +102,7 @@ BACKEND_DEVICES = "xpuwatch_backend_devices"
 POD_MAPPING_UP = "xpuwatch_pod_mapping_up"
 POD_MAPPING_LAST_SUCCESS = "xpuwatch_pod_mapping_last_success_timestamp_seconds"
 POD_MAPPING_UNMATCHED = "xpuwatch_pod_mapping_unmatched_ids"
+POD_MAPPING_REASSIGNED = "xpuwatch_pod_mapping_reassigned_ids"
 
 NV = "NVIDIA"
 _CORE: tuple[MetricDef, ...] = (
@@ -397,6 +398,18 @@ _CORE: tuple[MetricDef, ...] = (
         "Allocated device IDs (DRA claim devices as resource dra:<driver>) that matched no exported device "
         "or slice at the last successful refresh; never attributed by guess.",
         "kubelet PodResources v1 List: device_ids, dynamic_resources",
+        ("resource",),
+        "exporter",
+    ),
+    _g(
+        POD_MAPPING_REASSIGNED,
+        "",
+        "Allocated device IDs whose holder was moved to another device at the last successful refresh, because "
+        "the device plugin's pod annotation names a different device than the kubelet recorded (Ascend: "
+        "MindCluster's huawei.com/AscendReal vs huawei.com/kltDev); present at 0 per resource with a "
+        "reassigning plugin in use.",
+        "Kubernetes API pod annotations huawei.com/AscendReal and huawei.com/kltDev (MindCluster Ascend "
+        "Device Plugin, written in updatePodAnnotation); kubelet PodResources v1 List device_ids",
         ("resource",),
         "exporter",
     ),
