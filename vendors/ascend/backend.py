@@ -491,5 +491,16 @@ SPEC = register(
         metrics=METRICS,
         priority=60,
         default_interval_seconds=10.0,
+        options={
+            "source": "string",
+            "dcmi_library": "string",
+            "npu_smi": "string",
+            "timeout_seconds": "seconds",
+            "poll_budget_seconds": "seconds",
+            "card_queries": "bool",
+            "vnpu": "bool",
+            "detail_queries_per_poll": "int",
+            "detail_max_age_seconds": "seconds",
+        },
     )
 )
