@@ -289,7 +289,8 @@ _CORE: tuple[MetricDef, ...] = (
         "info",
         "",
         "A MIG instance or vGPU share of the physical device `uuid` (value 1).",
-        f"{NV}: NVML MIG device handles and GPU instance profiles; HAMi vGPU allocations",
+        f"{NV}: NVML MIG device handles and GPU instance profiles; HAMi vGPU allocations; Ascend: npu-smi info -t "
+        "info-vnpu (slice_kind vnpu: Vnpu ID, template)",
         "slice",
         ("slice_uuid",),
     ),
@@ -304,14 +305,15 @@ _CORE: tuple[MetricDef, ...] = (
         SLICE_MEMORY_LIMIT,
         "bytes",
         "Device memory the slice may use (MIG instance size or vGPU memory limit).",
-        f"{NV}: MIG GPU instance memory size; HAMi: nvidia.com/gpumem",
+        f"{NV}: MIG GPU instance memory size; HAMi: nvidia.com/gpumem; Ascend vNPU: the template's _<n>g (GiB)",
         scope="slice",
     ),
     _g(
         SLICE_COMPUTE_LIMIT,
         "ratio",
         "Share of the parent device's compute the slice may use (0..1).",
-        f"{NV}: MIG slice count / 7 (A100/H100); HAMi: nvidia.com/gpucores / 100",
+        f"{NV}: MIG slice count / 7 (A100/H100); HAMi: nvidia.com/gpucores / 100; Ascend vNPU: template AI cores / "
+        "the chip's AICORE total",
         scope="slice",
     ),
     _g(
