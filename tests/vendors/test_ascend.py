@@ -840,9 +840,10 @@ def test_backend_without_card_queries_reads_only_the_table() -> None:
 
 
 def test_backend_poll_budget_and_rotation() -> None:
-    """A poll runs `npu-smi info` plus at most detail_queries_per_poll detail calls (health of chips that
-    are not OK first, then a rotation); each call's timeout is capped by what is left of the budget; a call
-    the budget does not reach costs readings, never a chip."""
+    """The first poll reads every detail query once, 4 at a time; later polls run `npu-smi info` plus at most
+    detail_queries_per_poll detail calls (health of chips that are not OK first, then a rotation); each
+    call's timeout is capped by what is left of the budget; a call the budget does not reach costs
+    readings, never a chip."""
     now = [0.0]
     timeouts: list[float] = []
 
@@ -857,15 +858,25 @@ def test_backend_poll_budget_and_rotation() -> None:
     backend = ascend.AscendBackend(runner, ascend.AscendOptions(source="cli"), monotonic=lambda: now[0])
     backend.open()
     s = by_index(backend.sample())
-    assert len(runner.calls) == 5 and runner.calls[0] == "info"
-    assert sorted(runner.calls[1:3]) == ["info -t health -i 3 -c 0", "info -t health -i 7 -c 0"]
-    assert sorted(timeouts) == [3.0, 3.0, 3.0, 3.0, 8.0]  # 8 s per call, capped by the 3 s left
-    assert all(v.up for v in s.values())
-    rotated = {c for c in runner.calls[3:]}
-    assert rotated == {"info -t usages -i 0", "info -t common -i 0"}
-    assert s["0-0"].vendor_metrics[ascend.AICORE_FREQ.name] == 1000e6
-    assert ascend.AICORE_FREQ.name not in s["1-0"].vendor_metrics  # not reached yet: no series, not unread
-    assert s["1-0"].unread == {}
+    assert len(runner.calls) == 1 + 2 + 16 + 8  # table, 2 health, usages+common per card, vNPU per chip
+    assert all(v.up for v in s.values()) and all(not v.unread for v in s.values())
+    assert s["5-0"].vendor_metrics[ascend.AICORE_FREQ.name] == 1000e6
+    for poll in range(2):
+        runner.calls.clear()
+        timeouts.clear()
+        now[0] = 100.0 * (poll + 1)
+        s = by_index(backend.sample())
+        assert len(runner.calls) == 5 and runner.calls[0] == "info"
+        assert sorted(runner.calls[1:3]) == ["info -t health -i 3 -c 0", "info -t health -i 7 -c 0"]
+        assert sorted(timeouts) == [3.0, 3.0, 3.0, 3.0, 8.0]  # 8 s per call, capped by the 3 s left
+        assert all(v.up for v in s.values())
+        assert s["5-0"].vendor_metrics[ascend.AICORE_FREQ.name] == 1000e6  # cached, not re-read
+    assert set(runner.calls[3:]) == {"info -t usages -i 1", "info -t common -i 1"}  # the rotation moves on
+    # Older than detail_max_age_seconds: no series (not unread: nothing failed).
+    now[0] = 1000.0
+    s = by_index(backend.sample())
+    assert ascend.AICORE_FREQ.name not in s["7-0"].vendor_metrics and not s["7-0"].unread
+
     # The budget spent before the detail calls: they cost their readings, the chips stay up.
     now[0] = 0.0
 
@@ -884,8 +895,8 @@ def test_backend_poll_budget_and_rotation() -> None:
 
 
 def test_backend_forks_per_poll_do_not_grow_with_chips() -> None:
-    """16 cards, all OK: every poll forks 1 + detail_queries_per_poll times; the rotation reaches every
-    card's usages/common and every chip's vNPU list within ceil(48 / 4) = 12 polls."""
+    """16 cards, all OK: after the first poll's full read, every poll forks 1 + detail_queries_per_poll
+    times; the rotation reaches every card's usages/common and every chip's vNPU list in 12 polls."""
     answers: dict[str, str | BackendError] = {"info": _sixteen_cards()}
     for n in range(16):
         answers[f"info -t usages -i {n}"] = _renumber(fixture("npu-smi_info_-t_usages_-i_0_910B.txt"), n)
@@ -895,11 +906,16 @@ def test_backend_forks_per_poll_do_not_grow_with_chips() -> None:
         )
     runner = FakeRunner(answers)
     backend = make_backend(runner)
+    backend.sample()
+    assert len(runner.calls) == 1 + 48
+    seen: set[str] = set()
     for poll in range(12):
         runner.calls.clear()
         s = backend.sample()
         assert len(runner.calls) == 5, poll
+        seen.update(runner.calls[1:])
         assert len(s) == 16 and all(x.up for x in s)
+    assert len(seen) == 48
     assert all(ascend.AICORE_FREQ.name in x.vendor_metrics for x in s)
     assert all(x.memory_bandwidth_utilization_ratio is not None for x in s)
 

@@ -154,7 +154,8 @@ class AscendBackend:
     """Polls the chips through npu-smi (the injected CommandRunner) or libdcmi.so.
 
     npu-smi, per poll: ``npu-smi info`` (failure -> BackendError: nothing could be read), then at most
-    ``detail_queries_per_poll`` detail queries run concurrently: ``-t health -i N -c C`` for chips whose Health
+    ``detail_queries_per_poll`` detail queries run concurrently (the first poll runs all of them, that many
+    at a time): ``-t health -i N -c C`` for chips whose Health
     is not OK (oldest read first), then the next ones of a rotation over ``-t usages -i N``, ``-t common -i N``
     and ``-t info-vnpu -i N -c C``. Every chip the table lists is up: a detail query that fails (timeout,
     exit status, "Invalid card id.", garbage, poll budget spent) leaves that query's readings unread with the
@@ -186,6 +187,7 @@ class AscendBackend:
         self._unsupported: dict[tuple[str, int, int | None], int] = {}  # failures before any answer
         self._cache: dict[tuple[str, int, int | None], _Cached] = {}  # last answer per detail query
         self._cursor = 0  # rotation position over the detail queries
+        self._swept = False  # the first poll's full read is done
         self._logged: set[tuple[tuple[str, int, int | None], str]] = set()  # (query, reason) warned about
         self._fault_counts: dict[str, dict[str, int]] = {}
         self._lock = threading.Lock()
@@ -261,6 +263,11 @@ class AscendBackend:
             rotation += [_Query("info-vnpu", c.npu_id, c.chip_id) for c in table.chips]
         rotation = [q for q in rotation if self._unsupported.get(q.key, 0) < UNSUPPORTED_AFTER]
         budget = max(0, self._opts.detail_queries_per_poll)
+        if budget and not self._swept:
+            # The first poll reads everything once (still at most `budget` calls at a time), so that every
+            # reading exists from the start and a capture bundle holds every query a later poll may run.
+            self._swept = True
+            return health + rotation
         picked = health[:budget]
         room = budget - len(picked)
         if rotation and room > 0:
@@ -285,7 +292,8 @@ class AscendBackend:
         failed: dict[tuple[str, int, int | None], str] = {}
         if not queries:
             return failed
-        with ThreadPoolExecutor(max_workers=len(queries), thread_name_prefix="npu-smi") as pool:
+        workers = max(1, min(len(queries), self._opts.detail_queries_per_poll))
+        with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="npu-smi") as pool:
             futures = {q: pool.submit(self._query, q, deadline) for q in queries}
             for q, fut in futures.items():
                 try:
