@@ -799,6 +799,15 @@ def test_backend_query_that_never_answered_is_unsupported() -> None:
         assert s["6-0"].unread["memory_bandwidth_utilization_ratio"] == (
             "-t usages: exit_status: npu-smi exited 255: unknown type usages"
         )
+    # -t common failing on the 310P card: its MCU card power is unread on the card's lowest chip only
+    answers["info -t common -i 6"] = BackendError("npu-smi exited 1: dcmi error", reason="exit_status")
+    s = by_index(make_backend(FakeRunner(answers)).sample())
+    assert s["6-0"].unread[ascend.CARD_POWER.name] == "-t common: exit_status: npu-smi exited 1: dcmi error"
+    assert (
+        ascend.CARD_POWER.name not in s["6-1"].unread
+        and ascend.CARD_POWER.name not in s["6-0"].vendor_metrics
+    )
+    answers["info -t common -i 6"] = _renumber(fixture("npu-smi_info_-t_common_-i_1_310P.txt"), 6)
     assert runner.calls.count("info -t usages -i 6") == ascend.UNSUPPORTED_AFTER
     runner.calls.clear()
     s = by_index(backend.sample())

@@ -20,6 +20,7 @@ from vendors.ascend.records import (
     AICORE_RATED_FREQ,
     AICPU,
     BACKEND,
+    CARD_POWER,
     CTRLCPU,
     DDR_BANDWIDTH,
     MAX_FAULT_CODES,
@@ -392,6 +393,10 @@ class AscendBackend:
             if key in failed:
                 for name in _DETAIL_READINGS[kind]:
                     unread[name] = f"-t {kind}: {failed[key]}"
+                if kind == "common" and row.power_watts is None and row.chip_id == min(card_chips):
+                    # the MCU's card power is this chip's power (one-chip card) or the card's (310P)
+                    power_name = "power_watts" if len(card_chips) == 1 else CARD_POWER.name
+                    unread[power_name] = f"-t common: {failed[key]}"
         u, c = blocks.get("usages"), blocks.get("common")
         missing = [
             k for k, rep in (("usages", u), ("common", c)) if rep is not None and row.chip_id not in rep.chips
