@@ -314,7 +314,7 @@ class AscendBackend:
 
     def _log_failure(self, q: _Query, exc: BackendError) -> None:
         """One warning per query target and cause until that query answers again."""
-        if (q.key, exc.reason) in self._logged:
+        if (q.key, exc.reason) in self._logged or exc.reason == "shutdown":
             return
         self._logged.add((q.key, exc.reason))
         if q.kind == "info-vnpu" and q.key not in self._answered:
