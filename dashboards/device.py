@@ -227,7 +227,7 @@ slices = Panel(
         Query(_one(c.SLICE_INFO), instant=True, table=True),
         Query(_one(c.SLICE_COMPUTE_LIMIT), instant=True, table=True),
     ),
-    "Each slice: id, profile, kind (mig|vgpu), slice uuid, holder, and its share of the device's compute.",
+    "Each slice: id, profile, kind (mig|vgpu|vnpu), slice uuid, holder, and its share of the device's compute.",
     width=24,
     height=6,
     transformations=(

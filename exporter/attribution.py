@@ -100,11 +100,13 @@ class MappingStatus:
 
     ``up``: the last refresh succeeded. ``last_success``: Unix time of the last successful refresh (None
     before the first). ``unmatched``: (resource name, allocated IDs matching no device) at the last
-    successful refresh, DRA claims as ``dra:<driver>``."""
+    successful refresh, DRA claims as ``dra:<driver>``. ``reassigned``: (resource name, allocated IDs whose
+    device the device plugin's pod annotation corrected, 0 included) at the last successful refresh."""
 
     up: bool
     last_success: float | None = None
     unmatched: tuple[tuple[str, int], ...] = ()
+    reassigned: tuple[tuple[str, int], ...] = ()
 
 
 class AttributionSource(Protocol):

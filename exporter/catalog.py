@@ -105,6 +105,7 @@ POD_MAPPING_UP = "xpuwatch_pod_mapping_up"
 POD_MAPPING_LAST_SUCCESS = "xpuwatch_pod_mapping_last_success_timestamp_seconds"
 POD_MAPPING_UNMATCHED = "xpuwatch_pod_mapping_unmatched_ids"
 RENDER_SERIES = "xpuwatch_render_series"
+POD_MAPPING_REASSIGNED = "xpuwatch_pod_mapping_reassigned_ids"
 
 NV = "NVIDIA"
 _CORE: tuple[MetricDef, ...] = (
@@ -308,7 +309,8 @@ _CORE: tuple[MetricDef, ...] = (
         "info",
         "",
         "A MIG instance or vGPU share of the physical device `uuid` (value 1).",
-        f"{NV}: NVML MIG device handles and GPU instance profiles; HAMi vGPU allocations",
+        f"{NV}: NVML MIG device handles and GPU instance profiles; HAMi vGPU allocations; Ascend: npu-smi info -t "
+        "info-vnpu (slice_kind vnpu: Vnpu ID, template)",
         "slice",
         ("slice_uuid",),
     ),
@@ -323,14 +325,15 @@ _CORE: tuple[MetricDef, ...] = (
         SLICE_MEMORY_LIMIT,
         "bytes",
         "Device memory the slice may use (MIG instance size or vGPU memory limit).",
-        f"{NV}: MIG GPU instance memory size; HAMi: nvidia.com/gpumem",
+        f"{NV}: MIG GPU instance memory size; HAMi: nvidia.com/gpumem; Ascend vNPU: the template's _<n>g (GiB)",
         scope="slice",
     ),
     _g(
         SLICE_COMPUTE_LIMIT,
         "ratio",
         "Share of the parent device's compute the slice may use (0..1).",
-        f"{NV}: MIG slice count / 7 (A100/H100); HAMi: nvidia.com/gpucores / 100",
+        f"{NV}: MIG slice count / 7 (A100/H100); HAMi: nvidia.com/gpucores / 100; Ascend vNPU: template AI cores / "
+        "the chip's AICORE total",
         scope="slice",
     ),
     _g(
@@ -426,6 +429,18 @@ _CORE: tuple[MetricDef, ...] = (
         "Allocated device IDs (DRA claim devices as resource dra:<driver>) that matched no exported device "
         "or slice at the last successful refresh; never attributed by guess.",
         "kubelet PodResources v1 List: device_ids, dynamic_resources",
+        ("resource",),
+        "exporter",
+    ),
+    _g(
+        POD_MAPPING_REASSIGNED,
+        "",
+        "Allocated device IDs whose holder was moved to another device at the last successful refresh, because "
+        "the device plugin's pod annotation names a different device than the kubelet recorded (Ascend: "
+        "MindCluster's huawei.com/AscendReal vs huawei.com/kltDev); present at 0 per resource with a "
+        "reassigning plugin in use.",
+        "Kubernetes API pod annotations huawei.com/AscendReal and huawei.com/kltDev (MindCluster Ascend "
+        "Device Plugin, written in updatePodAnnotation); kubelet PodResources v1 List device_ids",
         ("resource",),
         "exporter",
     ),

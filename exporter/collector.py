@@ -219,6 +219,8 @@ def _exporter_series(
             yield C.POD_MAPPING_LAST_SUCCESS, {}, status.last_success
         for resource, n in status.unmatched:
             yield C.POD_MAPPING_UNMATCHED, {"resource": resource}, n
+        for resource, n in status.reassigned:
+            yield C.POD_MAPPING_REASSIGNED, {"resource": resource}, n
 
 
 def _merged(views: Sequence[BackendView]) -> list[DeviceSample]:

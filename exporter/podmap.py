@@ -15,6 +15,12 @@ Every vendor's device plugin names devices its own way; the forms matched here, 
   matched to ``Device.pci_bus_id`` ignoring domain width/case.
 - ``Ascend910-3``, ``Ascend310P-1``: Huawei's plugin ``<model>-<physical id>``; matched to the chip with that
   physical id (``Device.aliases``), else to device index ``3`` or ``3-0`` (NPU 3, chip 0: 910A/910B).
+  Under Volcano the chip really mounted may differ from the kubelet's: ``exporter/podsource.py`` first
+  rewrites the IDs from MindCluster's ``huawei.com/AscendReal`` pod annotation (API enrichment on).
+- ``Ascend910-2c-100-0``, ``Ascend310P-4c.3cpu-101-1``: Huawei's plugin's vNPUs, ``<model>-<AI cores>c[...]-<vNPU
+  id>-<physical id>`` (Ascend/ascend-device-plugin ``common.GetDeviceID``: "vnpu: davinci-coreNum-vid-devID,
+  like Ascend910-2c-111-0"; resource ``huawei.com/Ascend910-2c``); matched to the slice with that vNPU id
+  (``slice_kind="vnpu"``, vendors/ascend/vnpu.py) on the chip with that physical id, else counted.
 - anything else: matched to a device's uuid or serial (Cambricon, Hygon, Kunlunxin, MetaX, ... plugins use the
   card's UUID/serial), else counted as unmatched.
 
@@ -54,6 +60,7 @@ INDEX_RESOURCES: dict[str, str] = {"huawei.com/": "huawei"}
 
 _REPLICA = re.compile(r"^(?P<base>.+?)::\d+$")
 _HAMI_SPLIT = re.compile(r"^(?P<base>.+)-\d+$")
+_VNPU = re.compile(r"^[A-Za-z][A-Za-z0-9]*-\d{1,3}c[0-9A-Za-z._]*-(?P<vid>\d{1,6})-(?P<phy>\d{1,6})$")
 _INDEXED = re.compile(r"^[A-Za-z][A-Za-z0-9]*?-?(?P<n>\d+)$")
 _PCI = re.compile(
     r"^(?:(?P<dom>[0-9a-fA-F]{1,8}):)?(?P<bus>[0-9a-fA-F]{2}):(?P<dev>[0-9a-fA-F]{2})\.(?P<fn>[0-7])$"
@@ -155,6 +162,7 @@ def match(
         for a in d.aliases:
             by_vendor_index.setdefault((d.vendor, a), d)
     slice_by_uuid = {s.uuid.lower(): s for s in slices if s.uuid}
+    slice_by_parent = {(s.parent_uuid, s.slice_id): s for s in slices}
     dra_by_key = {(d.driver, d.pool, d.name): d for d in dra_devices}
 
     def resolve(did: str) -> DeviceRef | SliceRef | None:
@@ -204,7 +212,15 @@ def match(
                     holder
                 )  # once per ID: unplaced ones are counted
                 continue
-            if hit is None and index_vendor and (m2 := _INDEXED.match(did)):
+            if hit is None and index_vendor and (mv := _VNPU.match(did)):
+                phy = mv.group("phy")
+                chip = (
+                    by_vendor_index.get((index_vendor, f"phy-{phy}"))
+                    or by_vendor_index.get((index_vendor, phy))
+                    or by_vendor_index.get((index_vendor, f"{phy}-0"))
+                )
+                hit = slice_by_parent.get((chip.uuid, mv.group("vid"))) if chip is not None else None
+            elif hit is None and index_vendor and (m2 := _INDEXED.match(did)):
                 n = m2.group("n")
                 hit = (
                     by_vendor_index.get((index_vendor, f"phy-{n}"))

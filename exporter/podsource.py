@@ -14,7 +14,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from exporter.attribution import EMPTY, Attribution, Holder, MappingStatus, slice_key
@@ -37,6 +37,17 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 HAMI_ALLOCATED = "hami.io/vgpu-devices-allocated"
+# MindCluster's Ascend Device Plugin (Volcano mode) may mount other chips than the kubelet chose; it records both
+# on the pod, comma-separated and position by position: ``huawei.com/kltDev`` (the kubelet's device IDs) and
+# ``huawei.com/AscendReal`` (the chips it really mounted), e.g. ``Ascend910-0,Ascend910-1``. Source:
+# Ascend/ascend-device-plugin src/plugin/pkg/npu/huawei/plugin_api.go, updatePodAnnotation (``pod2kl:
+# strings.Join(kltRequestDevices, ","), podRealAlloc: strings.Join(dpResponseDevices, ",")``) and
+# updatePodRealAllocate (``vol2KlDevMap[vol] = kltRequestDevices[index]``); MindCluster docs, API reference
+# "Pod Annotations" (huawei.com/AscendReal: "Record of the actual chips allocated by Ascend Device Plugin to
+# the Pod"; huawei.com/kltDev: "Record of chips allocated by kubelet to the Pod").
+ASCEND_REAL = "huawei.com/AscendReal"
+ASCEND_KUBELET = "huawei.com/kltDev"
+ASCEND_RESOURCE_PREFIX = "huawei.com/"
 
 
 @dataclass(frozen=True)
@@ -69,6 +80,49 @@ class PodMappingSettings:
 
 
 DevicesFn = Callable[[], tuple[Sequence[DeviceRef], Sequence[SliceRef]]]
+
+
+def _id_list(value: str) -> list[str]:
+    # Comma-separated as the plugin writes them; blanks tolerated (some tools print them space-separated).
+    return [t for t in value.replace(",", " ").split() if t]
+
+
+def real_allocations(
+    allocations: Sequence[ContainerDevices], pods: Sequence[PodMeta] | None
+) -> tuple[tuple[ContainerDevices, ...], tuple[tuple[str, int], ...]]:
+    """Pure: the kubelet's Ascend allocations corrected by the device plugin's pod annotations ->
+    (allocations, per ``huawei.com/`` resource in use: how many device IDs were moved to another chip).
+
+    A pod with ``huawei.com/AscendReal``: each kubelet ID found in ``huawei.com/kltDev`` becomes the ID at
+    the same position in AscendReal. Without a usable kltDev (missing, or another length), a pod whose
+    Ascend devices are all in one container's one resource gets AscendReal as that container's IDs; a pod
+    spread over several containers keeps the kubelet's IDs (which container got which real chip cannot be
+    told). Pods without the annotation (no pods: API enrichment off) keep the kubelet's IDs."""
+    by_pod = {(p.namespace, p.name): p for p in pods or ()}
+    ascend = [a for a in allocations if a.resource.startswith(ASCEND_RESOURCE_PREFIX)]
+    held: dict[tuple[str, str], int] = {}
+    for a in ascend:
+        held[(a.namespace, a.pod)] = held.get((a.namespace, a.pod), 0) + 1
+    moved: dict[str, int] = {}
+    out: list[ContainerDevices] = []
+    for a in allocations:
+        pod = by_pod.get((a.namespace, a.pod))
+        real = _id_list(pod.annotations.get(ASCEND_REAL, "")) if pod is not None else []
+        if not a.resource.startswith(ASCEND_RESOURCE_PREFIX) or not real:
+            out.append(a)
+            continue
+        moved.setdefault(a.resource, 0)
+        klt = _id_list(pod.annotations.get(ASCEND_KUBELET, "")) if pod is not None else []
+        if klt and len(klt) == len(real) and len(set(klt)) == len(klt):
+            to_real = dict(zip(klt, real, strict=True))
+            ids = tuple(to_real.get(d.strip(), d) for d in a.device_ids)
+        elif held[(a.namespace, a.pod)] == 1:
+            ids = tuple(real)
+        else:
+            ids = a.device_ids
+        moved[a.resource] += len(set(ids) - set(a.device_ids))
+        out.append(replace(a, device_ids=ids))
+    return tuple(out), tuple(sorted(moved.items()))
 
 
 def build_attribution(
@@ -182,6 +236,7 @@ class KubeletAttributionSource:
         self._good_at: float | None = None  # monotonic time of the last successful refresh
         self._good_wall: float | None = None
         self._unmatched: tuple[tuple[str, int], ...] = ()
+        self._reassigned: tuple[tuple[str, int], ...] = ()
         self._failing = False
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -205,7 +260,7 @@ class KubeletAttributionSource:
         with self._lock:
             if self._up is None:
                 return None
-            return MappingStatus(self._up, self._good_wall, self._unmatched)
+            return MappingStatus(self._up, self._good_wall, self._unmatched, self._reassigned)
 
     @property
     def unmatched(self) -> int:
@@ -235,6 +290,15 @@ class KubeletAttributionSource:
                     except KubeApiError as exc:
                         log.warning("pod mapping: DRA ResourceSlices unavailable: %s", exc)
             devices, slices = self._devices_fn()
+            real, reassigned = real_allocations(resources.devices, pods)
+            if reassigned != self._reassigned and any(n for _, n in reassigned):
+                log.info(
+                    "pod mapping: the device plugin's pod annotation (%s) moves allocated IDs off the kubelet's "
+                    "choice: %s",
+                    ASCEND_REAL,
+                    ", ".join(f"{r}: {n}" for r, n in reassigned),
+                )
+            resources = replace(resources, devices=real)
             attribution, unmatched = build_attribution(resources, devices, slices, pods, self.settings, dra)
         except KubeletError as exc:
             if not self._failing:
@@ -265,6 +329,7 @@ class KubeletAttributionSource:
             )
         with self._lock:
             self._attribution, self._up, self._unmatched = attribution, True, unmatched
+            self._reassigned = reassigned
             self._good_at, self._good_wall = self._clock(), self._wall()
         return True
 

@@ -231,6 +231,11 @@ def queries(spec: Spec, w: Window) -> tuple[Query, ...]:
             f"avg by ({PART_IDENT}) (avg_over_time(({util} {part}){sub}))",
         ),
         Query(
+            "slice_seen",
+            "slices present",
+            f"count by ({SLICE_IDENT}) (count_over_time({c.SLICE_INFO}{{{job}}}[{r}]))",
+        ),
+        Query(
             "pods_waited",
             "jobs waited",
             f"count(count by (cluster, namespace, pod) (count_over_time(({pods}){sub})))",
@@ -410,17 +415,24 @@ def figures(answers: Answers, spec: Spec, w: Window) -> Baseline:
     )
     slice_ident = ("node", "device", "slice_id", "profile")
     s_mem, s_comp = _by(answers, "slice_mem", *slice_ident), _by(answers, "slice_compute", *slice_ident)
+    # Slices whose tool reports their size but no usage (Ascend vNPUs: npu-smi info -t info-vnpu and DCMI
+    # give template, memory and AI-core share only) are listed too, with no ratio rather than a guess.
+    seen = set(_by(answers, "slice_seen", *slice_ident)) - set(s_mem)
     slices = tuple(
         SliceAdvice(
             k[0],
             k[1],
             k[2],
             k[3],
-            memory_ratio=m,
+            memory_ratio=s_mem.get(k, math.nan),
             compute_ratio=s_comp.get(k, math.nan),
-            advice=_advice(m, s_comp.get(k, math.nan), spec),
+            advice=(
+                _advice(s_mem[k], s_comp.get(k, math.nan), spec)
+                if k in s_mem
+                else "no usage reading for this slice (size only, e.g. an Ascend vNPU): judge by its device"
+            ),
         )
-        for k, m in sorted(s_mem.items())
+        for k in sorted({*s_mem, *seen})
     )
     part_ident = ("node", "device", "partition_id", "compute_partition", "memory_partition")
     p_mem, p_comp = _by(answers, "part_mem", *part_ident), _by(answers, "part_compute", *part_ident)

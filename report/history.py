@@ -212,6 +212,17 @@ def openmetrics(devices: int, start: int, end: int, step: int) -> Iterator[str]:
     yield from family(c.SLICE_MEMORY_USED, slice_series(), lambda d, t: point(d, t).slice_memory_used_bytes)
     yield from family(c.SLICE_MEMORY_LIMIT, slice_series(), lambda d, t: point(d, t).slice_memory_limit_bytes)
     yield from family(c.SLICE_UTILIZATION, slice_series(), lambda d, t: point(d, t).slice_utilization)
+    # One Ascend vNPU (issue 22): the exporter gives its size only (template, memory limit, AI-core share);
+    # npu-smi prints no per-vNPU usage, so it has slice_info but no used/utilization series.
+    vnpu_on = [d for d in ds if d.vendor == "huawei"][:1]
+    vnpu = [
+        (_labels(**base, **ident[d.uuid], slice_id="100", profile="vir10_3c_16g", slice_kind="vnpu"), d)
+        for d in vnpu_on
+    ]
+    yield "# TYPE " + c.SLICE_INFO + " gauge"
+    for labels, _d in [*slice_series(), *vnpu]:
+        for t in times:
+            yield f"{c.SLICE_INFO}{labels} 1.0 {t}"
     yield from _ksm(start, times)
     yield "# EOF"
 

@@ -71,6 +71,18 @@ CALLS: tuple[Call, ...] = (
         "ascend/npu-smi_info_-t_common_-i_1_310P.txt",
         (("NPU ID                         : 1\n", "NPU ID                         : 6\n"),),
     ),
+    # vNPU lists (issue 22): chip 0 answers with the real two-vNPU listing of a 910B chip (no public 310P
+    # listing was found; the layout is the same command's), chip 1 with the same chip's empty listing.
+    Call(
+        "ascend",
+        ("npu-smi", "info", "-t", "info-vnpu", "-i", "6", "-c", "0"),
+        "ascend/npu-smi_info_-t_info-vnpu_-i_0_-c_0_910B_2vnpu.txt",
+    ),
+    Call(
+        "ascend",
+        ("npu-smi", "info", "-t", "info-vnpu", "-i", "6", "-c", "1"),
+        "ascend/npu-smi_info_-t_info-vnpu_-i_0_-c_0_910B_none.txt",
+    ),
     Call("cambricon", ("cnmon",), "cambricon/cnmon_MLU370-X8_v5.10.13.txt"),
     Call("kunlunxin", ("xpu_smi",), "kunlunxin/xpu-smi_P800_drv5.0.21.21.txt"),
     Call("metax", ("mx-smi",), "metax/mx-smi_C550_2.2.4.txt"),

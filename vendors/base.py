@@ -65,7 +65,7 @@ class Device:
 
 @dataclass(frozen=True)
 class Slice:
-    """One partition of a physical device: a MIG instance or a vGPU (e.g. HAMi) share.
+    """One partition of a physical device: a MIG instance, a vGPU (e.g. HAMi) share or an Ascend vNPU.
 
     Device-wide readings (temperature, power, ECC) never appear here: they stay once per physical device so
     that ``sum()`` over a node never double-counts. ``memory_total_bytes`` is the slice's own memory (MIG
@@ -73,9 +73,9 @@ class Slice:
     """
 
     parent_uuid: str
-    slice_id: str  # MIG: "<gpu_instance_id>/<compute_instance_id>"; vGPU: the share's id
-    profile: str  # MIG profile name ("1g.10gb"), or "vgpu"
-    kind: Literal["mig", "vgpu"]
+    slice_id: str  # MIG: "<gpu_instance_id>/<compute_instance_id>"; vGPU: the share's id; vNPU: its Vnpu ID
+    profile: str  # MIG profile name ("1g.10gb"), "vgpu", or the vNPU template ("vir10_3c_16g")
+    kind: Literal["mig", "vgpu", "vnpu"]
     uuid: str | None = None  # MIG device UUID ("MIG-...") as the kubelet reports it; None for vGPU shares
     memory_used_bytes: float | None = None
     memory_total_bytes: float | None = None

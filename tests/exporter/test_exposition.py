@@ -493,7 +493,9 @@ def full_node() -> RenderInputs:
             {"GPU-a": [alice], "MIG-a": [bob], slice_key("GPU-a", "v1"): [alice, bob]}, {"c1": bob}
         ),
         True,
-        MappingStatus(True, 1.7e9, (("nvidia.com/gpu", 2), ("dra:gpu.nvidia.com", 1))),
+        MappingStatus(
+            True, 1.7e9, (("nvidia.com/gpu", 2), ("dra:gpu.nvidia.com", 1)), (("huawei.com/Ascend910", 1),)
+        ),
         {10: ContainerRef("pod-uid", "c1"), 11: None, 13: ContainerRef("pod-uid", "")},
     )
 

@@ -249,3 +249,103 @@ async def test_api_enrichment_sets_kind_owner_and_hami(tmp_path: Path) -> None:
     finally:
         srv.stop()
         await server.close()
+
+
+async def test_ascend_real_annotation_names_the_holder_of_the_real_chip(tmp_path: Path) -> None:
+    """Issue 22: under Volcano, MindCluster's device plugin may mount another chip than the kubelet chose,
+    recording the kubelet's IDs in huawei.com/kltDev and the real ones in huawei.com/AscendReal (comma-
+    separated, position by position: Ascend/ascend-device-plugin plugin_api.go updatePodAnnotation). The
+    holder goes to the real chip and the move is counted; vNPU IDs go to their slice."""
+    from exporter import catalog
+    from exporter.collector import families
+
+    chip = {n: f"ascend-0000:{n + 1:02x}:00.0-0" for n in range(8)}
+    devs = ([DeviceRef("huawei", chip[n], f"{n}-0") for n in range(8)], [SliceRef(chip[0], "100", None)])
+    train = {
+        "metadata": {
+            "name": "train-0",
+            "namespace": "ml",
+            "labels": {"volcano.sh/job-name": "train", "owner": "dana"},
+            "annotations": {
+                "huawei.com/Ascend910": "Ascend910-5,Ascend910-6",
+                "huawei.com/kltDev": "Ascend910-3,Ascend910-4",
+                "huawei.com/AscendReal": "Ascend910-5,Ascend910-6",
+            },
+        },
+        "spec": {"nodeName": "gpu-1", "containers": [{"name": "main"}]},
+    }
+    plain = {  # no annotation (or API enrichment off): the kubelet's IDs stand
+        "metadata": {"name": "infer-0", "namespace": "ml", "labels": {"owner": "erin"}},
+        "spec": {"nodeName": "gpu-1", "containers": [{"name": "srv"}]},
+    }
+    vnpu = {
+        "metadata": {"name": "nb-0", "namespace": "hub", "labels": {"owner": "fay"}},
+        "spec": {"nodeName": "gpu-1", "containers": [{"name": "nb"}]},
+    }
+    fake = FakeKubeApi("tok", [train, plain, vnpu])
+    app = web.Application()
+    app.router.add_get("/api/v1/pods", fake.pods)
+    server = TestServer(app, host="127.0.0.1")
+    await server.start_server()
+    allocs = [
+        ContainerDevices("ml", "train-0", "main", "huawei.com/Ascend910", ("Ascend910-3", "Ascend910-4")),
+        ContainerDevices("ml", "infer-0", "srv", "huawei.com/Ascend910", ("Ascend910-7",)),
+        ContainerDevices("hub", "nb-0", "nb", "huawei.com/Ascend910-10c", ("Ascend910-10c-100-0",)),
+    ]
+    srv = KubeletServer(str(tmp_path / "k.sock"), allocs)
+    srv.start()
+    try:
+        settings = PodMappingSettings(
+            enabled=True,
+            socket=srv.socket_path,
+            kube_api=True,
+            kube_api_host=f"http://127.0.0.1:{server.port}",
+        )
+        src = KubeletAttributionSource(settings, "gpu-1", lambda: devs, api_token="tok")
+        import asyncio
+
+        assert await asyncio.to_thread(src.refresh)
+        att = src.current()
+        dana = Holder("ml", "train-0", "main", "job", "dana")
+        assert att.for_device(chip[5]) == (dana,) and att.for_device(chip[6]) == (dana,)
+        assert att.for_device(chip[3]) == () and att.for_device(chip[4]) == ()  # the kubelet's choice
+        assert att.for_device(chip[7]) == (Holder("ml", "infer-0", "srv", "unknown", "erin"),)
+        assert att.for_slice(Slice(chip[0], "100", "vir10_3c_16g", "vnpu")) == (
+            Holder("hub", "nb-0", "nb", "unknown", "fay"),
+        )
+        assert att.for_device(chip[0]) == ()  # the vNPU holder holds the slice, not the chip
+        status = src.status()
+        assert status is not None
+        assert status.reassigned == (("huawei.com/Ascend910", 2),)
+        assert status.unmatched == ()
+        fams = families("gpu-1", [], att, True, mapping_status=status)
+        got = {
+            (s.name, tuple(sorted(s.labels.items()))): s.value
+            for f in fams
+            for s in f.samples
+            if s.name == catalog.POD_MAPPING_REASSIGNED
+        }
+        assert got == {(catalog.POD_MAPPING_REASSIGNED, (("resource", "huawei.com/Ascend910"),)): 2.0}
+    finally:
+        srv.stop()
+        await server.close()
+
+
+def test_real_allocations_without_kubelet_record() -> None:
+    """AscendReal without a usable huawei.com/kltDev: a pod holding Ascend chips in one container gets the
+    real IDs; one spread over two containers keeps the kubelet's (which container got which is unknown)."""
+    from exporter.podsource import real_allocations
+    from exporter.workload import PodMeta
+
+    one = PodMeta("ml", "a", {}, {"huawei.com/AscendReal": "Ascend910-1"})
+    two = PodMeta("ml", "b", {}, {"huawei.com/AscendReal": "Ascend910-2,Ascend910-3"})
+    allocs = [
+        ContainerDevices("ml", "a", "c", "huawei.com/Ascend910", ("Ascend910-0",)),
+        ContainerDevices("ml", "b", "c1", "huawei.com/Ascend910", ("Ascend910-4",)),
+        ContainerDevices("ml", "b", "c2", "huawei.com/Ascend910", ("Ascend910-5",)),
+        ContainerDevices("ml", "a", "g", "nvidia.com/gpu", ("GPU-x",)),
+    ]
+    out, moved = real_allocations(allocs, [one, two])
+    assert [a.device_ids for a in out] == [("Ascend910-1",), ("Ascend910-4",), ("Ascend910-5",), ("GPU-x",)]
+    assert moved == (("huawei.com/Ascend910", 1),)
+    assert real_allocations(allocs, None) == (tuple(allocs), ())

@@ -50,8 +50,9 @@ def test_no_vendor_tool_survives_sigterm_or_sigint_while_one_hangs(
         marker = f"0.{os.getpid()}{trial:02d}{int(time.time())}"
         faketools.stalling(tmp_path / "bin", "npu-smi", {("info",): mb.FIXTURES / info.fixture}, marker)
         exp = start_exporter("--config", str(config), "--backend", "ascend", "--node-name", "n1", env=env)
-        # `npu-smi info` answered, `npu-smi info -t usages -i 6` hangs
-        assert _wait(lambda m=marker: faketools.alive(m) == 1, 30), "".join(exp.log)
+        # `npu-smi info` answered; the detail queries (`-t usages -i 6`, ...) hang, several at once since
+        # issue 22 (they run concurrently)
+        assert _wait(lambda m=marker: faketools.alive(m) >= 1, 30), "".join(exp.log)
         t0 = time.monotonic()
         exp.proc.send_signal(sig)
         try:

@@ -292,3 +292,65 @@ def test_partitioned_amd_card_on_metrics(tmp_path: Path, start_exporter: Callabl
         assert got[key] == 1.0
     power = {k[1]: v for k, v in got.items() if k[0] == catalog.POWER}
     assert power == {(("device", "0"), ("uuid", card)): 142.0}
+
+
+@pytest.mark.slow
+def test_ascend_hung_detail_query_keeps_the_chip_up(
+    tmp_path: Path, start_exporter: Callable[..., Exporter]
+) -> None:
+    """Issue 22 through the real exporter: npu-smi answers its table but hangs on `-t common -i 6`. The
+    card's chips stay accelerator_up 1 with the table's readings, the clocks that query gives are absent,
+    the unread readings are counted under xpuwatch_backend_errors_total{reason="field"}, and the failure is
+    logged once, not once per poll."""
+    fix = ROOT / "tests" / "fixtures" / "ascend"
+    texts = tmp_path / "answers"
+    texts.mkdir()
+    answers: dict[tuple[str, ...], Path] = {}
+    for args, name, edit in (
+        (("info",), "npu-smi_info_310P3_25.0.rc1.1_2chips_procs.txt", False),
+        (("info", "-t", "usages", "-i", "6"), "npu-smi_info_-t_usages_-i_1_310P.txt", True),
+        (
+            ("info", "-t", "info-vnpu", "-i", "6", "-c", "0"),
+            "npu-smi_info_-t_info-vnpu_-i_0_-c_0_910B_none.txt",
+            False,
+        ),
+        (
+            ("info", "-t", "info-vnpu", "-i", "6", "-c", "1"),
+            "npu-smi_info_-t_info-vnpu_-i_0_-c_0_910B_none.txt",
+            False,
+        ),
+    ):
+        text = (fix / name).read_text(encoding="utf-8")
+        if edit:  # the card report of another 300I Duo, answered as NPU 6 (as in scripts/mixed_bundle.py)
+            text = text.replace(
+                "NPU ID                         : 1\n", "NPU ID                         : 6\n"
+            )
+        path = texts / "_".join(args)
+        path.write_text(text, encoding="utf-8")
+        answers[args] = path
+    marker = f"0.{os.getpid()}{int(time.time())}7"
+    bin_dir = tmp_path / "bin"
+    faketools.stalling(bin_dir, "npu-smi", answers, marker)  # `-t common -i 6` hangs
+    config = tmp_path / "xpuwatch.yaml"
+    config.write_text(
+        "backends:\n  ascend: {interval: 1, timeout: 4, timeout_seconds: 1, poll_budget_seconds: 2, source: cli}\n"
+    )
+    exp = start_exporter("--config", str(config), "--backend", "ascend", env=_env(bin_dir))
+
+    def settled(s: Series) -> bool:
+        return _errors(s, "ascend").get("field", 0.0) >= 6  # two polls x (2 clocks) x 2 chips, at least
+
+    got = _wait_for(exp.url, settled, 40)
+    ups = {dict(lab)["device"]: v for (name, lab), v in got.items() if name == catalog.UP}
+    assert ups == {"6-0": 1.0, "6-1": 1.0}
+    temps = {
+        dict(lab)["device"]: v
+        for (name, lab), v in got.items()
+        if name == catalog.TEMPERATURE and dict(lab).get("sensor") == "core"
+    }
+    assert temps == {"6-0": 55.0, "6-1": 52.0}  # the table's readings stay
+    assert not [k for k in got if k[0] == "accelerator_huawei_aicore_frequency_hertz"]
+    assert [v for (name, lab), v in got.items() if name == "accelerator_huawei_ctrlcpu_utilization_ratio"]
+    assert got[(catalog.BACKEND_UP, (("backend", "ascend"),))] == 1.0
+    warned = [ln for ln in exp.log if "npu-smi info -t common -i 6 failed" in ln]
+    assert len(warned) == 1, warned

@@ -144,7 +144,20 @@ def test_report_figures_match_the_backfilled_week(prometheus: str) -> None:
     assert [
         (s.slice_id, round(s.memory_ratio, 6), round(s.compute_ratio, 6), s.advice.split(":")[0])
         for s in b.slices
+        if s.slice_id != "100"
     ] == [("1/0", 0.96, 0.01, "memory-bound") for d in FLEET if d.slice_id]
+    # the Ascend vNPU (size only, no usage reading) is listed with no ratio rather than a guess (issue 22)
+    vnpus = [s for s in b.slices if s.slice_id == "100"]
+    ascend = next(d for d in FLEET if d.vendor == "huawei")
+    assert [(s.node, s.device, s.profile, s.advice) for s in vnpus] == [
+        (
+            ascend.node,
+            ascend.device,
+            "vir10_3c_16g",
+            "no usage reading for this slice (size only, e.g. an Ascend vNPU): judge by its device",
+        )
+    ]
+    assert all(np.isnan(s.memory_ratio) and np.isnan(s.compute_ratio) for s in vnpus)
 
     # memory vs compute per device: the mean framebuffer ratio and mean SM occupancy of each device
     for p in b.devices:
@@ -215,6 +228,7 @@ def test_report_cli_writes_html_that_chromium_renders(prometheus: str, tmp_path:
     assert page.count("<svg") == 4
     assert re.search(r'(src|href)="(https?:)?//', page) is None  # self-contained: nothing fetched
     assert 'id="hoarders"' in page and 'id="slices"' in page and "memory-bound" in page
+    assert "vir10_3c_16g" in page and "no usage reading for this slice" in page  # the vNPU row
     chromium = shutil.which("chromium") or shutil.which("chromium-browser")
     assert chromium, "Debian package chromium is required"
     png = tmp_path / "report.png"

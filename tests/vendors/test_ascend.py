@@ -509,6 +509,7 @@ def test_registration() -> None:
         "npu-smi-usages",
         "npu-smi-common",
         "npu-smi-health",
+        "npu-smi-info-vnpu",
     }
     names = [m.name for m in spec.metrics]
     assert len(names) == len(set(names))
@@ -656,7 +657,13 @@ def make_backend(runner: object, **opts: object) -> ascend.AscendBackend:
 def test_backend_310p_combines_table_usages_common() -> None:
     runner = FakeRunner(host_310p())
     s = by_index(make_backend(runner).sample())
-    assert runner.calls == ["info", "info -t usages -i 6", "info -t common -i 6"]  # all OK: no -t health
+    assert runner.calls[0] == "info"  # then the detail queries, concurrently (all OK: no -t health)
+    assert sorted(runner.calls[1:]) == [
+        "info -t common -i 6",
+        "info -t info-vnpu -i 6 -c 0",
+        "info -t info-vnpu -i 6 -c 1",
+        "info -t usages -i 6",
+    ]
     a, b = s["6-0"], s["6-1"]
     assert a.up and b.up
     assert a.device.uuid == "ascend-0000:83:00.0-0" and a.device.model == "Ascend310P3"
@@ -688,7 +695,7 @@ def test_backend_310p_combines_table_usages_common() -> None:
 def test_backend_910a_health_codes_counted_once_per_appearance() -> None:
     answers = host_910a()
     runner = FakeRunner(answers)
-    backend = make_backend(runner)
+    backend = make_backend(runner, detail_queries_per_poll=64)  # every detail query in one poll
     s = by_index(backend.sample())
     assert sorted(c for c in runner.calls if "health" in c) == [
         "info -t health -i 3 -c 0",
@@ -720,33 +727,63 @@ def test_backend_910a_health_codes_counted_once_per_appearance() -> None:
     assert by_index(backend.sample())["3-0"].fault_events == {"A4025021": 2, "8C03A000": 2, "8C084E00": 2}
 
 
-def test_backend_card_failures_lose_only_that_card() -> None:
+def test_backend_detail_failures_cost_readings_never_the_chip(caplog: pytest.LogCaptureFixture) -> None:
+    """Issue 22: a chip npu-smi info lists is up. A detail query that fails (usage text, exit status,
+    timeout, garbage, wrong card) keeps the table's readings, leaves that query's readings unread with the
+    reason, and is logged once per query and cause."""
     answers = host_910a()
-    backend = make_backend(FakeRunner(answers))
+    backend = make_backend(FakeRunner(answers), detail_queries_per_poll=64)
     assert all(s.up for s in backend.sample())  # every query has answered once
     answers["info -t usages -i 5"] = "Invalid card id.\nError parameter of -i\n"
     answers["info -t common -i 6"] = BackendError("npu-smi exited 1: dcmi error", reason="exit_status")
     answers["info -t common -i 2"] = BackendError("npu-smi: no answer within 10s, killed", reason="timeout")
     answers["info -t health -i 3 -c 0"] = "+-----\n| garbage"
-    answers["info -t usages -i 1"] = _renumber(
-        fixture("npu-smi_info_-t_usages_-i_0_910B.txt"), 4
-    )  # wrong card
+    answers["info -t usages -i 1"] = _renumber(fixture("npu-smi_info_-t_usages_-i_0_910B.txt"), 4)
+    caplog.set_level("WARNING", logger="vendors.ascend.backend")
+    for _ in range(2):
+        s = by_index(backend.sample())
+        assert all(v.up and v.error is None for v in s.values())
+    assert (
+        s["5-0"].unread[ascend.AICPU.name]
+        == "-t usages: parse: npu-smi: rejected the query: Invalid card id."
+    )
+    assert s["5-0"].unread["memory_bandwidth_utilization_ratio"].startswith("-t usages: parse:")
+    assert (
+        s["5-0"].memory_bandwidth_utilization_ratio is None
+        and ascend.AICPU.name not in s["5-0"].vendor_metrics
+    )
+    assert s["5-0"].power_watts is not None and s["5-0"].utilization_ratio is not None  # the table's readings
+    assert s["6-0"].unread[ascend.AICORE_FREQ.name] == "-t common: exit_status: npu-smi exited 1: dcmi error"
+    assert ascend.AICORE_FREQ.name not in s["6-0"].vendor_metrics
+    assert s["6-0"].vendor_metrics[ascend.CTRLCPU.name] == 0.09  # -t usages of card 6 still read
+    assert s["2-0"].unread[ascend.AICORE_RATED_FREQ.name].startswith("-t common: timeout:")
+    assert (
+        s["1-0"].unread[ascend.CTRLCPU.name]
+        == "-t usages: parse: npu-smi info -t usages -i 1: answered for NPU 4"
+    )
+    three = s["3-0"]
+    assert three.unread == {"fault_events": three.unread["fault_events"]}
+    assert three.unread["fault_events"].startswith("-t health: parse: npu-smi info -t health")
+    assert three.health == {"chip": False}  # the table's Warning
+    assert three.vendor_metrics[ascend.HEALTH_STATE.name] == 1
+    assert three.fault_events == {"A4025021": 1, "8C03A000": 1, "8C084E00": 1}  # counts kept, not reset
+    assert s["0-0"].unread == {} and s["0-0"].power_watts == 70.5
+    warned = [r.getMessage() for r in caplog.records]
+    assert len(warned) == 5  # one per failing query and cause, not one per poll
+    assert any("npu-smi info -t common -i 2 failed (timeout" in m for m in warned)
+    # Answers again: readings back, and a later failure is logged again.
+    answers["info -t common -i 2"] = _renumber(fixture("npu-smi_info_-t_common_-i_0_910B.txt"), 2)
     s = by_index(backend.sample())
-    assert {k for k, v in s.items() if not v.up} == {"1-0", "2-0", "3-0", "5-0", "6-0"}
-    assert s["5-0"].error == "parse: npu-smi: rejected the query: Invalid card id."
-    assert s["6-0"].error == "exit_status: npu-smi exited 1: dcmi error"
-    assert s["2-0"].error is not None and s["2-0"].error.startswith("timeout:")
-    assert s["1-0"].error == "parse: npu-smi info -t usages -i 1: answered for NPU 4"
-    assert s["3-0"].error is not None and s["3-0"].error.startswith("parse: npu-smi info -t health")
-    assert all(s[k].utilization_ratio is None for k in ("1-0", "2-0", "3-0", "5-0", "6-0"))
-    assert s["0-0"].up and s["0-0"].power_watts == 70.5
-    assert s["5-0"].device.uuid == "ascend-0000:82:00.0-0"  # lost devices keep their identity
+    assert s["2-0"].vendor_metrics[ascend.AICORE_FREQ.name] == 1000e6 and not s["2-0"].unread
+    answers["info -t common -i 2"] = BackendError("npu-smi: no answer within 10s, killed", reason="timeout")
+    caplog.clear()
+    backend.sample()
+    assert len([r for r in caplog.records if "-t common -i 2" in r.getMessage()]) == 1
 
 
 def test_backend_query_that_never_answered_is_unsupported() -> None:
-    """A driver that does not answer `-t usages` (usage text, exit status) keeps its chips up on the main
-    table's readings; after UNSUPPORTED_AFTER polls the query is no longer run. A timeout or "Invalid card
-    id." is trouble even on the first poll."""
+    """A driver that does not answer `-t usages` (usage text, exit status) costs those readings for
+    UNSUPPORTED_AFTER polls; then the query is no longer run."""
     answers = host_310p()
     answers["info -t usages -i 6"] = BackendError(
         "npu-smi exited 255: unknown type usages", reason="exit_status"
@@ -759,21 +796,23 @@ def test_backend_query_that_never_answered_is_unsupported() -> None:
         assert s["6-0"].memory_used_bytes == 1175 * MIB
         assert s["6-0"].memory_bandwidth_utilization_ratio is None  # -t usages is the source
         assert s["6-0"].vendor_metrics[ascend.CARD_POWER.name] == 45.2  # -t common still read
-        assert s["6-0"].error == (
-            "-t usages not answered (never has been): exit_status: npu-smi exited 255: unknown type usages"
+        assert s["6-0"].unread["memory_bandwidth_utilization_ratio"] == (
+            "-t usages: exit_status: npu-smi exited 255: unknown type usages"
         )
+    # -t common failing on the 310P card: its MCU card power is unread on the card's lowest chip only
+    answers["info -t common -i 6"] = BackendError("npu-smi exited 1: dcmi error", reason="exit_status")
+    s = by_index(make_backend(FakeRunner(answers)).sample())
+    assert s["6-0"].unread[ascend.CARD_POWER.name] == "-t common: exit_status: npu-smi exited 1: dcmi error"
+    assert (
+        ascend.CARD_POWER.name not in s["6-1"].unread
+        and ascend.CARD_POWER.name not in s["6-0"].vendor_metrics
+    )
+    answers["info -t common -i 6"] = _renumber(fixture("npu-smi_info_-t_common_-i_1_310P.txt"), 6)
     assert runner.calls.count("info -t usages -i 6") == ascend.UNSUPPORTED_AFTER
     runner.calls.clear()
     s = by_index(backend.sample())
-    assert runner.calls == ["info", "info -t common -i 6"]
-    assert s["6-0"].up and s["6-0"].error is None
-    for trouble in (
-        BackendError("npu-smi: no answer within 8s, killed", reason="timeout"),
-        "Invalid card id.\nError parameter of -i\n",
-    ):
-        answers["info -t usages -i 6"] = trouble
-        s = by_index(make_backend(FakeRunner(answers)).sample())
-        assert not s["6-0"].up and not s["6-1"].up
+    assert "info -t usages -i 6" not in runner.calls and "info -t common -i 6" in runner.calls
+    assert s["6-0"].up and s["6-0"].error is None and s["6-0"].unread == {}
 
 
 def test_backend_main_table_failure_is_a_backend_error() -> None:
@@ -804,30 +843,102 @@ def test_backend_chip_missing_from_table_is_lost() -> None:
 
 def test_backend_without_card_queries_reads_only_the_table() -> None:
     runner = FakeRunner(host_310p())
-    s = by_index(make_backend(runner, card_queries=False).sample())
+    s = by_index(make_backend(runner, card_queries=False, vnpu=False).sample())
     assert runner.calls == ["info"]
     assert s["6-0"].memory_bandwidth_utilization_ratio is None and s["6-0"].up
 
 
-def test_backend_poll_budget() -> None:
+def test_backend_poll_budget_and_rotation() -> None:
+    """The first poll reads every detail query once, 4 at a time; later polls run `npu-smi info` plus at most
+    detail_queries_per_poll detail calls (health of chips that are not OK first, then a rotation); each
+    call's timeout is capped by what is left of the budget; a call the budget does not reach costs
+    readings, never a chip."""
     now = [0.0]
     timeouts: list[float] = []
 
     class SlowRunner(FakeRunner):
         def run(self, argv: Sequence[str], timeout: float) -> CommandResult:
             timeouts.append(timeout)
-            now[0] += 4.0
+            if " ".join(argv[1:]) == "info":
+                now[0] += 12.0  # the table alone takes 12 of the 15 s
             return super().run(argv, timeout)
 
-    backend = ascend.AscendBackend(
-        SlowRunner(host_910a()), ascend.AscendOptions(poll_budget_seconds=20.0), monotonic=lambda: now[0]
-    )
+    runner = SlowRunner(host_910a())
+    backend = ascend.AscendBackend(runner, ascend.AscendOptions(source="cli"), monotonic=lambda: now[0])
     backend.open()
-    s = backend.sample()
-    # 20 s budget at 4 s per call: the table, then cards 0 and 1 (2 calls each); the rest are lost.
-    assert timeouts == [8.0, 8.0, 8.0, 8.0, 4.0]  # per-call timeout, capped by what is left
-    assert [x.device.index for x in s if x.up] == ["0-0", "1-0"]
-    assert all(x.error == "timeout: npu-smi: poll budget exhausted" for x in s if not x.up)
+    s = by_index(backend.sample())
+    assert len(runner.calls) == 1 + 2 + 16 + 8  # table, 2 health, usages+common per card, vNPU per chip
+    assert all(v.up for v in s.values()) and all(not v.unread for v in s.values())
+    assert s["5-0"].vendor_metrics[ascend.AICORE_FREQ.name] == 1000e6
+    for poll in range(2):
+        runner.calls.clear()
+        timeouts.clear()
+        now[0] = 100.0 * (poll + 1)
+        s = by_index(backend.sample())
+        assert len(runner.calls) == 5 and runner.calls[0] == "info"
+        assert sorted(runner.calls[1:3]) == ["info -t health -i 3 -c 0", "info -t health -i 7 -c 0"]
+        assert sorted(timeouts) == [3.0, 3.0, 3.0, 3.0, 8.0]  # 8 s per call, capped by the 3 s left
+        assert all(v.up for v in s.values())
+        assert s["5-0"].vendor_metrics[ascend.AICORE_FREQ.name] == 1000e6  # cached, not re-read
+    assert set(runner.calls[3:]) == {"info -t usages -i 1", "info -t common -i 1"}  # the rotation moves on
+    # Older than detail_max_age_seconds: no series (not unread: nothing failed).
+    now[0] = 1000.0
+    s = by_index(backend.sample())
+    assert ascend.AICORE_FREQ.name not in s["7-0"].vendor_metrics and not s["7-0"].unread
+
+    # The budget spent before the detail calls: they cost their readings, the chips stay up.
+    now[0] = 0.0
+
+    class SpentRunner(SlowRunner):
+        def run(self, argv: Sequence[str], timeout: float) -> CommandResult:
+            if " ".join(argv[1:]) == "info":
+                now[0] += 20.0
+            return FakeRunner.run(self, argv, timeout)
+
+    spent = ascend.AscendBackend(SpentRunner(host_910a()), ascend.AscendOptions(), monotonic=lambda: now[0])
+    spent.open()
+    s = by_index(spent.sample())
+    assert all(v.up for v in s.values())
+    assert s["3-0"].unread["fault_events"] == "-t health: timeout: npu-smi: poll budget exhausted"
+    assert s["0-0"].unread[ascend.AICPU.name] == "-t usages: timeout: npu-smi: poll budget exhausted"
+
+
+def test_backend_forks_per_poll_do_not_grow_with_chips() -> None:
+    """16 cards, all OK: after the first poll's full read, every poll forks 1 + detail_queries_per_poll
+    times; the rotation reaches every card's usages/common and every chip's vNPU list in 12 polls."""
+    answers: dict[str, str | BackendError] = {"info": _sixteen_cards()}
+    for n in range(16):
+        answers[f"info -t usages -i {n}"] = _renumber(fixture("npu-smi_info_-t_usages_-i_0_910B.txt"), n)
+        answers[f"info -t common -i {n}"] = _renumber(fixture("npu-smi_info_-t_common_-i_0_910B.txt"), n)
+        answers[f"info -t info-vnpu -i {n} -c 0"] = fixture(
+            "npu-smi_info_-t_info-vnpu_-i_0_-c_0_910B_none.txt"
+        )
+    runner = FakeRunner(answers)
+    backend = make_backend(runner)
+    backend.sample()
+    assert len(runner.calls) == 1 + 48
+    seen: set[str] = set()
+    for poll in range(12):
+        runner.calls.clear()
+        s = backend.sample()
+        assert len(runner.calls) == 5, poll
+        seen.update(runner.calls[1:])
+        assert len(s) == 16 and all(x.up for x in s)
+    assert len(seen) == 48
+    assert all(ascend.AICORE_FREQ.name in x.vendor_metrics for x in s)
+    assert all(x.memory_bandwidth_utilization_ratio is not None for x in s)
+
+
+def _sixteen_cards() -> str:
+    """The 910A 24.1.RC2 table's header and card 0 repeated as cards 0..15 (NPU ids and bus ids renumbered;
+    no process section)."""
+    lines = fixture("npu-smi_info_910A_24.1.RC2_8npu_warning_procs.txt").splitlines(keepends=True)
+    out = lines[:6]
+    for n in range(16):
+        out.append(lines[6].replace("| 0     xxx", f"| {n:<2}    xxx", 1))
+        out.append(lines[7].replace("0000:C1:00.0", f"0000:{n + 1:02X}:00.0"))
+        out.append(lines[8])
+    return "".join(out)
 
 
 @settings(max_examples=60, deadline=None)
@@ -912,20 +1023,24 @@ def test_subprocess_fake_npu_smi_hang_exit_and_usage_text(fake_tool: Path) -> No
     answers = fake_tool / "answers"
     backend = real_backend(fake_tool)
     assert all(s.up for s in backend.sample())
-    (answers / "info_t_common_i_6.hang").touch()
+    (answers / "info_t_common_i_6.hang").touch()  # a hung detail query: the chips stay up
     s = by_index(backend.sample())
-    assert not s["6-0"].up and not s["6-1"].up
-    assert (s["6-0"].error or "").startswith(f"timeout: {fake_tool / 'npu-smi'}")
+    assert s["6-0"].up and s["6-1"].up and s["6-0"].memory_used_bytes == 1175 * MIB
+    assert s["6-0"].unread[ascend.AICORE_FREQ.name].startswith(f"-t common: timeout: {fake_tool / 'npu-smi'}")
     (answers / "info_t_common_i_6.hang").unlink()
     (answers / "info_t_usages_i_6.exit1").touch()
     s = by_index(backend.sample())
-    assert not s["6-0"].up
-    assert (s["6-0"].error or "").startswith("exit_status:")
-    assert "dcmi_get_device_info failed" in (s["6-0"].error or "")
+    assert s["6-0"].up
+    assert s["6-0"].unread[ascend.AICPU.name].startswith("-t usages: exit_status:")
+    assert "dcmi_get_device_info failed" in s["6-0"].unread[ascend.AICPU.name]
     (answers / "info_t_usages_i_6.exit1").unlink()
-    (answers / "info_t_common_i_6.txt").unlink()  # the card vanished: "Invalid card id." with status 0
+    (answers / "info_t_common_i_6.txt").unlink()  # "Invalid card id." with status 0: still listed, still up
     s = by_index(backend.sample())
-    assert s["6-1"].error == "parse: npu-smi: rejected the query: Invalid card id."
+    assert s["6-1"].up
+    assert (
+        s["6-1"].unread[ascend.AICORE_FREQ.name]
+        == "-t common: parse: npu-smi: rejected the query: Invalid card id."
+    )
     (answers / "info.hang").touch()
     with pytest.raises(BackendError) as exc:
         real_backend(fake_tool).sample()
@@ -1078,10 +1193,12 @@ def test_capture_and_replay_give_the_same_samples(fake_tool: Path, tmp_path: Pat
     bundle = tmp_path / "bundle.json"
     write_bundle(bundle, recorder.results, {"node": "n1"})
     _, results = read_bundle(bundle)
-    assert [r.argv[1:] for r in results] == [
-        ("info",),
-        ("info", "-t", "usages", "-i", "6"),
+    assert results[0].argv[1:] == ("info",)
+    assert sorted(r.argv[1:] for r in results[1:]) == [
         ("info", "-t", "common", "-i", "6"),
+        ("info", "-t", "info-vnpu", "-i", "6", "-c", "0"),
+        ("info", "-t", "info-vnpu", "-i", "6", "-c", "1"),
+        ("info", "-t", "usages", "-i", "6"),
     ]
     replayed = make_backend(ReplayRunner(results)).sample()
     assert replayed == recorded
@@ -1114,3 +1231,66 @@ def test_a_masked_cell_costs_that_reading_only(
     assert getattr(s0, kept[0]) == kept[1]
     assert getattr(s0, reading.split(".")[0]) in (None, {})
     assert s1.up and s1.unread == {} and s1.power_watts == 93.8
+
+
+# ---------------------------------------------------------------------------------------------------------
+# vNPU listings (issue 22): npu-smi info -t info-vnpu -i N -c C
+
+
+def test_vnpu_listing() -> None:
+    rep = ascend.parse_vnpu_info(fixture("npu-smi_info_-t_info-vnpu_-i_0_-c_0_910B_2vnpu.txt"))
+    assert rep.resources["aicore"] == (0, 20) and rep.resources["memory"] == (0, 32)
+    assert rep.resources["pngd"] == (None, None)
+    assert [(v.vnpu_id, v.vgroup_id, v.container_id, v.status, v.template) for v in rep.vnpus] == [
+        (100, 0, "ffffffffffff", 1, "vir10_3c_16g"),
+        (101, 1, "000000000000", 0, "vir10_3c_16g"),
+    ]
+    slices = ascend.vnpu_slices(rep, "ascend-0000:c1:00.0-0")
+    assert [(s.slice_id, s.profile, s.kind, s.memory_total_bytes, s.compute_limit_ratio) for s in slices] == [
+        ("100", "vir10_3c_16g", "vnpu", 16 * 2**30, 0.5),
+        ("101", "vir10_3c_16g", "vnpu", 16 * 2**30, 0.5),
+    ]
+    assert all(s.parent_uuid == "ascend-0000:c1:00.0-0" and s.uuid is None for s in slices)
+    empty = ascend.parse_vnpu_info(fixture("npu-smi_info_-t_info-vnpu_-i_0_-c_0_910B_none.txt"))
+    assert empty.vnpus == () and empty.resources["aicore"] == (20, 20)
+
+
+@pytest.mark.parametrize(
+    ("template", "cores", "gib"),
+    [("vir02", 2, None), ("vir16", 16, None), ("vir05_1c_8g", 5, 8), ("vir04_3c_ndvpp", 4, None)],
+)
+def test_vnpu_template_sizes(template: str, cores: int, gib: int | None) -> None:
+    assert ascend.template_size(template) == (cores, None if gib is None else gib * 2**30)
+
+
+def test_vnpu_listing_truncated_or_garbled_is_a_parse_error() -> None:
+    text = fixture("npu-smi_info_-t_info-vnpu_-i_0_-c_0_910B_2vnpu.txt")
+    lines = text.splitlines(keepends=True)
+    for bad in (
+        "".join(lines[:-2]),  # one vNPU row missing
+        text.replace("vir10_3c_16g  ", "banana        ", 1),
+        text.replace("| 0/20 ", "| x/20 "),
+        "Invalid card id.\nError parameter of -i\n",
+    ):
+        with pytest.raises(ParseError):
+            ascend.parse_vnpu_info(bad)
+
+
+def test_backend_exports_vnpus_as_slices_of_their_chip() -> None:
+    answers = host_310p()
+    answers["info -t info-vnpu -i 6 -c 0"] = fixture("npu-smi_info_-t_info-vnpu_-i_0_-c_0_910B_2vnpu.txt")
+    answers["info -t info-vnpu -i 6 -c 1"] = fixture("npu-smi_info_-t_info-vnpu_-i_0_-c_0_910B_none.txt")
+    backend = make_backend(FakeRunner(answers))
+    s = by_index(backend.sample())
+    assert [(x.slice_id, x.profile, x.kind, x.parent_uuid) for x in s["6-0"].slices] == [
+        ("100", "vir10_3c_16g", "vnpu", "ascend-0000:83:00.0-0"),
+        ("101", "vir10_3c_16g", "vnpu", "ascend-0000:83:00.0-0"),
+    ]
+    assert s["6-1"].slices == ()
+    # A listing that fails after having answered costs the slices (unread), not the chip.
+    answers["info -t info-vnpu -i 6 -c 0"] = BackendError(
+        "npu-smi: no answer within 8s, killed", reason="timeout"
+    )
+    s = by_index(backend.sample())
+    assert s["6-0"].up and s["6-0"].slices == ()
+    assert s["6-0"].unread["slices"].startswith("-t info-vnpu: timeout:")

@@ -22,7 +22,7 @@ is not printed gets ``"ascend-npu<N>-chip<C>"``.
 
 Package layout (one module per tool output or library; a new npu-smi layout is a new small module):
 ``records`` (constants, vendor metrics, parsed shapes, cell readers), ``info_table`` (``npu-smi info``),
-``chip_map`` (``npu-smi info -m``), ``card_report`` (``-t usages|common|health``), ``samples`` (shapes ->
+``chip_map`` (``npu-smi info -m``), ``card_report`` (``-t usages|common|health``), ``vnpu`` (``-t info-vnpu``: vNPU slices), ``samples`` (shapes ->
 DeviceSample, the ``inspect`` formats), ``libdcmi`` (libdcmi.so through ctypes), ``dcmi`` (DCMI readings in
 npu-smi's shapes), ``backend`` (the poller-facing backend and the one registration). This module re-exports
 their public names, so ``from vendors import ascend; ascend.parse_info_table(...)`` keeps working.
@@ -86,6 +86,7 @@ from vendors.ascend.samples import (
     sniff_info,
     sniff_usages,
 )
+from vendors.ascend.vnpu import Vnpu, VnpuReport, parse_vnpu_info, template_size, vnpu_slices
 
 __all__ = [
     "AICORE_FREQ",
@@ -125,6 +126,8 @@ __all__ = [
     "HealthReport",
     "InfoTable",
     "Process",
+    "Vnpu",
+    "VnpuReport",
     "blocks_from_reading",
     "card_power",
     "create",
@@ -137,6 +140,7 @@ __all__ = [
     "parse_chip_map",
     "parse_health",
     "parse_info_table",
+    "parse_vnpu_info",
     "row_from_reading",
     "sample_chip",
     "samples_from_chip_map",
@@ -149,4 +153,6 @@ __all__ = [
     "sniff_health",
     "sniff_info",
     "sniff_usages",
+    "template_size",
+    "vnpu_slices",
 ]

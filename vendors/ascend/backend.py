@@ -7,6 +7,7 @@ import os
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 
 from vendors.ascend.card_report import parse_card_report, parse_health
@@ -15,13 +16,20 @@ from vendors.ascend.info_table import parse_info_table
 from vendors.ascend.libdcmi import Dcmi
 from vendors.ascend.libdcmi import find_library as find_dcmi_library
 from vendors.ascend.records import (
+    AICORE_FREQ,
+    AICORE_RATED_FREQ,
+    AICPU,
     BACKEND,
+    CARD_POWER,
+    CTRLCPU,
+    DDR_BANDWIDTH,
     MAX_FAULT_CODES,
     METRICS,
     OVERFLOW_CODE,
     STANDARD_PATHS,
     TOOL,
     UNSUPPORTED_AFTER,
+    VECTORCORE,
     VENDOR,
     CardReport,
     ChipRow,
@@ -29,6 +37,7 @@ from vendors.ascend.records import (
     InfoTable,
 )
 from vendors.ascend.samples import FORMATS, card_power, device_of, health_level, sample_chip
+from vendors.ascend.vnpu import VnpuReport, parse_vnpu_info, vnpu_slices
 from vendors.base import BackendError, Device, DeviceSample, ParseError
 from vendors.command import CommandRunner, SubprocessRunner
 from vendors.registry import BackendContext, BackendSpec, Detection, register
@@ -39,6 +48,37 @@ log = logging.getLogger(__name__)
 # The backend (I/O edge)
 
 SOURCES = ("cli", "dcmi", "auto")
+
+# Readings each detail query is the source of: a failed query leaves these unread (DeviceSample.unread).
+_DETAIL_READINGS: dict[str, tuple[str, ...]] = {
+    "usages": (
+        "memory_bandwidth_utilization_ratio",
+        AICPU.name,
+        CTRLCPU.name,
+        VECTORCORE.name,
+        DDR_BANDWIDTH.name,
+    ),
+    "common": (AICORE_FREQ.name, AICORE_RATED_FREQ.name),
+}
+
+
+@dataclass(frozen=True)
+class _Query:
+    """One detail query: ``npu-smi info -t <kind> -i <npu> [-c <chip>]`` (chip None: a per-card query)."""
+
+    kind: str  # usages | common | health | info-vnpu
+    npu: int
+    chip: int | None
+
+    @property
+    def key(self) -> tuple[str, int, int | None]:
+        return (self.kind, self.npu, self.chip)
+
+
+@dataclass(frozen=True)
+class _Cached:
+    value: object
+    at: float  # monotonic time of the answer
 
 
 def _flag(value: object) -> bool:
@@ -51,22 +91,29 @@ def _flag(value: object) -> bool:
 class AscendOptions:
     """The ``ascend`` section of the config file.
 
-    ``source``: ``cli`` (npu-smi, default), ``dcmi`` (libdcmi.so through ctypes; fails to open without it)
-    or ``auto`` (DCMI when the library loads, else npu-smi). ``dcmi_library``: path of libdcmi.so (default:
-    the driver's install paths, then the loader's search). ``npu_smi``: path or name of the tool.
-    ``timeout_seconds``: per npu-smi call. ``poll_budget_seconds``: all calls of one poll together; cards not
-    reached in time are reported lost; keep it below the poller's timeout for this backend (default 2 x the
-    10 s interval) so that a slow card costs that card, not the poll. ``card_queries``: also run ``-t usages`` and ``-t common`` per card
-    (bandwidth, AI CPU/ctrl CPU, clocks, 310P card power); False reads only ``npu-smi info`` (plus
-    ``-t health`` for chips that are not OK).
+    ``source``: ``auto`` (default: DCMI when libdcmi.so loads, else npu-smi), ``cli`` (npu-smi only) or
+    ``dcmi`` (libdcmi.so through ctypes; fails to open without it). ``dcmi_library``: path of libdcmi.so
+    (default: the driver's install paths, then the loader's search). ``npu_smi``: path or name of the tool.
+    ``timeout_seconds``: per npu-smi call. ``poll_budget_seconds``: all calls of one poll together; keep it
+    below the poller's timeout for this backend (default 2 x the 10 s interval). A detail query that fails
+    or is not answered in time costs its readings (``unread``), never the chip: only a chip missing from
+    ``npu-smi info`` is lost. ``card_queries``: run ``-t usages`` and ``-t common`` per card (bandwidth, AI
+    CPU/ctrl CPU, clocks, 310P card power). ``vnpu``: run ``-t info-vnpu`` per chip (vNPU slices).
+    ``detail_queries_per_poll``: detail calls per poll besides ``npu-smi info``, run concurrently; health
+    queries of chips that are not OK come first, the rest rotate over cards and chips, so a poll costs at
+    most 1 + this many forks whatever the chip count. ``detail_max_age_seconds``: a detail reading older
+    than this is dropped (no series) until the rotation reads it again.
     """
 
-    source: str = "cli"
+    source: str = "auto"
     dcmi_library: str | None = None
     npu_smi: str = TOOL
     timeout_seconds: float = 8.0
     poll_budget_seconds: float = 15.0
     card_queries: bool = True
+    vnpu: bool = True
+    detail_queries_per_poll: int = 4
+    detail_max_age_seconds: float = 300.0
 
     @classmethod
     def from_mapping(cls, opts: Mapping[str, object]) -> AscendOptions:
@@ -81,13 +128,18 @@ class AscendOptions:
                 timeout_seconds=float(opts.get("timeout_seconds", o.timeout_seconds)),  # type: ignore[arg-type]
                 poll_budget_seconds=float(opts.get("poll_budget_seconds", o.poll_budget_seconds)),  # type: ignore[arg-type]
                 card_queries=_flag(opts.get("card_queries", o.card_queries)),
+                vnpu=_flag(opts.get("vnpu", o.vnpu)),
+                detail_queries_per_poll=int(opts.get("detail_queries_per_poll", o.detail_queries_per_poll)),  # type: ignore[call-overload]
+                detail_max_age_seconds=float(opts.get("detail_max_age_seconds", o.detail_max_age_seconds)),  # type: ignore[arg-type]
             )
         except (TypeError, ValueError) as exc:
             raise BackendError(f"ascend options: {exc}", reason="config") from exc
         if out.source not in SOURCES:
             raise BackendError(f"ascend options: source must be one of {', '.join(SOURCES)}", reason="config")
-        if not (out.timeout_seconds > 0 and out.poll_budget_seconds > 0):
-            raise BackendError("ascend options: timeouts must be > 0", reason="config")
+        if not (out.timeout_seconds > 0 and out.poll_budget_seconds > 0 and out.detail_max_age_seconds > 0):
+            raise BackendError("ascend options: timeouts and ages must be > 0", reason="config")
+        if not 0 <= out.detail_queries_per_poll <= 64:
+            raise BackendError("ascend options: detail_queries_per_poll must be 0..64", reason="config")
         return out
 
 
@@ -102,12 +154,16 @@ def _runner_fallback_path(runner: CommandRunner) -> str | None:
 class AscendBackend:
     """Polls the chips through npu-smi (the injected CommandRunner) or libdcmi.so.
 
-    npu-smi, per poll: ``npu-smi info`` (failure -> BackendError: nothing could be read); per card
-    ``-t usages -i N`` and ``-t common -i N`` (a timeout, "Invalid card id." or a failure of a query that
-    answered before -> that card's chips are lost; a query that never answered is taken as unsupported:
-    the chips stay up with a note, and after UNSUPPORTED_AFTER polls it is no longer run); per chip whose
-    Health is not OK ``-t health -i N -c C`` (failure -> that chip is lost). DCMI, per poll: the card list
-    (failure -> BackendError), then every chip's readings (health unreadable -> that chip is lost).
+    npu-smi, per poll: ``npu-smi info`` (failure -> BackendError: nothing could be read), then at most
+    ``detail_queries_per_poll`` detail queries run concurrently (the first poll runs all of them, that many
+    at a time): ``-t health -i N -c C`` for chips whose Health
+    is not OK (oldest read first), then the next ones of a rotation over ``-t usages -i N``, ``-t common -i N``
+    and ``-t info-vnpu -i N -c C``. Every chip the table lists is up: a detail query that fails (timeout,
+    exit status, "Invalid card id.", garbage, poll budget spent) leaves that query's readings unread with the
+    reason (counted in ``xpuwatch_backend_errors_total{reason="field"}``) and is logged once per query and
+    cause; one that never answered is dropped after UNSUPPORTED_AFTER tries. Answers are cached and used
+    until ``detail_max_age_seconds``. DCMI, per poll: the card list (failure -> BackendError), then every
+    chip's readings (health unreadable -> that chip is lost: the library cannot reach it).
     Chips seen before but missing now are lost. Error codes are counted per chip: +1 each time a code
     appears that was not active at the previous read (both sources list active codes, not events).
     """
@@ -128,8 +184,12 @@ class AscendBackend:
         self._known: dict[str, Device] = {}
         self._bus_ids: dict[tuple[int, int], str] = {}
         self._active_codes: dict[str, frozenset[str]] = {}
-        self._answered: set[tuple[int, str]] = set()  # (card, usages|common) that answered at least once
-        self._unsupported: dict[tuple[int, str], int] = {}  # failures before any answer
+        self._answered: set[tuple[str, int, int | None]] = set()  # detail queries that answered at least once
+        self._unsupported: dict[tuple[str, int, int | None], int] = {}  # failures before any answer
+        self._cache: dict[tuple[str, int, int | None], _Cached] = {}  # last answer per detail query
+        self._cursor = 0  # rotation position over the detail queries
+        self._swept = False  # the first poll's full read is done
+        self._logged: set[tuple[tuple[str, int, int | None], str]] = set()  # (query, reason) warned about
         self._fault_counts: dict[str, dict[str, int]] = {}
         self._lock = threading.Lock()
 
@@ -137,6 +197,11 @@ class AscendBackend:
     def source(self) -> str:
         """ "dcmi" or "cli": what ``open`` settled on."""
         return "dcmi" if self._dcmi is not None else "cli"
+
+    @property
+    def forks_per_poll_max(self) -> int:
+        """npu-smi calls one poll makes at most (the table + the detail budget)."""
+        return 1 + self._opts.detail_queries_per_poll
 
     def open(self) -> None:
         if self._opts.source in ("dcmi", "auto"):
@@ -187,54 +252,104 @@ class AscendBackend:
             raise BackendError("npu-smi: poll budget exhausted", reason="timeout")
         return self._runner.run([self._tool, *args], min(self._opts.timeout_seconds, left)).stdout
 
+    def _targets(self, table: InfoTable) -> list[_Query]:
+        """Every detail query this table calls for, in rotation order (health first: faults matter most)."""
+        cards = sorted({c.npu_id for c in table.chips})
+        health = [_Query("health", c.npu_id, c.chip_id) for c in table.chips if health_level(c.health) != 0]
+        health.sort(key=lambda q: self._cache.get(q.key, _Cached(None, -1e18)).at)  # oldest read first
+        rotation: list[_Query] = []
+        if self._opts.card_queries:
+            rotation += [_Query(kind, n, None) for n in cards for kind in ("usages", "common")]
+        if self._opts.vnpu:
+            rotation += [_Query("info-vnpu", c.npu_id, c.chip_id) for c in table.chips]
+        rotation = [q for q in rotation if self._unsupported.get(q.key, 0) < UNSUPPORTED_AFTER]
+        budget = max(0, self._opts.detail_queries_per_poll)
+        if budget and not self._swept:
+            # The first poll reads everything once (still at most `budget` calls at a time), so that every
+            # reading exists from the start and a capture bundle holds every query a later poll may run.
+            self._swept = True
+            return health + rotation
+        picked = health[:budget]
+        room = budget - len(picked)
+        if rotation and room > 0:
+            start = self._cursor % len(rotation)
+            order = rotation[start:] + rotation[:start]
+            picked += order[:room]
+            self._cursor = start + min(room, len(rotation))
+        return picked
+
+    def _query(self, q: _Query, deadline: float) -> object:
+        if q.kind in ("usages", "common"):
+            return self._card_report(q.npu, q.kind, deadline)
+        args = ["info", "-t", q.kind, "-i", str(q.npu), "-c", str(q.chip)]
+        text = self._run(args, deadline)
+        return parse_health(text) if q.kind == "health" else parse_vnpu_info(text)
+
+    def _run_queries(
+        self, queries: Sequence[_Query], deadline: float
+    ) -> dict[tuple[str, int, int | None], str]:
+        """Run the picked detail queries concurrently (at most ``detail_queries_per_poll`` at once); cache
+        what answered; return what failed: query key -> reason."""
+        failed: dict[tuple[str, int, int | None], str] = {}
+        if not queries:
+            return failed
+        workers = max(1, min(len(queries), self._opts.detail_queries_per_poll))
+        with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="npu-smi") as pool:
+            futures = {q: pool.submit(self._query, q, deadline) for q in queries}
+            for q, fut in futures.items():
+                try:
+                    result = fut.result()
+                except BackendError as exc:
+                    failed[q.key] = f"{exc.reason}: {exc}"[:200]
+                    self._cache.pop(q.key, None)
+                    if q.key not in self._answered:
+                        self._unsupported[q.key] = self._unsupported.get(q.key, 0) + 1
+                    self._log_failure(q, exc)
+                    continue
+                self._cache[q.key] = _Cached(result, self._monotonic())
+                self._answered.add(q.key)
+                self._unsupported.pop(q.key, None)
+                self._logged = {k for k in self._logged if k[0] != q.key}
+        return failed
+
+    def _log_failure(self, q: _Query, exc: BackendError) -> None:
+        """One warning per query target and cause until that query answers again."""
+        if (q.key, exc.reason) in self._logged or exc.reason == "shutdown":
+            return
+        self._logged.add((q.key, exc.reason))
+        if q.kind == "info-vnpu" and q.key not in self._answered:
+            log.debug(
+                "ascend: npu-smi info -t info-vnpu -i %d -c %s: %s (no vNPU listing)", q.npu, q.chip, exc
+            )
+            return
+        what = f"npu-smi info -t {q.kind} -i {q.npu}" + ("" if q.chip is None else f" -c {q.chip}")
+        log.warning(
+            "ascend: %s failed (%s: %s); NPU %d stays up on the npu-smi info readings, its -t %s readings "
+            "are unread until the query answers",
+            what,
+            exc.reason,
+            str(exc)[:160],
+            q.npu,
+            q.kind,
+        )
+
+    def _fresh(self, key: tuple[str, int, int | None]) -> object | None:
+        hit = self._cache.get(key)
+        if hit is None or self._monotonic() - hit.at > self._opts.detail_max_age_seconds:
+            return None
+        return hit.value
+
     def _sample_cli(self) -> list[DeviceSample]:
         deadline = self._monotonic() + self._opts.poll_budget_seconds
         table = parse_info_table(self._run(["info"], deadline))
-        card_fail: dict[int, str] = {}
-        usages: dict[int, CardReport] = {}
-        common: dict[int, CardReport] = {}
+        failed = self._run_queries(self._targets(table), deadline)
         per_card: dict[int, list[int]] = {}
         for c in table.chips:
             per_card.setdefault(c.npu_id, []).append(c.chip_id)
-        card_note: dict[int, str] = {}
-        if self._opts.card_queries:
-            for npu in sorted(per_card):
-                for kind, into in (("usages", usages), ("common", common)):
-                    if self._unsupported.get((npu, kind), 0) >= UNSUPPORTED_AFTER:
-                        continue
-                    try:
-                        into[npu] = self._card_report(npu, kind, deadline)
-                        self._answered.add((npu, kind))
-                        self._unsupported.pop((npu, kind), None)
-                    except BackendError as exc:
-                        why = f"{exc.reason}: {exc}"
-                        if self._card_gone(npu, kind, exc):
-                            card_fail[npu] = why
-                            break
-                        self._unsupported[(npu, kind)] = self._unsupported.get((npu, kind), 0) + 1
-                        card_note[npu] = f"-t {kind} not answered (never has been): {why}"
         out: list[DeviceSample] = []
         for row in table.chips:
-            dev = device_of(row, table.version)
-            if row.npu_id in card_fail:
-                out.append(DeviceSample.lost(dev, card_fail[row.npu_id]))
-                continue
-            try:
-                sample = self._sample_row(row, table, usages, common, per_card[row.npu_id], deadline)
-            except BackendError as exc:
-                out.append(DeviceSample.lost(dev, f"{exc.reason}: {exc}"))
-                continue
-            if row.npu_id in card_note and sample.error is None:
-                sample = replace(sample, error=card_note[row.npu_id])
-            out.append(sample)
+            out.append(self._sample_row(row, table, per_card[row.npu_id], failed))
         return out
-
-    def _card_gone(self, npu: int, kind: str, exc: BackendError) -> bool:
-        """Whether a failed per-card query means the card is in trouble (its chips are lost), rather than a
-        query this driver does not answer: a timeout, "Invalid card id.", or a query that worked before."""
-        return (
-            exc.reason == "timeout" or "invalid card id" in str(exc).lower() or (npu, kind) in self._answered
-        )
 
     def _card_report(self, npu: int, kind: str, deadline: float) -> CardReport:
         what = f"npu-smi info -t {kind} -i {npu}"
@@ -247,37 +362,80 @@ class AscendBackend:
         self,
         row: ChipRow,
         table: InfoTable,
-        usages: Mapping[int, CardReport],
-        common: Mapping[int, CardReport],
         card_chips: Sequence[int],
-        deadline: float,
+        failed: Mapping[tuple[str, int, int | None], str],
     ) -> DeviceSample:
-        health: HealthReport | None = None
-        if health_level(row.health) != 0:
-            text = self._run(
-                ["info", "-t", "health", "-i", str(row.npu_id), "-c", str(row.chip_id)], deadline
-            )
-            health = parse_health(text)
-        counts = self._count_faults(device_of(row).uuid, frozenset(health.codes if health else ()))
-        u = usages.get(row.npu_id)
-        c = common.get(row.npu_id)
-        power = card_power(c) if c is not None and row.chip_id == min(card_chips) else None
+        """One chip from the table and the freshest detail reports. A chip the table lists is up: a detail
+        report that failed (this poll) leaves its readings unread with the reason; one that is not cached
+        (not yet reached by the rotation, or older than detail_max_age_seconds) gives no series."""
+        dev = device_of(row, table.version)
+        unread: dict[str, str] = {}
+        level = health_level(row.health)
+        health = None
+        if level != 0:
+            hkey = ("health", row.npu_id, row.chip_id)
+            cached = self._fresh(hkey)
+            health = cached if isinstance(cached, HealthReport) else None
+            if hkey in failed:
+                unread["fault_events"] = f"-t health: {failed[hkey]}"
+        else:
+            self._cache.pop(("health", row.npu_id, row.chip_id), None)
+        if health is not None or level == 0:
+            counts = self._count_faults(dev.uuid, frozenset(health.codes if health else ()))
+        else:
+            counts = dict(self._fault_counts.get(dev.uuid, {}))
+        blocks: dict[str, CardReport] = {}
+        for kind in ("usages", "common"):
+            key = (kind, row.npu_id, None)
+            rep = self._fresh(key)
+            if isinstance(rep, CardReport):
+                blocks[kind] = rep
+            if key in failed:
+                for name in _DETAIL_READINGS[kind]:
+                    unread[name] = f"-t {kind}: {failed[key]}"
+                if kind == "common" and row.power_watts is None and row.chip_id == min(card_chips):
+                    # the MCU's card power is this chip's power (one-chip card) or the card's (310P)
+                    power_name = "power_watts" if len(card_chips) == 1 else CARD_POWER.name
+                    unread[power_name] = f"-t common: {failed[key]}"
+        u, c = blocks.get("usages"), blocks.get("common")
         missing = [
             k for k, rep in (("usages", u), ("common", c)) if rep is not None and row.chip_id not in rep.chips
         ]
-        sample = sample_chip(
-            row,
-            table,
-            usages=u.chips.get(row.chip_id) if u is not None else None,
-            common=c.chips.get(row.chip_id) if c is not None else None,
-            card_power_watts=power,
-            health=health,
-            fault_counts=counts,
-            card_chips=len(card_chips),
-        )
-        if missing:
-            sample = replace(sample, error=f"no chip {row.chip_id} block in -t {'/'.join(missing)}")
+        for kind in missing:
+            for name in _DETAIL_READINGS[kind]:
+                unread[name] = f"-t {kind}: no chip {row.chip_id} block"
+        power = card_power(c) if c is not None and row.chip_id == min(card_chips) else None
+        kwargs = {
+            "health": health,
+            "fault_counts": counts,
+            "card_chips": len(card_chips),
+        }
+        try:
+            sample = sample_chip(
+                row,
+                table,
+                usages=u.chips.get(row.chip_id) if u is not None else None,
+                common=c.chips.get(row.chip_id) if c is not None else None,
+                card_power_watts=power,
+                **kwargs,  # type: ignore[arg-type]
+            )
+        except BackendError as exc:  # a malformed number in a detail block costs that block's readings
+            sample = sample_chip(row, table, **kwargs)  # type: ignore[arg-type]
+            for kind in ("usages", "common"):
+                for name in _DETAIL_READINGS[kind]:
+                    unread[name] = f"-t usages/common: {exc}"[:200]
+        vkey = ("info-vnpu", row.npu_id, row.chip_id)
+        vrep = self._fresh(vkey)
+        slices = vnpu_slices(vrep, dev.uuid) if isinstance(vrep, VnpuReport) else ()
+        if vkey in failed and self._answered_key(vkey):
+            unread["slices"] = f"-t info-vnpu: {failed[vkey]}"
+        if unread or slices:
+            sample = replace(sample, unread={**sample.unread, **unread}, slices=slices)
         return sample
+
+    def _answered_key(self, key: tuple[str, int, int | None]) -> bool:
+        # vNPU listing is optional: a driver that never answered it (no virtualization) costs no reading
+        return key in self._answered
 
     # ---- DCMI
 
@@ -346,5 +504,16 @@ SPEC = register(
         metrics=METRICS,
         priority=60,
         default_interval_seconds=10.0,
+        options={
+            "source": "string",
+            "dcmi_library": "string",
+            "npu_smi": "string",
+            "timeout_seconds": "seconds",
+            "poll_budget_seconds": "seconds",
+            "card_queries": "bool",
+            "vnpu": "bool",
+            "detail_queries_per_poll": "int",
+            "detail_max_age_seconds": "seconds",
+        },
     )
 )

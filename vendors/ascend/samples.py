@@ -35,6 +35,7 @@ from vendors.ascend.records import (
     _ratio,
     model_name,
 )
+from vendors.ascend.vnpu import parse_vnpu_info, vnpu_slices
 from vendors.base import Device, DeviceSample, ProcessMemory
 from vendors.registry import OutputFormat
 
@@ -287,6 +288,13 @@ def samples_from_health(text: str) -> list[DeviceSample]:
     ]
 
 
+def samples_from_vnpu(text: str) -> list[DeviceSample]:
+    """``npu-smi info -t info-vnpu -i N -c C`` alone -> one identity-less sample (the output names no chip)
+    whose slices are the vNPUs (kind "vnpu", template, memory, AI-core share; vendors/ascend/vnpu.py)."""
+    dev = _bare_device(None, None)
+    return [DeviceSample(device=dev, slices=vnpu_slices(parse_vnpu_info(text), dev.uuid))]
+
+
 # --------------------------------------------------------------------------------------------------------
 # Sniffers (never raise)
 
@@ -321,6 +329,7 @@ sniff_common = _sniff(
         and "Health Status" not in t
     )
 )
+sniff_vnpu = _sniff(lambda t: "Total number of vnpu" in t and bool(re.search(r"\|\s*AICORE\s+Memory", t)))
 sniff_health = _sniff(
     lambda t: (
         bool(re.search(r"^\s*Health Status\s*:", t, re.M))
@@ -405,4 +414,5 @@ FORMATS: tuple[OutputFormat, ...] = (
         _unread_keys("npu-smi info -t common", _COMMON_READ),
     ),
     OutputFormat("npu-smi-health", samples_from_health, sniff_health, lambda _t: []),
+    OutputFormat("npu-smi-info-vnpu", samples_from_vnpu, sniff_vnpu, lambda _t: []),
 )
