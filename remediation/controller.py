@@ -16,7 +16,7 @@ from datetime import datetime, timedelta
 
 import aiohttp
 
-from . import guard, policy
+from . import guard, policy, recheck
 from .actions import Context, Outcome, drain, reclaim, resize
 from .alert import Alert
 from .audit import Audit
@@ -27,6 +27,7 @@ from .lease import Elector
 from .notice import deliver, payload
 from .policy import Decision, HistoryEntry, Target, TargetState
 from .progress import RECLAIM_LABEL, decode, key_for, last_time, unstamp
+from .recheck import Recheck
 from .settings import Settings
 from .telemetry import Telemetry
 
@@ -78,7 +79,8 @@ class Controller:
         # Dry run: nodes it said it would disrupt (node -> when), counted by the cap like real ones, so a
         # dry run reports what the cap would allow instead of "would drain" for every alert of a storm.
         self._dry_disrupted: dict[str, datetime] = {}
-        self.ctx = Context(kube, settings, session, hub, self.report)
+        self._recheck_notices: dict[tuple[str, str, str, str], datetime] = {}
+        self.ctx = Context(kube, settings, session, hub, self.report, self.confirm)
 
     @property
     def mode(self) -> str:
@@ -112,6 +114,63 @@ class Controller:
         except KubeError as exc:
             self.telemetry.errors.labels("events").inc()
             log.warning("event %s on %s/%s not written: %s", reason, ref.kind, ref.name, exc)
+
+    # -- re-check before acting ------------------------------------------------------------------
+    async def confirm(
+        self, action: str, step: str, labels: Mapping[str, str], now: datetime
+    ) -> Recheck | None:
+        """Right before a disruptive step: None when ``ALERTS`` still fires for ``labels`` (or no
+        ``recheck.prometheus_url`` is set); else the ``Recheck`` saying why not. Every answer is counted;
+        a cancellation is audited each time and announced (Event + notice) once per target, step and
+        result per cooldown, so a tick that keeps finding the condition cleared is not a storm."""
+        url = self.settings.recheck.prometheus_url
+        if not url:
+            return None
+        r = await recheck.still_holds(
+            self.session, url, action, labels, self.settings.recheck.timeout_seconds
+        )
+        self.telemetry.rechecks.labels(action, step, r.result).inc()
+        if r.result == "holds":
+            return None
+        if r.result == "unreachable":
+            self.telemetry.errors.labels("prometheus").inc()
+        target = labels.get("node") or f"{labels.get('namespace', '')}/{labels.get('pod', '')}"
+        verb = "cancelled" if r.result == "cleared" else "not run"
+        detail = f"{action} {step} on {target} {verb}: {r.detail}"
+        log.warning("%s", detail)
+        self.audit.write(
+            now, "recheck", action=action, step=step, result=r.result, query=r.query, detail=detail
+        )
+        key = (action, step, target, r.result)
+        last = self._recheck_notices.get(key)
+        if last is not None and (now - last).total_seconds() < self.settings.guard.cooldown_seconds:
+            return r
+        self._recheck_notices[key] = now
+        ref = (
+            ObjectRef("Node", labels["node"])
+            if labels.get("node")
+            else ObjectRef("Pod", labels.get("pod", ""), labels.get("namespace", ""))
+        )
+        try:
+            await self.kube.emit_event(ref, "RemediationCancelled", detail, now, "Warning")
+        except KubeError:
+            self.telemetry.errors.labels("events").inc()
+        category = "hardware" if action == "drain" else "performance"
+        await deliver(
+            self.session,
+            self.settings,
+            payload(
+                {
+                    "node": labels.get("node", ""),
+                    "namespace": labels.get("namespace", ""),
+                    "category": category,
+                },
+                f"{action} {step} {verb}",
+                detail,
+                now,
+            ),
+        )
+        return r
 
     # -- fleet view -------------------------------------------------------------------------------
     async def refresh_view(self, now: datetime) -> list[NodeView]:

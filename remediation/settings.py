@@ -144,6 +144,16 @@ class DrainSettings:
 
 
 @dataclass(frozen=True)
+class RecheckSettings:
+    """Re-check before acting (``remediation/recheck.py``): right before each disruptive step the
+    controller asks ``prometheus_url`` whether the alert still fires in ``ALERTS``; cleared = the step is
+    cancelled, unreachable = it does not run. None = no re-check (the step runs on the alert as received)."""
+
+    prometheus_url: str | None = None
+    timeout_seconds: float = 10.0
+
+
+@dataclass(frozen=True)
 class LeaderSettings:
     """Leader election on a coordination.k8s.io/v1 Lease (client-go defaults 15 s / 10 s / 2 s)."""
 
@@ -174,6 +184,7 @@ class Settings:
     reclaim: ReclaimSettings = field(default_factory=ReclaimSettings)
     resize: ResizeSettings = field(default_factory=ResizeSettings)
     drain: DrainSettings = field(default_factory=DrainSettings)
+    recheck: RecheckSettings = field(default_factory=RecheckSettings)
     leader: LeaderSettings = field(default_factory=LeaderSettings)
     kube: KubeSettings = field(default_factory=KubeSettings)
     audit_path: str | None = None  # JSON lines; None = stdout
@@ -262,6 +273,7 @@ def parse(raw: Any, base: Path = Path(".")) -> Settings:
         "reclaim",
         "resize",
         "drain",
+        "recheck",
         "leader",
         "kube",
         "audit_path",
@@ -360,6 +372,9 @@ def parse(raw: Any, base: Path = Path(".")) -> Settings:
     guard = _section(GuardSettings, raw.get("guard"), "guard")
     if not 0.0 <= guard.max_disrupted_ratio <= 1.0:
         raise ConfigError("guard.max_disrupted_ratio: expected 0..1")
+    recheck = _section(RecheckSettings, raw.get("recheck"), "recheck")
+    if recheck.timeout_seconds <= 0 or recheck.timeout_seconds > 300:
+        raise ConfigError("recheck.timeout_seconds: expected more than 0 and at most 300 seconds")
     leader = _section(LeaderSettings, raw.get("leader"), "leader")
     kube = _section(KubeSettings, raw.get("kube"), "kube")
     for k in ("host", "kubeconfig"):
@@ -396,6 +411,7 @@ def parse(raw: Any, base: Path = Path(".")) -> Settings:
         reclaim=reclaim,
         resize=resize,
         drain=drain,
+        recheck=recheck,
         leader=leader,
         kube=kube,
         audit_path=audit_path,

@@ -12,6 +12,7 @@ WEBHOOK_TOTAL = "xpuwatch_remediation_webhook_requests_total"
 LEADER = "xpuwatch_remediation_leader"
 DISRUPTED = "xpuwatch_remediation_disrupted_nodes"
 ERRORS_TOTAL = "xpuwatch_remediation_errors_total"
+RECHECKS_TOTAL = "xpuwatch_remediation_rechecks_total"
 
 
 class Telemetry:
@@ -55,6 +56,13 @@ class Telemetry:
             ERRORS_TOTAL.removesuffix("_total"),
             "Failures talking to the API server, JupyterHub, notebooks or the relay, by component.",
             ["component"],
+            registry=r,
+        )
+        self.rechecks = Counter(
+            RECHECKS_TOTAL.removesuffix("_total"),
+            "Re-checks of the alert in Prometheus right before a disruptive step, by action, step and result "
+            "(holds: acted; cleared: cancelled; unreachable: not acted, fail safe).",
+            ["action", "step", "result"],
             registry=r,
         )
         self.leader = Gauge(LEADER, "1 while this replica holds the Lease.", registry=r)
