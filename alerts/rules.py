@@ -732,6 +732,19 @@ def remediation_recheck_failing(a: AlertSpec, spec: Spec) -> Body:
     )
 
 
+def remediation_node_held_too_long(a: AlertSpec, spec: Spec) -> Body:
+    sel = a.value("remediation_selector")
+    age = _component(spec, remediation_metrics.HELD_AGE, sel)
+    limit = _component(spec, remediation_metrics.MAX_HOLD, sel)
+    return (
+        f"label_replace(\n  {age}\n  > on ({CLUSTER}, job, instance) group_left ()\n  {limit},\n"
+        '"remediation_action", "$1", "action", "(.+)")',
+        "Node {{ $labels.node }} held by xpuwatch ({{ $labels.action }}) too long",
+        "xpuwatch has held node {{ $labels.node }} ({{ $labels.action }}: tainted or cordoned) for "
+        "{{ $value | humanizeDuration }}, longer than its guard.max_hold_seconds: repair it and acknowledge or release it.",
+    )
+
+
 def alertmanager_notifications_failing(a: AlertSpec, spec: Spec) -> Body:
     w = a.value("window")
     failed = _component(spec, "alertmanager_notifications_failed_total", a.value("alertmanager_selector"))
@@ -783,6 +796,7 @@ ALERTS: Mapping[str, tuple[str, Callable[[AlertSpec, Spec], Body]]] = MappingPro
         "XpuwatchRemediationActionsFailing": (GROUP_META, remediation_actions_failing),
         "XpuwatchRemediationCapReached": (GROUP_META, remediation_cap_reached),
         "XpuwatchRemediationRecheckFailing": (GROUP_META, remediation_recheck_failing),
+        "XpuwatchRemediationNodeHeldTooLong": (GROUP_META, remediation_node_held_too_long),
         "XpuwatchAlertmanagerNotificationsFailing": (GROUP_META, alertmanager_notifications_failing),
     }
 )

@@ -12,6 +12,7 @@ import asyncio
 import logging
 from collections import Counter, deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 import aiohttp
@@ -53,6 +54,39 @@ def _disrupted(nodes: Iterable[NodeView]) -> frozenset[str]:
     )
 
 
+RELEASE = {
+    "drain": "fix the device, then kubectl annotate node {node} xpuwatch.io/fault-ack=all (lifts the taint)",
+    "resize": "fix MIG, then kubectl annotate node {node} xpuwatch.io/resize- xpuwatch.io/cordon-reason- "
+    "and kubectl uncordon {node}",
+}
+
+
+@dataclass(frozen=True)
+class Held:
+    """A node xpuwatch holds: tainted by a drain or cordoned by a resize ``since`` (the work's start; a
+    taint without a record: first seen now), ``why`` the phase or reason."""
+
+    node: str
+    action: str
+    since: datetime
+    why: str
+
+
+def held_nodes(nodes: Iterable[NodeView], now: datetime) -> tuple[Held, ...]:
+    """Every node xpuwatch holds, from the nodes' annotations and taints (pure)."""
+    out = []
+    for n in nodes:
+        for action, mod in (("drain", drain), ("resize", resize)):
+            p = mod.progress_of(n)
+            if p is not None:
+                out.append(
+                    Held(n.name, action, p.started_at, f"{p.phase}, {p.data.get('reason', '')}".strip(", "))
+                )
+        if key_for("drain") not in n.annotations and any(t.key == drain.TAINT_KEY for t in n.taints):
+            out.append(Held(n.name, "drain", now, "taint without a drain record"))
+    return tuple(out)
+
+
 class Controller:
     def __init__(
         self,
@@ -80,6 +114,9 @@ class Controller:
         # dry run reports what the cap would allow instead of "would drain" for every alert of a storm.
         self._dry_disrupted: dict[str, datetime] = {}
         self._recheck_notices: dict[tuple[str, str, str, str], datetime] = {}
+        self.held: tuple[Held, ...] = ()
+        self._hold_pages: dict[str, datetime] = {}
+        self.telemetry.max_hold.set(settings.guard.max_hold_seconds)
         self.ctx = Context(kube, settings, session, hub, self.report, self.confirm)
 
     @property
@@ -177,7 +214,51 @@ class Controller:
         nodes = await self.kube.list_nodes()
         self.view = FleetView(len(nodes), _disrupted(nodes), now)
         self.telemetry.disrupted.set(len(self.view.disrupted))
+        self.held = held_nodes(nodes, now)
+        self.telemetry.held_age.clear()
+        for h in self.held:
+            self.telemetry.held_age.labels(h.node, h.action).set((now - h.since).total_seconds())
         return nodes
+
+    async def page_held(self, now: datetime) -> list[str]:
+        """Nodes held past ``guard.max_hold_seconds``: a notice to the hardware channel and a Warning Event
+        naming each, again every ``max_hold_seconds`` while it stays held. Returns the nodes paged."""
+        limit = self.settings.guard.max_hold_seconds
+        paged = []
+        held = {h.node for h in self.held}
+        self._hold_pages = {n: t for n, t in self._hold_pages.items() if n in held}
+        for h in self.held:
+            age = (now - h.since).total_seconds()
+            last = self._hold_pages.get(h.node)
+            if age <= limit or (last is not None and (now - last).total_seconds() < limit):
+                continue
+            self._hold_pages[h.node] = now
+            paged.append(h.node)
+            detail = (
+                f"node {h.node} held by xpuwatch ({h.action}: {h.why}) for {age / 3600:.1f} h, over "
+                f"guard.max_hold_seconds ({limit / 3600:.1f} h): {RELEASE[h.action].format(node=h.node)}"
+            )
+            log.warning("%s", detail)
+            self.audit.write(
+                now, "held_too_long", node=h.node, action=h.action, age_seconds=age, detail=detail
+            )
+            try:
+                await self.kube.emit_event(
+                    ObjectRef("Node", h.node), "RemediationHeldTooLong", detail, now, "Warning"
+                )
+            except KubeError:
+                self.telemetry.errors.labels("events").inc()
+            await deliver(
+                self.session,
+                self.settings,
+                payload(
+                    {"node": h.node, "category": "hardware", "severity": "warning"},
+                    f"node {h.node} held by xpuwatch for {age / 3600:.1f} h",
+                    detail,
+                    now,
+                ),
+            )
+        return paged
 
     def _guard_view(self, now: datetime) -> FleetView:
         """The view the guard judges by: in dry run, plus the nodes the dry run would have disrupted within
@@ -451,6 +532,7 @@ class Controller:
                 self.telemetry.errors.labels("apiserver").inc()
                 log.warning("tick: cannot list nodes: %s", exc)
                 return done
+            await self.page_held(now)
             if self.settings.guard.dry_run:
                 return done
             for node in nodes:

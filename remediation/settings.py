@@ -98,6 +98,9 @@ class GuardSettings:
     protected_namespaces: tuple[str, ...] = ("kube-system", "kube-public", "kube-node-lease", "gpu-operator")
     max_view_age_seconds: float = 300.0  # fleet view older than this = stale data, no disruptive action
     max_clock_skew_seconds: float = 300.0  # an alert starting further in the future is bogus
+    # A node tainted or cordoned by xpuwatch for longer than this is paged to a human, naming the node
+    # (notice + Event + the XpuwatchRemediationNodeHeldTooLong alert); never lifted on a guess.
+    max_hold_seconds: float = 86400.0
 
 
 @dataclass(frozen=True)
