@@ -146,6 +146,21 @@ class DrainSettings:
     eviction_grace_seconds: int | None = None
 
 
+ApprovalMode = Literal["auto", "manual"]
+APPROVAL_MODES: tuple[ApprovalMode, ...] = ("auto", "manual")
+
+
+@dataclass(frozen=True)
+class ApprovalSettings:
+    """``default``/``actions``/``namespaces``: auto or manual; ``expire_seconds``: a pending decision not
+    approved or denied within this is dropped (audited and announced; a new alert episode asks again)."""
+
+    default: ApprovalMode = "auto"
+    actions: Mapping[str, ApprovalMode] = field(default_factory=dict)
+    namespaces: Mapping[str, ApprovalMode] = field(default_factory=dict)
+    expire_seconds: float = 3600.0
+
+
 @dataclass(frozen=True)
 class RecheckSettings:
     """Re-check before acting (``remediation/recheck.py``): right before each disruptive step the
@@ -188,6 +203,7 @@ class Settings:
     resize: ResizeSettings = field(default_factory=ResizeSettings)
     drain: DrainSettings = field(default_factory=DrainSettings)
     recheck: RecheckSettings = field(default_factory=RecheckSettings)
+    approval: ApprovalSettings = field(default_factory=ApprovalSettings)
     leader: LeaderSettings = field(default_factory=LeaderSettings)
     kube: KubeSettings = field(default_factory=KubeSettings)
     audit_path: str | None = None  # JSON lines; None = stdout
@@ -277,6 +293,7 @@ def parse(raw: Any, base: Path = Path(".")) -> Settings:
         "resize",
         "drain",
         "recheck",
+        "approval",
         "leader",
         "kube",
         "audit_path",
@@ -378,6 +395,7 @@ def parse(raw: Any, base: Path = Path(".")) -> Settings:
     recheck = _section(RecheckSettings, raw.get("recheck"), "recheck")
     if recheck.timeout_seconds <= 0 or recheck.timeout_seconds > 300:
         raise ConfigError("recheck.timeout_seconds: expected more than 0 and at most 300 seconds")
+    approval = _approval(raw.get("approval"))
     leader = _section(LeaderSettings, raw.get("leader"), "leader")
     kube = _section(KubeSettings, raw.get("kube"), "kube")
     for k in ("host", "kubeconfig"):
@@ -415,6 +433,7 @@ def parse(raw: Any, base: Path = Path(".")) -> Settings:
         resize=resize,
         drain=drain,
         recheck=recheck,
+        approval=approval,
         leader=leader,
         kube=kube,
         audit_path=audit_path,
@@ -423,6 +442,30 @@ def parse(raw: Any, base: Path = Path(".")) -> Settings:
         notify=dict(notify),
         notify_token=notify_token,
     )
+
+
+def _approval(raw: Any) -> ApprovalSettings:
+    if raw is None:
+        return ApprovalSettings()
+    if not isinstance(raw, Mapping):
+        raise ConfigError("approval: expected a mapping")
+    doc = dict(raw)
+    over: dict[str, Any] = {}
+    for key, known in (("actions", ACTIONS), ("namespaces", None)):
+        m = doc.pop(key, None) or {}
+        if not isinstance(m, Mapping):
+            raise ConfigError(
+                f"approval.{key}: expected a mapping of {'action' if known else 'namespace'} to auto|manual"
+            )
+        for k, v in m.items():
+            if known is not None and k not in known:
+                raise ConfigError(f"approval.{key}.{k}: unknown action, expected one of {', '.join(known)}")
+            if v not in APPROVAL_MODES:
+                raise ConfigError(f"approval.{key}.{k}: expected auto or manual")
+        over[key] = dict(m)
+    if doc.get("default", "auto") not in APPROVAL_MODES:
+        raise ConfigError("approval.default: expected auto or manual")
+    return _section(ApprovalSettings, doc, "approval", over)  # type: ignore[no-any-return]
 
 
 def load(path: str | Path) -> Settings:
