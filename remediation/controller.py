@@ -28,7 +28,7 @@ from .kube import Kube, KubeError, NodeView, ObjectRef
 from .lease import Elector
 from .notice import deliver, payload
 from .policy import Decision, HistoryEntry, Target, TargetState
-from .progress import RECLAIM_LABEL, decode, key_for, last_time, stamp, unstamp
+from .progress import RECLAIM_LABEL, Progress, decode, key_for, last_time, stamp, unstamp
 from .recheck import Recheck
 from .settings import Settings
 from .telemetry import Telemetry
@@ -330,6 +330,40 @@ class Controller:
                     await self._settle(p, ann.get(approval.APPROVE) == p.id, _by_annotation(ann), now)
                 except Unavailable:
                     self.pending[p.id] = p  # retried at the next tick
+
+    async def _resolved_unseen(self, node: str, p: Progress, now: datetime) -> Progress:
+        """A drain's device whose alert no longer fires in Prometheus but whose resolved notification never
+        came (Alertmanager restarted, the webhook lost): its healthy-for clock starts now, as the resolved
+        notification would have started it, so the taint cannot stay forever. Only with
+        ``recheck.prometheus_url``; not for adopted taints (their uuid is the taint's sanitized value)."""
+        url = self.settings.recheck.prometheus_url
+        healthy = dict(p.data.get("healthy", {}))
+        waiting = [u for u in p.data.get("uuids", []) if u not in healthy]
+        if not url or p.alert_key == "adopted" or not waiting:
+            return p
+        for uuid in waiting:
+            r = await recheck.still_holds(
+                self.session,
+                url,
+                "drain",
+                {"node": node, "uuid": uuid},
+                self.settings.recheck.timeout_seconds,
+            )
+            self.telemetry.rechecks.labels("drain", "healthy", r.result).inc()
+            if r.result == "cleared":
+                healthy[uuid] = stamp(now)
+                self.audit.write(
+                    now,
+                    "recheck",
+                    action="drain",
+                    step="healthy",
+                    result="cleared",
+                    query=r.query,
+                    detail=f"{uuid} on {node} no longer fires without a resolved notification: healthy since now",
+                )
+        if len(healthy) == len(p.data.get("healthy", {})):
+            return p
+        return await drain.mark_healthy(self.ctx, node, p.with_(healthy=healthy))
 
     # -- re-check before acting ------------------------------------------------------------------
     async def confirm(
@@ -739,6 +773,8 @@ class Controller:
                             continue
                     if p is None:
                         continue
+                    if action == "drain":
+                        p = await self._resolved_unseen(node.name, p, now)
                     try:
                         out = await mod.advance(self.ctx, node, p, now)
                     except KubeError as exc:

@@ -188,6 +188,12 @@ async def healthy(ctx: Context, d: Decision, now: datetime, p: Progress) -> Outc
     return Outcome("ok", f"{d.params['uuid']} healthy since {stamp(now)}")
 
 
+async def mark_healthy(ctx: Context, node: str, p: Progress) -> Progress:
+    """Persist ``p`` whose ``healthy`` map gained devices (their healthy-for clocks started); returns it."""
+    await _persist(ctx, node, p)
+    return p
+
+
 async def lift(ctx: Context, node: str, p: Progress, now: datetime, why: str) -> Outcome:
     await ctx.kube.update_taints(node, lambda ts: tuple(t for t in ts if t.key != TAINT_KEY))
     last = json.dumps(
