@@ -13,7 +13,14 @@ from aiohttp import web
 from prometheus_client import generate_latest
 
 from remediation.settings import DrainSettings, GuardSettings, RecheckSettings
-from tests.remediation.kit import alerts_of, am_alert, drain_labels, make_controller, make_settings
+from tests.remediation.kit import (
+    PromStandIn,
+    alerts_of,
+    am_alert,
+    drain_labels,
+    make_controller,
+    make_settings,
+)
 
 HOUR = 3600.0
 
@@ -110,26 +117,6 @@ async def test_the_cap_never_blocks_lifting(fake, kube, session, clock, relay): 
     clock.advance(60)  # Alertmanager's repeat of the held alert now finds room
     again = await ctl.handle(alerts_of(am_alert(fingerprint="fp2", **drain_labels("gpu-1", "GPU-B"))))
     assert again[0]["step"] == "start" and again[0]["result"] == "ok"
-
-
-class PromStandIn:
-    """Stands in for Prometheus' ``GET /api/v1/query`` (prometheus.io/docs/prometheus/latest/querying/api/):
-    answers a vector with one ``ALERTS`` series when the query names a node in ``firing``, else an empty one."""
-
-    def __init__(self) -> None:
-        self.firing: set[str] = set()
-        self.queries: list[str] = []
-
-    async def query(self, request: web.Request) -> web.Response:
-        q = request.query.get("query", "")
-        self.queries.append(q)
-        hit = [n for n in self.firing if f'node="{n}"' in q]
-        result = (
-            [{"metric": {"alertname": "AcceleratorEccUncorrectable", "node": hit[0]}, "value": [0, "1"]}]
-            if hit
-            else []
-        )
-        return web.json_response({"status": "success", "data": {"resultType": "vector", "result": result}})
 
 
 async def test_a_lost_resolved_notification_cannot_hold_a_node_forever(fake, kube, session, clock):  # type: ignore[no-untyped-def]

@@ -25,9 +25,16 @@ from aiohttp import web
 
 from remediation.alert import parse_payload
 from remediation.recheck import selector
-from remediation.settings import RecheckSettings
+from remediation.settings import DrainSettings, RecheckSettings
 from tests.ports import free_port
-from tests.remediation.kit import alerts_of, am_alert, drain_labels, make_controller, make_settings
+from tests.remediation.kit import (
+    PromStandIn,
+    alerts_of,
+    am_alert,
+    drain_labels,
+    make_controller,
+    make_settings,
+)
 
 AM_BIN = "/usr/bin/prometheus-alertmanager"
 RULES = """
@@ -214,3 +221,39 @@ def test_selector_per_action() -> None:
     assert selector("reclaim", {"namespace": "ml", "pod": "jupyter-a"}) == (
         'ALERTS{alertstate="firing",action="reclaim",namespace="ml",pod="jupyter-a"}'
     )
+
+
+async def test_evictions_after_the_notice_wait_for_the_alert_to_still_fire(
+    fake, kube, session, clock
+) -> None:  # type: ignore[no-untyped-def]
+    prom = PromStandIn()
+    prom.firing.add("gpu-0")
+    app = web.Application()
+    app.router.add_get("/api/v1/query", prom.query)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    try:
+        fake.add_node("gpu-0")
+        fake.add_pod("ml", "train-0", "gpu-0", {"nvidia.com/gpu": "1"})
+        s = make_settings(
+            drain=DrainSettings(default_mode="after-notice", notice_seconds=600),
+            recheck=RecheckSettings(prometheus_url=f"http://127.0.0.1:{port}"),
+        )
+        ctl = make_controller(s, kube, session, clock)
+        await ctl.refresh_view(clock())
+        await ctl.handle(alerts_of(am_alert(**drain_labels("gpu-0", "GPU-A", namespace="ml", pod="train-0"))))
+        prom.firing.clear()  # cleared during the notice period
+        clock.advance(601)
+        done = await ctl.tick()
+        assert fake.evictions == []
+        assert done[0]["result"] == "skipped" and "evictions not run: condition cleared" in done[0]["detail"]
+        assert ctl.telemetry.rechecks.labels("drain", "evict", "cleared")._value.get() == 1
+        prom.firing.add("gpu-0")  # firing again: the eviction goes ahead
+        clock.advance(10)
+        await ctl.tick()
+        assert fake.evictions == [("ml", "train-0")]
+    finally:
+        await runner.cleanup()
