@@ -32,7 +32,7 @@ from . import guard, policy
 from .alert import Alert, fingerprint_of
 from .guard import FleetView
 from .policy import Decision, HistoryEntry, TargetState
-from .progress import Progress, stamp
+from .progress import Progress, stamp, unstamp
 from .settings import Settings
 
 
@@ -322,7 +322,7 @@ class _Sim:
                 healthy = p.data.get("healthy", {})
                 uuids = p.data.get("uuids", [])
                 if uuids and all(u in healthy for u in uuids):
-                    since = max(datetime.fromisoformat(healthy[u].replace("Z", "+00:00")) for u in uuids)
+                    since = max(unstamp(healthy[u]) or now for u in uuids)
                     if now - since >= timedelta(seconds=s.drain.healthy_for_seconds):
                         del self.progress[k]
                         self.last_finished[k] = now

@@ -202,6 +202,12 @@ def run(settings: Settings, args: argparse.Namespace) -> int:
     try:
         if not args.prometheus:
             raise WhatIfError("--what-if needs --prometheus URL (the Prometheus evaluating the alert rules)")
+        if args.range <= 0 or args.step <= 0 or args.repeat_interval <= 0:
+            raise WhatIfError("--range, --step and --repeat-interval must be longer than 0s")
+        if args.step > args.range:
+            raise WhatIfError(f"--step {args.step}s is longer than --range {args.range}s")
+        if args.nodes is not None and args.nodes < 1:
+            raise WhatIfError(f"--nodes {args.nodes}: expected at least 1")
         if args.output and not args.output.endswith((".json", ".html", ".htm")):
             raise WhatIfError(f"-o {args.output}: expected a file name ending in .json or .html")
         w = what_if(

@@ -268,6 +268,11 @@ def test_cli_writes_json_and_html_and_fails_in_one_line(prometheus: str, tmp_pat
     )
     assert empty.returncode == 1 and empty.stderr.count("\n") == 1
     assert empty.stderr.startswith("xpuwatch: what-if: ") and "accelerator_info" in empty.stderr
+    for bad in (["--step", "0s"], ["--range", "0s"], ["--nodes", "0"], ["-o", "w.txt"]):
+        r = subprocess.run(
+            [*base, "--prometheus", prometheus, *bad], capture_output=True, text=True, timeout=60
+        )
+        assert r.returncode == 1 and r.stderr.count("\n") == 1 and r.stderr.startswith("xpuwatch: what-if: ")
     gone = subprocess.run(
         [*base, "--prometheus", f"http://127.0.0.1:{free_port()}"], capture_output=True, text=True, timeout=60
     )
