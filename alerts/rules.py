@@ -746,6 +746,34 @@ def remediation_cap_reached(a: AlertSpec, spec: Spec) -> Body:
     )
 
 
+def remediation_recheck_failing(a: AlertSpec, spec: Spec) -> Body:
+    w = a.value("window")
+    failed = _component(
+        spec,
+        remediation_metrics.RECHECKS_TOTAL,
+        a.value("remediation_selector"),
+        _eq("result", "unreachable"),
+    )
+    return (
+        f'label_replace(\n{_new_or_increased(failed, w)},\n"remediation_action", "$1", "action", "(.+)")',
+        "Remediation cannot confirm alerts in Prometheus; {{ $labels.action }} not acting",
+        f"{_COUNT} {{{{ $labels.action }}}} {{{{ $labels.step }}}} steps were not run in the last {w}: the controller could not ask Prometheus (recheck.prometheus_url) whether the alert still fires, and does not act unconfirmed.",
+    )
+
+
+def remediation_node_held_too_long(a: AlertSpec, spec: Spec) -> Body:
+    sel = a.value("remediation_selector")
+    age = _component(spec, remediation_metrics.HELD_AGE, sel)
+    limit = _component(spec, remediation_metrics.MAX_HOLD, sel)
+    return (
+        f"label_replace(\n  {age}\n  > on ({CLUSTER}, job, instance) group_left ()\n  {limit},\n"
+        '"remediation_action", "$1", "action", "(.+)")',
+        "Node {{ $labels.node }} held by xpuwatch ({{ $labels.action }}) too long",
+        "xpuwatch has held node {{ $labels.node }} ({{ $labels.action }}: tainted or cordoned) for "
+        "{{ $value | humanizeDuration }}, longer than its guard.max_hold_seconds: repair it and acknowledge or release it.",
+    )
+
+
 def alertmanager_notifications_failing(a: AlertSpec, spec: Spec) -> Body:
     w = a.value("window")
     failed = _component(spec, "alertmanager_notifications_failed_total", a.value("alertmanager_selector"))
@@ -796,6 +824,8 @@ ALERTS: Mapping[str, tuple[str, Callable[[AlertSpec, Spec], Body]]] = MappingPro
         "XpuwatchRemediationDown": (GROUP_META, remediation_down),
         "XpuwatchRemediationActionsFailing": (GROUP_META, remediation_actions_failing),
         "XpuwatchRemediationCapReached": (GROUP_META, remediation_cap_reached),
+        "XpuwatchRemediationRecheckFailing": (GROUP_META, remediation_recheck_failing),
+        "XpuwatchRemediationNodeHeldTooLong": (GROUP_META, remediation_node_held_too_long),
         "XpuwatchAlertmanagerNotificationsFailing": (GROUP_META, alertmanager_notifications_failing),
     }
 )

@@ -16,6 +16,7 @@ from urllib.parse import urlsplit
 
 from exporter.logs import config_error
 from exporter.settings import parse_listen_address
+from report.cli import duration
 
 from .settings import ConfigError, Settings, load
 
@@ -41,6 +42,25 @@ def add_commands(sub: Any) -> None:
         default=None,
         help="[host]:port, overrides webhook.listen_host/listen_port",
     )
+    w = p.add_argument_group("what-if (replay a past window; never contacts Kubernetes)")
+    w.add_argument(
+        "--what-if",
+        dest="what_if",
+        action="store_true",
+        help="print what --apply would have done over --range of past alerts, read from --prometheus",
+    )
+    w.add_argument("--prometheus", help="Prometheus or VictoriaMetrics URL holding ALERTS and the exporter")
+    w.add_argument("--range", type=duration, default=7 * 86400, help="window up to now (default 7d)")
+    w.add_argument("--step", type=duration, default=60, help="replay tick and resolution (default 1m)")
+    w.add_argument(
+        "--repeat-interval",
+        dest="repeat_interval",
+        type=duration,
+        default=4 * 3600,
+        help="Alertmanager's repeat_interval: a firing alert held by the cap is retried this often (default 4h)",
+    )
+    w.add_argument("--nodes", type=int, default=None, help="fleet size for the cap (default: nodes seen)")
+    w.add_argument("-o", "--output", default=None, help="also write report.json or report.html")
     p.set_defaults(func=run)
 
 
@@ -87,6 +107,10 @@ def run(args: argparse.Namespace) -> int:
     if args.check:
         print(describe(settings))
         return 0
+    if args.what_if:
+        from .whatif_cli import run as what_if
+
+        return what_if(settings, args)
     log.info("remediation controller starting in %s mode", "dry-run" if settings.guard.dry_run else "APPLY")
     try:
         return asyncio.run(serve(settings))

@@ -9,14 +9,16 @@ serialized, which is what makes the blast-radius cap exact under a storm of conc
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 from collections import Counter, deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 import aiohttp
 
-from . import guard, policy
+from . import approval, guard, policy, recheck
 from .actions import Context, Outcome, drain, reclaim, resize
 from .alert import Alert
 from .audit import Audit
@@ -26,7 +28,8 @@ from .kube import Kube, KubeError, NodeView, ObjectRef
 from .lease import Elector
 from .notice import deliver, payload
 from .policy import Decision, HistoryEntry, Target, TargetState
-from .progress import RECLAIM_LABEL, decode, key_for, last_time, unstamp
+from .progress import RECLAIM_LABEL, Progress, decode, key_for, last_time, stamp, unstamp
+from .recheck import Recheck
 from .settings import Settings
 from .telemetry import Telemetry
 
@@ -50,6 +53,39 @@ def _disrupted(nodes: Iterable[NodeView]) -> frozenset[str]:
         or key_for("resize") in n.annotations
         or any(t.key == drain.TAINT_KEY for t in n.taints)
     )
+
+
+RELEASE = {
+    "drain": "fix the device, then kubectl annotate node {node} xpuwatch.io/fault-ack=all (lifts the taint)",
+    "resize": "fix MIG, then kubectl annotate node {node} xpuwatch.io/resize- xpuwatch.io/cordon-reason- "
+    "and kubectl uncordon {node}",
+}
+
+
+@dataclass(frozen=True)
+class Held:
+    """A node xpuwatch holds: tainted by a drain or cordoned by a resize ``since`` (the work's start; a
+    taint without a record: first seen now), ``why`` the phase or reason."""
+
+    node: str
+    action: str
+    since: datetime
+    why: str
+
+
+def held_nodes(nodes: Iterable[NodeView], now: datetime) -> tuple[Held, ...]:
+    """Every node xpuwatch holds, from the nodes' annotations and taints (pure)."""
+    out = []
+    for n in nodes:
+        for action, mod in (("drain", drain), ("resize", resize)):
+            p = mod.progress_of(n)
+            if p is not None:
+                out.append(
+                    Held(n.name, action, p.started_at, f"{p.phase}, {p.data.get('reason', '')}".strip(", "))
+                )
+        if key_for("drain") not in n.annotations and any(t.key == drain.TAINT_KEY for t in n.taints):
+            out.append(Held(n.name, "drain", now, "taint without a drain record"))
+    return tuple(out)
 
 
 class Controller:
@@ -78,7 +114,12 @@ class Controller:
         # Dry run: nodes it said it would disrupt (node -> when), counted by the cap like real ones, so a
         # dry run reports what the cap would allow instead of "would drain" for every alert of a storm.
         self._dry_disrupted: dict[str, datetime] = {}
-        self.ctx = Context(kube, settings, session, hub, self.report)
+        self._recheck_notices: dict[tuple[str, str, str, str], datetime] = {}
+        self.held: tuple[Held, ...] = ()
+        self.pending: dict[str, approval.Pending] = {}
+        self._hold_pages: dict[str, datetime] = {}
+        self.telemetry.max_hold.set(settings.guard.max_hold_seconds)
+        self.ctx = Context(kube, settings, session, hub, self.report, self.confirm)
 
     @property
     def mode(self) -> str:
@@ -113,12 +154,324 @@ class Controller:
             self.telemetry.errors.labels("events").inc()
             log.warning("event %s on %s/%s not written: %s", reason, ref.kind, ref.name, exc)
 
+    # -- manual approval ---------------------------------------------------------------------------
+    async def _annotations(self, t: Target) -> Mapping[str, str]:
+        if t.kind == "node":
+            return (await self.kube.get_node(t.name)).annotations
+        if t.kind == "pod":
+            pod = await self.kube.get_pod(t.namespace, t.name)
+            return pod.annotations if pod else {}
+        nb = await self.kube.get_notebook(t.namespace, t.name)
+        return ((nb or {}).get("metadata") or {}).get("annotations") or {}
+
+    async def _annotate(self, t: Target, ann: dict[str, str | None]) -> None:
+        if t.kind == "node":
+            await self.kube.annotate_node(t.name, ann)
+        elif t.kind == "pod":
+            await self.kube.patch_pod_meta(t.namespace, t.name, ann)
+        else:
+            await self.kube.patch_notebook_meta(t.namespace, t.name, ann)
+
+    async def _ask(self, alert: Alert, d: Decision, state: TargetState, now: datetime) -> dict[str, str]:
+        """A decision that waits for a human: recorded (annotation, Event, notice with the commands) once;
+        an approval or denial already on the object (a restart, a repeat) is taken at once."""
+        assert d.target is not None
+        pid = approval.decision_id(d)
+        answer = {
+            "alert": alert.key,
+            "action": d.action,
+            "step": d.step,
+            "result": "pending",
+            "approval": pid,
+        }
+        if pid in self.pending:
+            return {**answer, "detail": f"awaiting approval {pid}"}
+        expires = now + timedelta(seconds=self.settings.approval.expire_seconds)
+        p = approval.Pending(pid, alert, d, now, expires)
+        self.pending[pid] = p
+        try:
+            ann = await self._annotations(d.target)
+        except KubeError as exc:
+            self.telemetry.errors.labels("apiserver").inc()
+            raise Unavailable(str(exc)) from None
+        if ann.get(approval.APPROVE) == pid or ann.get(approval.DENY) == pid:
+            return await self._settle(p, ann.get(approval.APPROVE) == pid, _by_annotation(ann), now)
+        how = approval.commands(d.target, pid)
+        detail = f"{d.action} {d.step} on {d.target.key} waits for approval {pid} ({d.reason}); {how}"
+        self.audit.write(
+            now,
+            "approval",
+            state="pending",
+            id=pid,
+            alert=alert.key,
+            action=d.action,
+            step=d.step,
+            target=d.target.key,
+            expires=stamp(expires),
+            detail=detail,
+        )
+        record = json.dumps(
+            {"id": pid, "action": d.action, "step": d.step, "alert": alert.key, "expires": stamp(expires)}
+        )
+        try:
+            await self._annotate(d.target, {approval.PENDING: record})
+            await self.kube.emit_event(_ref(d.target), "ApprovalRequired", detail, now, "Warning")
+        except KubeError:
+            self.telemetry.errors.labels("apiserver").inc()
+        labels = {"node": d.target.node, "namespace": d.target.namespace}
+        if alert.label("category"):
+            labels["category"] = alert.label("category")
+        await deliver(
+            self.session,
+            self.settings,
+            payload(labels, f"approve {d.action} on {d.target.key}? ({pid})", detail, now),
+        )
+        return {**answer, "detail": detail}
+
+    async def decide_pending(self, pid: str, approve: bool, by: str) -> dict[str, str] | None:
+        """An approval or denial through the authenticated POST; None for an unknown id."""
+        async with self.lock:
+            p = self.pending.get(pid)
+            if p is None:
+                return None
+            return await self._settle(p, approve, by, self.clock())
+
+    async def _settle(self, p: approval.Pending, approve: bool, by: str, now: datetime) -> dict[str, str]:
+        """Approve (the guard runs again on the state of now, then the step) or deny a pending decision."""
+        self.pending.pop(p.id, None)
+        t = p.target
+        try:
+            await self._annotate(
+                t,
+                {
+                    approval.PENDING: None,
+                    approval.APPROVE: None,
+                    approval.DENY: None,
+                    approval.APPROVED_BY: None,
+                },
+            )
+        except KubeError:
+            self.telemetry.errors.labels("apiserver").inc()
+        base = {"alert": p.alert.key, "action": p.decision.action, "approval": p.id}
+        if not approve:
+            self.history.append(
+                HistoryEntry(p.decision.alert_key, p.decision.action, "denied", t.key, now, "apply")
+            )
+            detail = f"{p.decision.action} on {t.key} denied ({p.id}) by {by}"
+            self.audit.write(now, "approval", state="denied", id=p.id, by=by, target=t.key, detail=detail)
+            try:
+                await self.kube.emit_event(_ref(t), "ApprovalDenied", detail, now, "Normal")
+            except KubeError:
+                self.telemetry.errors.labels("events").inc()
+            return {**base, "step": p.decision.step, "result": "denied", "detail": detail}
+        state = await self._state(p.decision.action, t)
+        d = policy.decide(p.alert, state, tuple(self.history), now, self.settings)
+        if d.disrupts_node:
+            try:
+                await self.refresh_view(now)
+            except KubeError as exc:
+                self.telemetry.errors.labels("apiserver").inc()
+                raise Unavailable(str(exc)) from None
+        v = guard.check(
+            d, p.alert, state, self._guard_view(now), tuple(self.history), now, self.settings.guard
+        )
+        self.audit.write(
+            now,
+            "approval",
+            state="approved",
+            id=p.id,
+            by=by,
+            target=t.key,
+            step=d.step,
+            allowed=v.allowed,
+            refusal=v.reason,
+        )
+        self._audit_decision(p.alert, d, v, now)
+        if d.step in ("ignore", "wait"):
+            return {**base, "step": d.step, "result": "skipped", "detail": f"approved by {by}; {d.reason}"}
+        if not v.allowed:
+            return {**await self._refuse(d, v, now), "approval": p.id}
+        return {**await self._act(p.alert, d, state, now), "approval": p.id, "by": by}
+
+    async def _tick_approvals(self, now: datetime) -> None:
+        """Expire pending decisions past ``approval.expire_seconds``; take approvals and denials written
+        as annotations on their objects."""
+        for p in list(self.pending.values()):
+            if now >= p.expires:
+                self.pending.pop(p.id, None)
+                # the episode's repeats are duplicates now; a new episode of the alert asks again
+                self.history.append(
+                    HistoryEntry(
+                        p.decision.alert_key, p.decision.action, "expired", p.target.key, now, "apply"
+                    )
+                )
+                detail = f"approval {p.id} for {p.decision.action} on {p.target.key} expired unanswered"
+                self.audit.write(
+                    now, "approval", state="expired", id=p.id, target=p.target.key, detail=detail
+                )
+                try:
+                    await self._annotate(p.target, {approval.PENDING: None})
+                    await self.kube.emit_event(_ref(p.target), "ApprovalExpired", detail, now, "Normal")
+                except KubeError:
+                    self.telemetry.errors.labels("apiserver").inc()
+                await deliver(
+                    self.session,
+                    self.settings,
+                    payload({"node": p.target.node, "namespace": p.target.namespace}, detail, detail, now),
+                )
+                continue
+            try:
+                ann = await self._annotations(p.target)
+            except KubeError:
+                self.telemetry.errors.labels("apiserver").inc()
+                continue
+            if p.id in (ann.get(approval.APPROVE), ann.get(approval.DENY)):
+                try:
+                    await self._settle(p, ann.get(approval.APPROVE) == p.id, _by_annotation(ann), now)
+                except Unavailable:
+                    self.pending[p.id] = p  # retried at the next tick
+
+    async def _resolved_unseen(self, node: str, p: Progress, now: datetime) -> Progress:
+        """A drain's device whose alert no longer fires in Prometheus but whose resolved notification never
+        came (Alertmanager restarted, the webhook lost): its healthy-for clock starts now, as the resolved
+        notification would have started it, so the taint cannot stay forever. Only with
+        ``recheck.prometheus_url``; not for adopted taints (their uuid is the taint's sanitized value)."""
+        url = self.settings.recheck.prometheus_url
+        healthy = dict(p.data.get("healthy", {}))
+        waiting = [u for u in p.data.get("uuids", []) if u not in healthy]
+        if not url or p.alert_key == "adopted" or not waiting:
+            return p
+        for uuid in waiting:
+            r = await recheck.still_holds(
+                self.session,
+                url,
+                "drain",
+                {"node": node, "uuid": uuid},
+                self.settings.recheck.timeout_seconds,
+            )
+            self.telemetry.rechecks.labels("drain", "healthy", r.result).inc()
+            if r.result == "cleared":
+                healthy[uuid] = stamp(now)
+                self.audit.write(
+                    now,
+                    "recheck",
+                    action="drain",
+                    step="healthy",
+                    result="cleared",
+                    query=r.query,
+                    detail=f"{uuid} on {node} no longer fires without a resolved notification: healthy since now",
+                )
+        if len(healthy) == len(p.data.get("healthy", {})):
+            return p
+        return await drain.mark_healthy(self.ctx, node, p.with_(healthy=healthy))
+
+    # -- re-check before acting ------------------------------------------------------------------
+    async def confirm(
+        self, action: str, step: str, labels: Mapping[str, str], now: datetime
+    ) -> Recheck | None:
+        """Right before a disruptive step: None when ``ALERTS`` still fires for ``labels`` (or no
+        ``recheck.prometheus_url`` is set); else the ``Recheck`` saying why not. Every answer is counted;
+        a cancellation is audited each time and announced (Event + notice) once per target, step and
+        result per cooldown, so a tick that keeps finding the condition cleared is not a storm."""
+        url = self.settings.recheck.prometheus_url
+        if not url:
+            return None
+        r = await recheck.still_holds(
+            self.session, url, action, labels, self.settings.recheck.timeout_seconds
+        )
+        self.telemetry.rechecks.labels(action, step, r.result).inc()
+        if r.result == "holds":
+            return None
+        if r.result == "unreachable":
+            self.telemetry.errors.labels("prometheus").inc()
+        target = labels.get("node") or f"{labels.get('namespace', '')}/{labels.get('pod', '')}"
+        verb = "cancelled" if r.result == "cleared" else "not run"
+        detail = f"{action} {step} on {target} {verb}: {r.detail}"
+        log.warning("%s", detail)
+        self.audit.write(
+            now, "recheck", action=action, step=step, result=r.result, query=r.query, detail=detail
+        )
+        key = (action, step, target, r.result)
+        last = self._recheck_notices.get(key)
+        if last is not None and (now - last).total_seconds() < self.settings.guard.cooldown_seconds:
+            return r
+        self._recheck_notices[key] = now
+        ref = (
+            ObjectRef("Node", labels["node"])
+            if labels.get("node")
+            else ObjectRef("Pod", labels.get("pod", ""), labels.get("namespace", ""))
+        )
+        try:
+            await self.kube.emit_event(ref, "RemediationCancelled", detail, now, "Warning")
+        except KubeError:
+            self.telemetry.errors.labels("events").inc()
+        category = "hardware" if action == "drain" else "performance"
+        await deliver(
+            self.session,
+            self.settings,
+            payload(
+                {
+                    "node": labels.get("node", ""),
+                    "namespace": labels.get("namespace", ""),
+                    "category": category,
+                },
+                f"{action} {step} {verb}",
+                detail,
+                now,
+            ),
+        )
+        return r
+
     # -- fleet view -------------------------------------------------------------------------------
     async def refresh_view(self, now: datetime) -> list[NodeView]:
         nodes = await self.kube.list_nodes()
         self.view = FleetView(len(nodes), _disrupted(nodes), now)
         self.telemetry.disrupted.set(len(self.view.disrupted))
+        self.held = held_nodes(nodes, now)
+        self.telemetry.held_age.clear()
+        for h in self.held:
+            self.telemetry.held_age.labels(h.node, h.action).set((now - h.since).total_seconds())
         return nodes
+
+    async def page_held(self, now: datetime) -> list[str]:
+        """Nodes held past ``guard.max_hold_seconds``: a notice to the hardware channel and a Warning Event
+        naming each, again every ``max_hold_seconds`` while it stays held. Returns the nodes paged."""
+        limit = self.settings.guard.max_hold_seconds
+        paged = []
+        held = {h.node for h in self.held}
+        self._hold_pages = {n: t for n, t in self._hold_pages.items() if n in held}
+        for h in self.held:
+            age = (now - h.since).total_seconds()
+            last = self._hold_pages.get(h.node)
+            if age <= limit or (last is not None and (now - last).total_seconds() < limit):
+                continue
+            self._hold_pages[h.node] = now
+            paged.append(h.node)
+            detail = (
+                f"node {h.node} held by xpuwatch ({h.action}: {h.why}) for {age / 3600:.1f} h, over "
+                f"guard.max_hold_seconds ({limit / 3600:.1f} h): {RELEASE[h.action].format(node=h.node)}"
+            )
+            log.warning("%s", detail)
+            self.audit.write(
+                now, "held_too_long", node=h.node, action=h.action, age_seconds=age, detail=detail
+            )
+            try:
+                await self.kube.emit_event(
+                    ObjectRef("Node", h.node), "RemediationHeldTooLong", detail, now, "Warning"
+                )
+            except KubeError:
+                self.telemetry.errors.labels("events").inc()
+            await deliver(
+                self.session,
+                self.settings,
+                payload(
+                    {"node": h.node, "category": "hardware", "severity": "warning"},
+                    f"node {h.node} held by xpuwatch for {age / 3600:.1f} h",
+                    detail,
+                    now,
+                ),
+            )
+        return paged
 
     def _guard_view(self, now: datetime) -> FleetView:
         """The view the guard judges by: in dry run, plus the nodes the dry run would have disrupted within
@@ -229,7 +582,14 @@ class Controller:
         if not v.allowed:
             return await self._refuse(d, v, now)
         if v.mode == "dry-run":
-            return await self._dry_run(d, now, alert.label("category"))
+            manual = approval.needs_approval(d, alert, self.settings.approval)
+            return await self._dry_run(d, now, alert.label("category"), manual)
+        if approval.needs_approval(d, alert, self.settings.approval):
+            return await self._ask(alert, d, state, now)
+        return await self._act(alert, d, state, now)
+
+    async def _act(self, alert: Alert, d: Decision, state: TargetState, now: datetime) -> dict[str, str]:
+        """Execute an allowed decision; history, fleet view and the answer follow its outcome."""
         try:
             out = await self._execute(d, state, now)
         except KubeError as exc:
@@ -305,7 +665,9 @@ class Controller:
             "detail": detail,
         }
 
-    async def _dry_run(self, d: Decision, now: datetime, category: str = "") -> dict[str, str]:
+    async def _dry_run(
+        self, d: Decision, now: datetime, category: str = "", manual: bool = False
+    ) -> dict[str, str]:
         """Report what ``d`` would do (audit, Event, log, and a notice to the relay channel under the
         triggering alert's ``category``, so a drain for a hardware fault reaches the hardware channel)."""
         detail = f"would {d.step} {d.action} on {d.target.key if d.target else '?'}: {d.reason}"
@@ -322,6 +684,8 @@ class Controller:
             except ProbeError as exc:
                 seen = f"activity probe failed ({exc}), would not act"
             detail = f"{detail}; {seen}"
+        if manual:
+            detail += "; would first wait for a human's approval (approval: manual)"
         await self.report(
             d.action,
             d.step,
@@ -392,8 +756,10 @@ class Controller:
                 self.telemetry.errors.labels("apiserver").inc()
                 log.warning("tick: cannot list nodes: %s", exc)
                 return done
+            await self.page_held(now)
             if self.settings.guard.dry_run:
                 return done
+            await self._tick_approvals(now)
             for node in nodes:
                 for action, mod in (("drain", drain), ("resize", resize)):
                     p = mod.progress_of(node)
@@ -407,6 +773,8 @@ class Controller:
                             continue
                     if p is None:
                         continue
+                    if action == "drain":
+                        p = await self._resolved_unseen(node.name, p, now)
                     try:
                         out = await mod.advance(self.ctx, node, p, now)
                     except KubeError as exc:
@@ -464,6 +832,13 @@ class Controller:
                 out = Outcome("failed", str(exc))
             done.append({"target": t.key, "action": "reclaim", "result": out.result, "detail": out.detail})
         return done
+
+
+def _by_annotation(ann: Mapping[str, str]) -> str:
+    """Who approved, as far as the object says: ``xpuwatch.io/approved-by`` when the approver set it (the
+    API server's audit log has the authenticated user of the annotate call)."""
+    who = ann.get(approval.APPROVED_BY, "")
+    return f"{who} (kubectl annotate)" if who else "kubectl annotate (user in the API server's audit log)"
 
 
 def _ref(t: Target) -> ObjectRef:

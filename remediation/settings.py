@@ -98,6 +98,9 @@ class GuardSettings:
     protected_namespaces: tuple[str, ...] = ("kube-system", "kube-public", "kube-node-lease", "gpu-operator")
     max_view_age_seconds: float = 300.0  # fleet view older than this = stale data, no disruptive action
     max_clock_skew_seconds: float = 300.0  # an alert starting further in the future is bogus
+    # A node tainted or cordoned by xpuwatch for longer than this is paged to a human, naming the node
+    # (notice + Event + the XpuwatchRemediationNodeHeldTooLong alert); never lifted on a guess.
+    max_hold_seconds: float = 86400.0
 
 
 @dataclass(frozen=True)
@@ -143,6 +146,31 @@ class DrainSettings:
     eviction_grace_seconds: int | None = None
 
 
+ApprovalMode = Literal["auto", "manual"]
+APPROVAL_MODES: tuple[ApprovalMode, ...] = ("auto", "manual")
+
+
+@dataclass(frozen=True)
+class ApprovalSettings:
+    """``default``/``actions``/``namespaces``: auto or manual; ``expire_seconds``: a pending decision not
+    approved or denied within this is dropped (audited and announced; a new alert episode asks again)."""
+
+    default: ApprovalMode = "auto"
+    actions: Mapping[str, ApprovalMode] = field(default_factory=dict)
+    namespaces: Mapping[str, ApprovalMode] = field(default_factory=dict)
+    expire_seconds: float = 3600.0
+
+
+@dataclass(frozen=True)
+class RecheckSettings:
+    """Re-check before acting (``remediation/recheck.py``): right before each disruptive step the
+    controller asks ``prometheus_url`` whether the alert still fires in ``ALERTS``; cleared = the step is
+    cancelled, unreachable = it does not run. None = no re-check (the step runs on the alert as received)."""
+
+    prometheus_url: str | None = None
+    timeout_seconds: float = 10.0
+
+
 @dataclass(frozen=True)
 class LeaderSettings:
     """Leader election on a coordination.k8s.io/v1 Lease (client-go defaults 15 s / 10 s / 2 s)."""
@@ -174,6 +202,8 @@ class Settings:
     reclaim: ReclaimSettings = field(default_factory=ReclaimSettings)
     resize: ResizeSettings = field(default_factory=ResizeSettings)
     drain: DrainSettings = field(default_factory=DrainSettings)
+    recheck: RecheckSettings = field(default_factory=RecheckSettings)
+    approval: ApprovalSettings = field(default_factory=ApprovalSettings)
     leader: LeaderSettings = field(default_factory=LeaderSettings)
     kube: KubeSettings = field(default_factory=KubeSettings)
     audit_path: str | None = None  # JSON lines; None = stdout
@@ -262,6 +292,8 @@ def parse(raw: Any, base: Path = Path(".")) -> Settings:
         "reclaim",
         "resize",
         "drain",
+        "recheck",
+        "approval",
         "leader",
         "kube",
         "audit_path",
@@ -360,6 +392,10 @@ def parse(raw: Any, base: Path = Path(".")) -> Settings:
     guard = _section(GuardSettings, raw.get("guard"), "guard")
     if not 0.0 <= guard.max_disrupted_ratio <= 1.0:
         raise ConfigError("guard.max_disrupted_ratio: expected 0..1")
+    recheck = _section(RecheckSettings, raw.get("recheck"), "recheck")
+    if recheck.timeout_seconds <= 0 or recheck.timeout_seconds > 300:
+        raise ConfigError("recheck.timeout_seconds: expected more than 0 and at most 300 seconds")
+    approval = _approval(raw.get("approval"))
     leader = _section(LeaderSettings, raw.get("leader"), "leader")
     kube = _section(KubeSettings, raw.get("kube"), "kube")
     for k in ("host", "kubeconfig"):
@@ -396,6 +432,8 @@ def parse(raw: Any, base: Path = Path(".")) -> Settings:
         reclaim=reclaim,
         resize=resize,
         drain=drain,
+        recheck=recheck,
+        approval=approval,
         leader=leader,
         kube=kube,
         audit_path=audit_path,
@@ -404,6 +442,30 @@ def parse(raw: Any, base: Path = Path(".")) -> Settings:
         notify=dict(notify),
         notify_token=notify_token,
     )
+
+
+def _approval(raw: Any) -> ApprovalSettings:
+    if raw is None:
+        return ApprovalSettings()
+    if not isinstance(raw, Mapping):
+        raise ConfigError("approval: expected a mapping")
+    doc = dict(raw)
+    over: dict[str, Any] = {}
+    for key, known in (("actions", ACTIONS), ("namespaces", None)):
+        m = doc.pop(key, None) or {}
+        if not isinstance(m, Mapping):
+            raise ConfigError(
+                f"approval.{key}: expected a mapping of {'action' if known else 'namespace'} to auto|manual"
+            )
+        for k, v in m.items():
+            if known is not None and k not in known:
+                raise ConfigError(f"approval.{key}.{k}: unknown action, expected one of {', '.join(known)}")
+            if v not in APPROVAL_MODES:
+                raise ConfigError(f"approval.{key}.{k}: expected auto or manual")
+        over[key] = dict(m)
+    if doc.get("default", "auto") not in APPROVAL_MODES:
+        raise ConfigError("approval.default: expected auto or manual")
+    return _section(ApprovalSettings, doc, "approval", over)  # type: ignore[no-any-return]
 
 
 def load(path: str | Path) -> Settings:

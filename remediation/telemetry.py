@@ -12,6 +12,9 @@ WEBHOOK_TOTAL = "xpuwatch_remediation_webhook_requests_total"
 LEADER = "xpuwatch_remediation_leader"
 DISRUPTED = "xpuwatch_remediation_disrupted_nodes"
 ERRORS_TOTAL = "xpuwatch_remediation_errors_total"
+RECHECKS_TOTAL = "xpuwatch_remediation_rechecks_total"
+HELD_AGE = "xpuwatch_remediation_held_node_age_seconds"
+MAX_HOLD = "xpuwatch_remediation_max_hold_seconds"
 
 
 class Telemetry:
@@ -57,5 +60,23 @@ class Telemetry:
             ["component"],
             registry=r,
         )
+        self.rechecks = Counter(
+            RECHECKS_TOTAL.removesuffix("_total"),
+            "Re-checks of the alert in Prometheus right before a disruptive step, by action, step and result "
+            "(holds: acted; cleared: cancelled; unreachable: not acted, fail safe).",
+            ["action", "step", "result"],
+            registry=r,
+        )
         self.leader = Gauge(LEADER, "1 while this replica holds the Lease.", registry=r)
+        self.held_age = Gauge(
+            HELD_AGE,
+            "Seconds since xpuwatch tainted (drain) or cordoned (resize) the node, one series per node it holds.",
+            ["node", "action"],
+            registry=r,
+        )
+        self.max_hold = Gauge(
+            MAX_HOLD,
+            "guard.max_hold_seconds: a node held longer is paged to a human.",
+            registry=r,
+        )
         self.disrupted = Gauge(DISRUPTED, "Nodes currently cordoned or tainted by xpuwatch.", registry=r)

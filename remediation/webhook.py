@@ -11,6 +11,7 @@ Alertmanager retries), verified credentials cached, unknown user names costing a
 
 from __future__ import annotations
 
+import base64
 import logging
 
 from aiohttp import web
@@ -79,6 +80,50 @@ async def remediate(request: web.Request) -> web.Response:
     return answer(200, {"alerts": len(alerts), "results": results})
 
 
+async def settle(request: web.Request) -> web.Response:
+    """``POST /approve/{id}`` or ``/deny/{id}`` with the webhook's credentials; an optional JSON body
+    ``{"by": "alice"}`` names the approver (recorded as stated, next to the authenticated identity)."""
+    ctl = request.app[CONTROLLER]
+    header = request.headers.get("Authorization")
+    verdict = await request.app[AUTH].check(header)
+    if verdict is Verdict.BUSY:
+        return web.json_response({"error": "credential checks busy; retry"}, status=503)
+    if verdict is not Verdict.OK:
+        return web.json_response(
+            {"error": "unauthorized"}, status=401, headers={"WWW-Authenticate": 'Bearer realm="xpuwatch"'}
+        )
+    who = _identity(header)
+    try:
+        doc = await request.json() if request.can_read_body else {}
+    except ValueError:
+        return web.json_response({"error": "body is not JSON"}, status=400)
+    stated = doc.get("by") if isinstance(doc, dict) else None
+    if stated is not None and (not isinstance(stated, str) or len(stated) > 200):
+        return web.json_response({"error": "by: expected a string of at most 200 characters"}, status=400)
+    by = f"{stated} (stated; {who})" if stated else who
+    approve = request.match_info["verb"] == "approve"
+    try:
+        result = await ctl.decide_pending(request.match_info["id"], approve, by)
+    except Unavailable as exc:
+        return web.json_response({"error": f"kubernetes API unavailable: {exc}"}, status=503)
+    if result is None:
+        return web.json_response({"error": "no pending decision with that id"}, status=404)
+    return web.json_response(result)
+
+
+def _identity(header: str | None) -> str:
+    """The authenticated identity of an approval POST: the basic-auth user, else the bearer token."""
+    scheme, _, rest = (header or "").partition(" ")
+    if scheme.lower() == "basic":
+        try:
+            return "POST by user " + base64.b64decode(rest.strip()).decode().partition(":")[0]
+        except (ValueError, UnicodeDecodeError):
+            return "POST (basic auth)"
+    return (
+        "POST by the holder of the bearer token" if scheme.lower() == "bearer" else "POST (unauthenticated)"
+    )
+
+
 async def metrics(request: web.Request) -> web.Response:
     ctl = request.app[CONTROLLER]
     resp = web.Response(body=generate_latest(ctl.telemetry.registry))
@@ -107,6 +152,7 @@ def build_app(ctl: Controller) -> web.Application:
 
     app.on_cleanup.append(close_auth)
     app.router.add_post(PATH, remediate)
+    app.router.add_post("/{verb:approve|deny}/{id:[0-9a-f]{12}}", settle)
     app.router.add_get("/metrics", metrics)
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Literal
@@ -12,6 +12,7 @@ import aiohttp
 
 from ..jupyterhub import Hub
 from ..kube import Kube, ObjectRef
+from ..recheck import Recheck
 from ..settings import Settings
 
 Result = Literal["ok", "failed", "blocked", "skipped"]
@@ -30,10 +31,22 @@ class Outcome:
 Report = Callable[[str, str, ObjectRef, Outcome, datetime, str, bool], Awaitable[None]]
 
 
+# confirm(action, step, identity labels, now) -> None: the condition still holds, go ahead; else why the
+# step must not run (result cleared, or unreachable: fail safe), already counted, audited and announced.
+Confirm = Callable[[str, str, Mapping[str, str], datetime], Awaitable[Recheck | None]]
+
+
+async def _always(action: str, step: str, labels: Mapping[str, str], now: datetime) -> Recheck | None:
+    return None
+
+
 @dataclass(frozen=True)
 class Context:
+    """``confirm`` is asked right before every disruptive step (re-check, ``remediation/recheck.py``)."""
+
     kube: Kube
     settings: Settings
     session: aiohttp.ClientSession
     hub: Hub | None
     report: Report
+    confirm: Confirm = _always

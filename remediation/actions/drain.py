@@ -131,6 +131,9 @@ async def start(ctx: Context, d: Decision, now: datetime) -> Outcome:
     """Taint, record the fault, plan evictions, then run one ``advance`` pass."""
     assert d.target is not None
     node, uuid = d.target.name, str(d.params["uuid"])
+    no = await ctx.confirm("drain", "taint", {"node": node, "uuid": uuid}, now)
+    if no:
+        return Outcome("skipped", f"not tainted: {no.detail}")
     await ctx.kube.update_taints(
         node,
         lambda ts: (
@@ -162,6 +165,9 @@ async def extend(ctx: Context, d: Decision, now: datetime, p: Progress) -> Outco
     """Another faulty device (or the same one again) on a node already under drain."""
     assert d.target is not None
     uuid = str(d.params["uuid"])
+    no = await ctx.confirm("drain", "extend", {"node": d.target.name, "uuid": uuid}, now)
+    if no:
+        return Outcome("skipped", f"not extended: {no.detail}")
     uuids = list(dict.fromkeys([*p.data.get("uuids", []), uuid]))
     pods = dict(p.data.get("pods", {}))
     names, _ = await _holders(ctx, d)
@@ -180,6 +186,12 @@ async def healthy(ctx: Context, d: Decision, now: datetime, p: Progress) -> Outc
     p = p.with_(healthy={**p.data.get("healthy", {}), str(d.params["uuid"]): stamp(now)})
     await _persist(ctx, d.target.name, p)
     return Outcome("ok", f"{d.params['uuid']} healthy since {stamp(now)}")
+
+
+async def mark_healthy(ctx: Context, node: str, p: Progress) -> Progress:
+    """Persist ``p`` whose ``healthy`` map gained devices (their healthy-for clocks started); returns it."""
+    await _persist(ctx, node, p)
+    return p
 
 
 async def lift(ctx: Context, node: str, p: Progress, now: datetime, why: str) -> Outcome:
@@ -215,6 +227,14 @@ async def advance(ctx: Context, node: NodeView, p: Progress, now: datetime) -> O
         kept = stays(pods)
         return Outcome("ok", f"no holder to evict{kept}" if kept else "no holders left on the device")
     present = {f"{q.namespace}/{q.name}": q for q in await ctx.kube.pods_on_node(node.name)}
+    if any(h in present and now >= (unstamp(pods[h]["due"]) or now) for h in todo):
+        # Re-check before evicting: a device of this drain whose alert has not resolved must still fire.
+        faulty = [u for u in uuids if u not in healthy] or uuids
+        no = await ctx.confirm("drain", "evict", {"node": node.name, "uuid": faulty[0]}, now)
+        if no:
+            return Outcome(
+                "blocked" if no.result == "unreachable" else "skipped", f"evictions not run: {no.detail}"
+            )
     blocked = 0
     for h in todo:
         st = pods[h]

@@ -112,6 +112,12 @@ async def cancel(ctx: Context, t: Target, now: datetime, why: str) -> Outcome:
 async def stop(ctx: Context, t: Target, p: Progress, now: datetime) -> Outcome:
     """Re-probe; cancel if activity resumed after the notice, else stop the server."""
     prm = p.data
+    pod = f"{t.name}-0" if t.kind == "notebook" else t.name  # notebook-controller's StatefulSet pod
+    no = await ctx.confirm("reclaim", "stop", {"namespace": t.namespace, "pod": pod}, now)
+    if no and no.result == "cleared":
+        return await cancel(ctx, t, now, f"GPU no longer idle ({no.detail})")
+    if no:
+        return Outcome("blocked", f"not stopped: {no.detail}")
     try:
         last = await last_activity(ctx, prm, t)
     except ProbeError as exc:

@@ -134,6 +134,10 @@ async def start(ctx: Context, d: Decision, now: datetime) -> Outcome:
     profile, why = target_profile(str(prm["model"]), str(prm["profile"]), str(prm["direction"]))
     if not profile:
         return Outcome("skipped", why)
+    # Re-checked here only: once the slice's pods are evicted its alert ends by itself.
+    no = await ctx.confirm("resize", "cordon", {"node": d.target.name, "uuid": str(prm["uuid"])}, now)
+    if no:
+        return Outcome("skipped", f"not cordoned: {no.detail}")
     node = await ctx.kube.get_node(d.target.name)
     config = ctx.settings.resize.config_name.format(profile=profile)
     pods = {

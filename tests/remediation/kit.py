@@ -8,6 +8,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import aiohttp
+from aiohttp import web
 
 from remediation.alert import Alert, parse_payload
 from remediation.audit import Audit
@@ -106,3 +107,23 @@ def make_controller(
     settings: Settings, kube: Kube, session: aiohttp.ClientSession, clock: Clock, **kw: Any
 ) -> Controller:
     return Controller(settings, kube, session, clock, Audit(keep=True, path=os.devnull), Telemetry(), **kw)
+
+
+class PromStandIn:
+    """Stands in for Prometheus' ``GET /api/v1/query`` (prometheus.io/docs/prometheus/latest/querying/api/):
+    answers a vector with one ``ALERTS`` series when the query names a node in ``firing``, else an empty one."""
+
+    def __init__(self) -> None:
+        self.firing: set[str] = set()
+        self.queries: list[str] = []
+
+    async def query(self, request: web.Request) -> web.Response:
+        q = request.query.get("query", "")
+        self.queries.append(q)
+        hit = [n for n in self.firing if f'node="{n}"' in q]
+        result = (
+            [{"metric": {"alertname": "AcceleratorEccUncorrectable", "node": hit[0]}, "value": [0, "1"]}]
+            if hit
+            else []
+        )
+        return web.json_response({"status": "success", "data": {"resultType": "vector", "result": result}})

@@ -1,0 +1,112 @@
+"""Re-check before acting: is the condition that asked for a disruptive step still true right now?
+
+Between Alertmanager's send and the step lie ``group_wait``, retries, a grace or notice period and the queue
+behind the cap, so the alert may have cleared. Right before each disruptive step (taint, evict, stop a
+notebook, cordon or reconfigure MIG) the controller asks Prometheus for the alert's series in ``ALERTS``:
+
+| action | steps | series that must be firing |
+|---|---|---|
+| drain | taint, evict | ``ALERTS{alertstate="firing", action="drain", node, uuid}`` (any drain alert on the device) |
+| reclaim | stop | ``ALERTS{alertstate="firing", action="reclaim", namespace, pod}`` (Kubeflow: pod ``<notebook>-0``) |
+| resize | cordon, evict, MIG config | ``ALERTS{alertstate="firing", action="resize", node, uuid}`` |
+
+Any alert that asks for the same action on the same device or notebook keeps the step valid (an ECC alert
+that cleared while an XID alert on the same card fires still justifies the drain). API: ``GET
+/api/v1/query`` (prometheus.io/docs/prometheus/latest/querying/api/); a resolved alert's ``ALERTS`` series
+ends with a staleness marker, so an instant query stops returning it at the next rule evaluation.
+Prometheus unreachable or answering an error = the step does not run (fail safe).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Literal
+
+import aiohttp
+
+IDENTITY: Mapping[str, tuple[str, ...]] = {
+    "drain": ("node", "uuid"),
+    "reclaim": ("namespace", "pod"),
+    "resize": ("node", "uuid"),
+}
+"""Labels of an ``ALERTS`` series that identify the condition of each action."""
+
+Result = Literal["holds", "cleared", "unreachable"]
+RESULTS: tuple[Result, ...] = ("holds", "cleared", "unreachable")
+
+
+class PromError(Exception):
+    """Prometheus could not be asked or answered something unusable; the message says which."""
+
+
+@dataclass(frozen=True)
+class Recheck:
+    """``result``: holds (the step may run), cleared (cancel it), unreachable (do not act; fail safe).
+    ``query``: the PromQL asked; ``detail``: one line for the audit log and the notice."""
+
+    result: Result
+    query: str
+    detail: str
+
+
+def quote(value: str) -> str:
+    """A PromQL string literal's body (backslash, double quote and newline escaped)."""
+    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+
+def selector(action: str, labels: Mapping[str, str]) -> str:
+    """``ALERTS{alertstate="firing",action=...,<identity>}`` for ``action``; labels absent from ``labels``
+    are left out (never matched as empty). Raises KeyError for an action without a documented identity."""
+    parts = ['alertstate="firing"', f'action="{quote(action)}"']
+    parts += [f'{n}="{quote(labels[n])}"' for n in IDENTITY[action] if labels.get(n)]
+    return "ALERTS{" + ",".join(parts) + "}"
+
+
+async def instant(
+    session: aiohttp.ClientSession, prometheus_url: str, expr: str, timeout: float = 10.0
+) -> list[dict[str, object]]:
+    """``data.result`` of an instant query (a list of ``{"metric": {...}, "value": [t, "v"]}``). Raises
+    ``PromError`` on a connection error, timeout (``timeout`` seconds in all), non-200 or non-success."""
+    url = prometheus_url.rstrip("/") + "/api/v1/query"
+    try:
+        async with session.get(
+            url, params={"query": expr}, timeout=aiohttp.ClientTimeout(total=timeout)
+        ) as resp:
+            doc = await resp.json(content_type=None)
+            status = resp.status
+    except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
+        raise PromError(f"prometheus query failed: {exc.__class__.__name__}: {exc}") from None
+    if status != 200 or not isinstance(doc, dict) or doc.get("status") != "success":
+        err = doc.get("error", "") if isinstance(doc, dict) else ""
+        raise PromError(f"prometheus answered {status}: {err}".strip())
+    result = (doc.get("data") or {}).get("result")
+    if not isinstance(result, list):
+        raise PromError("prometheus answer lacks data.result")
+    return result
+
+
+async def still_holds(
+    session: aiohttp.ClientSession,
+    prometheus_url: str,
+    action: str,
+    labels: Mapping[str, str],
+    timeout: float = 10.0,
+) -> Recheck:
+    """Ask Prometheus whether the condition of ``action`` on ``labels`` (its identity labels) still fires."""
+    expr = selector(action, labels)
+    try:
+        found = await instant(session, prometheus_url, expr, timeout)
+    except PromError as exc:
+        return Recheck("unreachable", expr, f"cannot confirm the condition, not acting: {exc}")
+    if found:
+        names = sorted(
+            {
+                str(m.get("alertname", ""))
+                for x in found
+                if isinstance(x, dict) and isinstance(m := x.get("metric"), dict)
+            }
+            - {""}
+        )
+        return Recheck("holds", expr, f"still firing: {', '.join(names)}")
+    return Recheck("cleared", expr, f"condition cleared: no firing {expr}")
