@@ -8,6 +8,7 @@ the HTML is rendered by headless Chromium (Debian `chromium`) to a PNG.
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import os
 import re
@@ -15,7 +16,7 @@ import shutil
 import subprocess
 import sys
 import time
-import urllib.request
+import zoneinfo
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -28,6 +29,7 @@ from report.baseline import Window, collect, figures
 from report.cli import duration
 from report.prom import Prometheus, ReportError
 from tests.ports import free_port
+from tests.report.backfill import served
 from tests.report.prom_standin import StandIn, serve
 
 STEP = 900
@@ -41,50 +43,8 @@ GIB = 1024.0**3
 
 @pytest.fixture(scope="module")
 def prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    binary, promtool = shutil.which("prometheus"), shutil.which("promtool")
-    assert binary and promtool, "Debian packages prometheus (promtool) are required"
-    tmp = tmp_path_factory.mktemp("week")
-    om = tmp / "week.om"
-    with om.open("w") as f:
-        for line in history.openmetrics(DEVICES, START, END, STEP):
-            f.write(line + "\n")
-    data = tmp / "data"
-    made = subprocess.run(
-        [promtool, "tsdb", "create-blocks-from", "openmetrics", str(om), str(data)],
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert made.returncode == 0, made.stderr
-    (tmp / "prometheus.yml").write_text("global: {}\n")
-    port = free_port()
-    url = f"http://127.0.0.1:{port}"
-    proc = subprocess.Popen(
-        [
-            binary,
-            f"--config.file={tmp / 'prometheus.yml'}",
-            f"--storage.tsdb.path={data}",
-            f"--web.listen-address=127.0.0.1:{port}",
-            "--storage.tsdb.retention.time=30d",
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-    )
-    try:
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            try:
-                with urllib.request.urlopen(f"{url}/-/ready", timeout=2) as r:
-                    if r.status == 200:
-                        break
-            except OSError:
-                time.sleep(0.3)
-        else:
-            pytest.fail("prometheus did not become ready")
+    with served(tmp_path_factory.mktemp("week"), history.openmetrics(DEVICES, START, END, STEP)) as url:
         yield url
-    finally:
-        proc.terminate()
-        proc.wait(timeout=30)
 
 
 # ---------------------------------------------------------------- expected values, from the same model
@@ -173,9 +133,11 @@ def test_report_figures_match_the_backfilled_week(prometheus: str) -> None:
         np.mean([sum(1 - POINTS[d.uuid, t].utilization for d in FLEET) for t in TIMES])
     )
     assert {(q.namespace, q.resource): q.pods for q in b.waiting} == {
-        ("ml", "nvidia_com_gpu"): 7,
-        ("nlp", "huawei_com_Ascend910"): 7,
+        ("ml", "nvidia.com/gpu"): 7,
+        ("nlp", "huawei.com/Ascend910"): 7,
     }
+    # two stale jobs and two notebooks, each one card held idle all week
+    assert sorted(h.cards for h in b.hoarders) == pytest.approx([1.0] * 4)
     assert (
         b.headline
         == f"{idle_while:.1f} cards' worth of capacity idle while 14 jobs waited (longest wait 3h 45m)"
@@ -202,6 +164,8 @@ def test_report_cli_writes_html_that_chromium_renders(prometheus: str, tmp_path:
             "15m",
             "--end",
             str(END),
+            "--timezone",
+            "Asia/Shanghai",
             "-o",
             str(out),
         ],
@@ -212,6 +176,10 @@ def test_report_cli_writes_html_that_chromium_renders(prometheus: str, tmp_path:
     assert run.returncode == 0, run.stderr
     assert "cards' worth of capacity idle while 14 jobs waited" in run.stdout
     page = out.read_text()
+    end_local = dt.datetime.fromtimestamp(END, zoneinfo.ZoneInfo("Asia/Shanghai")).strftime("%Y-%m-%d %H:%M")
+    assert f"to {end_local} CST (UTC+08:00)</h1>" in page
+    assert "nvidia.com/gpu" in page and "nvidia_com_gpu" not in page
+    assert "time (Asia/Shanghai)" in page and "framebuffer" not in page
     assert page.count("<svg") == 4
     assert re.search(r'(src|href)="(https?:)?//', page) is None  # self-contained: nothing fetched
     assert 'id="hoarders"' in page and 'id="slices"' in page and "memory-bound" in page
@@ -251,6 +219,9 @@ def test_report_fails_clearly_without_data_or_prometheus(prometheus: str, tmp_pa
     empty = Window(end=END - 30 * 86400, seconds=RANGE, step=STEP)  # a week before the history
     with pytest.raises(ReportError, match=r"no xpuwatch series .*is this Prometheus scraping the exporter"):
         collect(Prometheus(prometheus), spec, empty)
+    short = Window(end=END - 30 * 86400, seconds=1800, step=60)  # half an hour: not "in the 0 h before"
+    with pytest.raises(ReportError, match=r"in the 30 min before"):
+        collect(Prometheus(prometheus), spec, short)
     run = subprocess.run(
         [
             sys.executable,
