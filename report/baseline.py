@@ -25,6 +25,7 @@ import numpy as np
 from alerts import queue
 from alerts.spec import Spec
 from exporter import catalog as c
+from report.chargeback import Usage
 from report.prom import Prometheus, ReportError, Series
 
 IDENT = "node, vendor, model, device, uuid"
@@ -153,6 +154,7 @@ class Baseline:
     idle_cards_while_waiting: float | None  # mean sum(1 - utilization) while any pod waited
     idle_cards: float  # mean sum(1 - utilization) over the window
     alerts: Mapping[tuple[str, str], int]  # (category, alertname) -> alert series that fired
+    usage: tuple[Usage, ...] = ()  # chargeback per (namespace, owner, vendor, model)
     notebook_memory_gib: float = 0.0  # mean device memory (GiB) held by idle notebooks over the window
     wait_p95_seconds: float = 0.0  # P95 over the pods that waited of each pod's longest wait
 
@@ -208,7 +210,27 @@ def queries(spec: Spec, w: Window) -> tuple[Query, ...]:
     nb_held = f'0 * ({c.ALLOCATED}{{{job}, workload_kind="notebook"}} == 1)'
     created = f"max by (cluster, namespace, pod) ({queue.KSM_CREATED}{{{queue.ksm_selector(spec)}}})"
     pod_age = f"(time() - {created}) + on (cluster, namespace, pod) group_right () (0 * (({pods}) > 0))"
+    # a held card's share per holder at each step (1/N for N holders), labelled with the holder
+    share = f"(({alloc} == 1) / on (node, uuid) group_left () count by (node, uuid) ({alloc} == 1))"
+    team = "namespace, owner, vendor, model"
+    energy, power = f"{c.ENERGY}{{{job}}}", f"{c.POWER}{{{job}}}"
+
+    def charged(title: str, key: str, per_device: str | None) -> Query:
+        x = share if per_device is None else f"{share} * on (node, uuid) group_left () {per_device}"
+        return Query(key, title, f"sum by ({team}) (sum_over_time(({x}){sub}))")
+
     return (
+        charged("device-hours", "cb_steps", None),
+        Query(
+            "cb_idle",
+            "idle device-hours",
+            f"sum by ({team}) (sum_over_time(({share} and on (node, uuid) ({util} <= {u_max})){sub}))",
+        ),
+        charged("memory GiB-hours", "cb_mem", f"max by (node, uuid) ({used})"),
+        charged("energy", "cb_energy", f"max by (node, uuid) (rate({energy}[{w.step}s]))"),
+        charged(
+            "energy from power", "cb_power", f"max by (node, uuid) ({power} unless on (node, uuid) {energy})"
+        ),
         Query(
             "devices",
             "devices seen",
@@ -400,6 +422,25 @@ def figures(answers: Answers, spec: Spec, w: Window) -> Baseline:
         math.nan if fleet_sm is None else fleet_sm,
     )
     waits = [_v(s) for s in answers.get("wait_by_pod", ())]
+    team = ("namespace", "owner", "vendor", "model")
+    steps, idle_steps = _by(answers, "cb_steps", *team), _by(answers, "cb_idle", *team)
+    mem_steps = _by(answers, "cb_mem", *team)
+    joules = {k: v * w.step for k, v in _by(answers, "cb_energy", *team).items()}
+    from_power = {k: v * w.step for k, v in _by(answers, "cb_power", *team).items()}
+    usage = tuple(
+        Usage(
+            k[0],
+            k[1],
+            k[2],
+            k[3],
+            device_hours=n * hours,
+            idle_hours=idle_steps.get(k, 0.0) * hours,
+            memory_gib_hours=mem_steps.get(k, 0.0) * hours / GIB,
+            energy_kwh=(joules.get(k, 0.0) + from_power.get(k, 0.0)) / 3.6e6,
+            energy_kwh_from_power=from_power.get(k, 0.0) / 3.6e6,
+        )
+        for k, n in sorted(steps.items())
+    )
     ident = ("node", "vendor", "model", "device", "uuid")
     mem, sm, du = (_by(answers, k, *ident) for k in ("mem_ratio", "sm_occ", "dev_util"))
     devices = tuple(
@@ -487,6 +528,7 @@ def figures(answers: Answers, spec: Spec, w: Window) -> Baseline:
             for s in answers.get("alerts", ())
         },
         # GiB-hours held by idle notebooks over the window's hours: their mean over the whole window
+        usage=usage,
         notebook_memory_gib=(_scalar(answers, "nb_mem") or 0.0) * w.step / w.seconds / GIB,
         wait_p95_seconds=float(np.quantile(waits, 0.95)) if waits else 0.0,
     )

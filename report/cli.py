@@ -101,6 +101,14 @@ def add_commands(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-
         metavar="UNIX",
         help="end of the before window, Unix seconds (default: the start of the report's window)",
     )
+    p.add_argument(
+        "--csv",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="also write the chargeback as CSV for finance: DIR/usage_by_team.csv and DIR/usage_by_model.csv "
+        "(device-hours, idle share, memory GiB-hours, kWh)",
+    )
     p.add_argument("--spec", type=Path, default=DEFAULT_SPEC_PATH, help="alert spec whose thresholds to use")
     p.add_argument(
         "--timezone",
@@ -202,6 +210,19 @@ def run_report(args: argparse.Namespace) -> int:
     except OSError as exc:
         print(f"xpuwatch report: cannot write {args.output}: {exc}", file=sys.stderr)
         return 1
+    if args.csv is not None:
+        from report import chargeback as cb
+
+        try:
+            args.csv.mkdir(parents=True, exist_ok=True)
+            for name, rows, columns in (
+                ("usage_by_team.csv", cb.by_team(baseline.usage), cb.TEAM_COLUMNS),
+                ("usage_by_model.csv", cb.by_model(baseline.usage), cb.MODEL_COLUMNS),
+            ):
+                (args.csv / name).write_text(cb.to_csv(rows, columns), encoding="utf-8")
+        except OSError as exc:
+            print(f"xpuwatch report: cannot write CSV to {args.csv}: {exc}", file=sys.stderr)
+            return 1
     if comparison is not None:
         print(comparison.headline)
     print(f"{baseline.headline}\nwrote {args.output}")

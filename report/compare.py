@@ -17,11 +17,11 @@ from report.baseline import Baseline, PoolUtil
 
 @dataclass(frozen=True)
 class Change:
-    """One figure in both windows. ``unit``: "%" (ratios 0..1, compared in points), "cards", "jobs",
+    """One figure in both windows. ``unit``: "%" (ratios 0..1, compared in points), "devices", "cards", "jobs",
     "GiB", "s" (seconds) or "alerts". ``before``/``after`` None: not measured in that window (no
     kube-state-metrics data, or no device of the pool reporting it)."""
 
-    scope: str  # "fleet" or "<vendor> <model>"
+    scope: str  # "fleet" or a pool's model
     figure: str
     unit: str
     before: float | None
@@ -94,7 +94,7 @@ def _pool_changes(scope: str, b: PoolUtil | None, a: PoolUtil | None) -> list[Ch
         return None if p is None else _nan_none(float(getattr(p, attr)))
 
     return [
-        Change(scope, "devices", "cards", v(b, "devices"), v(a, "devices")),
+        Change(scope, "devices", "devices", v(b, "devices"), v(a, "devices")),
         Change(scope, "average utilization", "%", v(b, "avg"), v(a, "avg")),
         Change(scope, "P95 utilization", "%", v(b, "p95"), v(a, "p95")),
         Change(scope, "SM occupancy", "%", v(b, "sm_occupancy"), v(a, "sm_occupancy")),
@@ -107,7 +107,7 @@ def compare(before: Baseline, after: Baseline) -> Comparison:
     pools_b = {(p.vendor, p.model): p for p in before.pools}
     pools_a = {(p.vendor, p.model): p for p in after.pools}
     for key in sorted(pools_b.keys() | pools_a.keys()):
-        changes += _pool_changes(f"{key[0]} {key[1]}", pools_b.get(key), pools_a.get(key))
+        changes += _pool_changes(key[1], pools_b.get(key), pools_a.get(key))
     changes += _pool_changes("fleet", before.fleet, after.fleet)
 
     def queue(b: Baseline, value: float | None) -> float | None:

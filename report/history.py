@@ -166,6 +166,15 @@ def point(d: HistoryDevice, t: float, change_at: float | None = None) -> Point:
     return Point(0.0, 0.0, 0.0)  # free
 
 
+IDLE_WATTS, BUSY_WATTS = 60.0, 340.0
+ENERGY_COUNTER_VENDORS = ("nvidia", "amd")  # Ascend's npu-smi reports power but no energy counter
+
+
+def power_watts(d: HistoryDevice, t: float, change_at: float | None = None) -> float:
+    """Power draw of ``d`` at ``t``: 60 W idle plus 340 W at full utilization."""
+    return IDLE_WATTS + BUSY_WATTS * point(d, t, change_at).utilization
+
+
 def waiting(t: float, start: float, change_at: float | None = None) -> tuple[WaitingPod, ...]:
     """Pods pending for a card at ``t``: each afternoon (13:00-17:00 UTC) one NVIDIA job waits from 13:00 and
     one Ascend job from 15:00; nothing waits otherwise. From ``change_at`` on each waits at most
@@ -229,6 +238,20 @@ def openmetrics(devices: int, start: int, end: int, step: int, change_at: int | 
     yield from family(c.SM_OCCUPANCY, dev_series(), lambda d, t: point(d, t, change_at).sm_occupancy)
     yield from family(c.MEMORY_USED, dev_series(), lambda d, t: point(d, t, change_at).memory_used_bytes)
     yield from family(c.MEMORY_TOTAL, dev_series(), lambda d, t: d.memory_total_bytes)
+    yield from family(c.POWER, dev_series(), lambda d, t: power_watts(d, t, change_at))
+    # The energy counter accumulates each sample's power over the step before it, so rate() over one step
+    # is that sample's power exactly (vendors with no counter export power only).
+    counters = [(labels, d) for labels, d in dev_series() if d.vendor in ENERGY_COUNTER_VENDORS]
+    energy: dict[str, float] = {}
+
+    def joules(d: HistoryDevice, t: int) -> float:
+        energy[d.uuid] = energy.get(d.uuid, 1e6) + power_watts(d, t, change_at) * step
+        return energy[d.uuid]
+
+    yield f"# TYPE {c.ENERGY.removesuffix('_total')} counter"
+    for line in family(c.ENERGY, counters, joules):
+        if not line.startswith("#"):
+            yield line
     holders = [(_labels(**base, **ident[d.uuid], **vars(d.holder)), d) for d in ds if d.holder is not None]
     yield from family(c.ALLOCATED, holders, lambda d, t: 1.0 if held(d, t, change_at) else None)
     sliced = [d for d in ds if d.slice_id is not None]

@@ -18,6 +18,7 @@ import matplotlib.dates
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
+from report import chargeback
 from report.baseline import Baseline, span
 from report.compare import Change, Comparison, duration
 
@@ -166,7 +167,7 @@ def when(t: float, tz: dt.tzinfo) -> str:
 def compare_bars(cmp: Comparison) -> str:
     """P95 and average utilization per pool and for the fleet, before and after."""
     b = cmp.after
-    scopes = [*sorted({f"{p.vendor} {p.model}" for p in (*cmp.before.pools, *b.pools)}), "fleet"]
+    scopes = [*sorted({p.model for p in (*cmp.before.pools, *b.pools)}), "fleet"]
     fig, ax = plt.subplots(figsize=(8, 0.6 + 0.6 * len(scopes)))
     y = range(len(scopes))
     for offset, window, color in ((0.2, "before", "#9ecae1"), (-0.2, "after", "#ff7f0e")):
@@ -176,7 +177,7 @@ def compare_bars(cmp: Comparison) -> str:
         ax.scatter(avg, [i + offset for i in y], marker="|", s=120, color="black", zorder=3)
     ax.scatter([], [], marker="|", color="black", label="average")
     _band(ax, b, axis="x")
-    ax.set_yticks(list(y), [sc.split(" ", 1)[-1] if sc != "fleet" else "fleet" for sc in scopes])
+    ax.set_yticks(list(y), scopes)
     ax.set_xlim(0, 1)
     ax.xaxis.set_major_formatter(matplotlib.ticker.PercentFormatter(1.0))
     ax.legend(loc="lower right", fontsize=7)
@@ -232,7 +233,9 @@ def change(c: Change) -> str:
         return f"{sign}{abs(100 * d):.0f} points"
     if c.unit == "s":
         return f"{sign}{duration(abs(d))}"
-    return f"{sign}{value(abs(d), c.unit)}" + (f" {c.unit}" if c.unit in ("cards", "jobs", "alerts") else "")
+    return f"{sign}{value(abs(d), c.unit)}" + (
+        f" {c.unit}" if c.unit in ("devices", "cards", "jobs", "alerts") else ""
+    )
 
 
 def _pct(v: float) -> str:
@@ -255,6 +258,9 @@ def html(b: Baseline, generated: float, tz: dt.tzinfo = dt.UTC, cmp: Comparison 
     return env.get_template("report.html.j2").render(
         b=b,
         cmp=cmp,
+        teams=chargeback.by_team,
+        models=chargeback.by_model,
+        total=chargeback.total,
         generated=generated,
         plots={
             "bars": pool_bars(b),

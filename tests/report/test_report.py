@@ -8,6 +8,7 @@ the HTML is rendered by headless Chromium (Debian `chromium`) to a PNG.
 
 from __future__ import annotations
 
+import csv
 import datetime as dt
 import json
 import os
@@ -24,7 +25,7 @@ import numpy as np
 import pytest
 
 from alerts.spec import load_spec
-from report import history
+from report import chargeback, history
 from report.baseline import Window, collect, figures
 from report.cli import duration
 from report.prom import Prometheus, ReportError
@@ -147,6 +148,58 @@ def test_report_figures_match_the_backfilled_week(prometheus: str) -> None:
     assert b.alerts == {}  # backfilled data has no ALERTS history
 
 
+def _usage() -> dict[tuple[str, str, str, str], tuple[float, float, float, float, float]]:
+    """Chargeback computed independently from the model: (device-hours, idle hours, memory GiB-hours,
+    kWh, kWh from power x time) per (namespace, owner, vendor, model). Every held card has one holder; a
+    card with an energy counter is charged from its second sample on (rate() needs two), one with power
+    only from its first."""
+    out: dict[tuple[str, str, str, str], tuple[float, float, float, float, float]] = {}
+    h = STEP / 3600
+    for d in FLEET:
+        if d.holder is None:
+            continue
+        counter = d.vendor in history.ENERGY_COUNTER_VENDORS
+        joules = sum(history.power_watts(d, t) * STEP for t in TIMES if not counter or t > START)
+        row = (
+            len(TIMES) * h,
+            sum(POINTS[d.uuid, t].utilization <= 0.05 for t in TIMES) * h,
+            sum(POINTS[d.uuid, t].memory_used_bytes for t in TIMES) * h / GIB,
+            joules / 3.6e6,
+            0.0 if counter else joules / 3.6e6,
+        )
+        key = (d.holder.namespace, d.holder.owner, d.vendor, d.model)
+        prev = out.get(key, (0.0,) * 5)
+        out[key] = tuple(a + b for a, b in zip(prev, row, strict=True))  # type: ignore[assignment]
+    return out
+
+
+@pytest.mark.slow
+def test_chargeback_sums_equal_the_models_device_hours_and_energy(prometheus: str) -> None:
+    spec = load_spec()
+    w = Window(end=END, seconds=RANGE, step=STEP)
+    b = figures(collect(Prometheus(prometheus), spec, w), spec, w)
+    got = {
+        (u.namespace, u.owner, u.vendor, u.model): (
+            u.device_hours,
+            u.idle_hours,
+            u.memory_gib_hours,
+            u.energy_kwh,
+            u.energy_kwh_from_power,
+        )
+        for u in b.usage
+    }
+    want = _usage()
+    assert got.keys() == want.keys()
+    for k, v in want.items():
+        assert got[k] == pytest.approx(v, rel=1e-9, abs=1e-9), k
+    # every held card is charged all week; Ascend's energy is power x time, the others' from the counter
+    assert sum(u.device_hours for u in b.usage) == 15 * 168.0  # 15 of the 16 cards are held
+    assert {u.vendor for u in b.usage if u.energy_kwh_from_power} == {"huawei"}
+    teams = chargeback.by_team(b.usage)
+    assert sum(t.device_hours for t in teams) == pytest.approx(sum(v[0] for v in want.values()))
+    assert sum(t.energy_kwh for t in teams) == pytest.approx(sum(v[3] for v in want.values()))
+
+
 @pytest.mark.slow
 def test_report_cli_writes_html_that_chromium_renders(prometheus: str, tmp_path: Path) -> None:
     out = tmp_path / "report.html"
@@ -166,6 +219,8 @@ def test_report_cli_writes_html_that_chromium_renders(prometheus: str, tmp_path:
             str(END),
             "--timezone",
             "Asia/Shanghai",
+            "--csv",
+            str(tmp_path / "csv"),
             "-o",
             str(out),
         ],
@@ -180,6 +235,19 @@ def test_report_cli_writes_html_that_chromium_renders(prometheus: str, tmp_path:
     assert f"to {end_local} CST (UTC+08:00)</h1>" in page
     assert "nvidia.com/gpu" in page and "nvidia_com_gpu" not in page
     assert "time (Asia/Shanghai)" in page and "framebuffer" not in page
+    assert 'id="usage-teams"' in page and "estimated as power x time" in page
+    with (tmp_path / "csv" / "usage_by_team.csv").open() as f:
+        teams = list(csv.DictReader(f))
+    assert list(teams[0]) == list(chargeback.TEAM_COLUMNS)
+    want = _usage()
+    assert sum(float(r["device_hours"]) for r in teams) == pytest.approx(sum(v[0] for v in want.values()))
+    assert sum(float(r["energy_kwh"]) for r in teams) == pytest.approx(
+        sum(v[3] for v in want.values()), abs=0.01
+    )
+    with (tmp_path / "csv" / "usage_by_model.csv").open() as f:
+        models = list(csv.DictReader(f))
+    assert list(models[0]) == list(chargeback.MODEL_COLUMNS)
+    assert {(r["vendor"], r["model"]) for r in models} == {(v, m) for v, m, *_ in history.POOLS}
     assert page.count("<svg") == 4
     assert re.search(r'(src|href)="(https?:)?//', page) is None  # self-contained: nothing fetched
     assert 'id="hoarders"' in page and 'id="slices"' in page and "memory-bound" in page
