@@ -28,7 +28,7 @@ def _run(*args: str) -> subprocess.CompletedProcess[str]:
 def test_promtool_check_rules_accepts_rules_yml() -> None:
     result = _run("promtool", "check", "rules", str(GENERATED / "rules.yml"))
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "SUCCESS: 72 rules found" in result.stdout
+    assert "SUCCESS: 76 rules found" in result.stdout
 
 
 def test_promtool_check_rules_accepts_the_prometheusrule_groups(tmp_path: Path) -> None:

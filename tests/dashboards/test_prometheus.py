@@ -57,7 +57,7 @@ FAULTS = [
     {"at": FAULT_AT, "device": "nvidia/3", "fault": "overheat"},
 ]
 # Grafana's built-in interval variables, as Grafana would set them for a 1 h range at 1 s scrapes.
-BUILTINS = {"__rate_interval": "1m", "__interval": "15s", "__range": "1h"}
+BUILTINS = {"__rate_interval": "1m", "__interval": "15s", "__range": "1h", "__range_s": "3600"}
 
 pytestmark = [
     pytest.mark.slow,
