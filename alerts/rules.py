@@ -108,6 +108,10 @@ class Records:
     node_power: str
     node_memory_used: str
     node_memory_total: str
+    team_cards: str
+    team_idle_cards: str
+    team_memory: str
+    team_power: str
 
 
 def _eq(label: str, value: str, op: str = "=") -> str:
@@ -160,6 +164,10 @@ def records(spec: Spec) -> Records:
         node_power=f"node:{c.POWER}:sum",
         node_memory_used=f"node:{c.MEMORY_USED}:sum",
         node_memory_total=f"node:{c.MEMORY_TOTAL}:sum",
+        team_cards=f"namespace_owner:{c.ALLOCATED}:cards",
+        team_idle_cards=f"namespace_owner:{c.ALLOCATED}:idle_cards",
+        team_memory=f"namespace_owner:{c.MEMORY_USED}:held",
+        team_power=f"namespace_owner:{c.POWER}:held",
     )
 
 
@@ -284,6 +292,35 @@ def dashboard_rules(spec: Spec) -> tuple[RecordingRule, ...]:
         RecordingRule(r.node_power, f"sum by ({node}) ({card_max(spec, c.POWER)})"),
         RecordingRule(r.node_memory_used, f"sum by ({node}) ({card_max(spec, c.MEMORY_USED)})"),
         RecordingRule(r.node_memory_total, f"sum by ({node}) ({card_max(spec, c.MEMORY_TOTAL)})"),
+        *chargeback_rules(spec),
+    )
+
+
+def chargeback_rules(spec: Spec) -> tuple[RecordingRule, ...]:
+    """Who uses what, per (cluster, namespace, owner, vendor, model), now: cards held (a card held by N
+    containers counts 1/N for each), of them idle (utilization at most the AcceleratorIdleNotebook
+    ``utilization_max``), device memory and power on them. Averaged over a range and multiplied by its
+    length they give the report's device-hours, GiB-hours and kWh (power: the energy counter's rate over
+    ``dashboard_window``, the power gauge for cards with no counter)."""
+    r, w = records(spec), spec.rec("dashboard_window")
+    team = f"{CLUSTER}, namespace, owner, vendor, model"
+    alloc = f"({series(spec, c.ALLOCATED)} == 1)"
+    share = f"{alloc}\n  / {_ON_DEV} group_left ()\ncount by ({CLUSTER}, node, uuid) {alloc}"
+    u_max = spec.alert("AcceleratorIdleNotebook").value("utilization_max")
+    energy = series(spec, c.ENERGY)
+    power = f"rate({energy}[{w}])\nor {_ON_DEV}\n  {series(spec, c.POWER)}"
+
+    def held(device: str) -> str:
+        return f"sum by ({team}) (\n  ({share})\n  * {_ON_DEV} group_left ()\nmax by ({CLUSTER}, node, uuid) ({device})\n)"
+
+    return (
+        RecordingRule(r.team_cards, f"sum by ({team}) (\n{share}\n)"),
+        RecordingRule(
+            r.team_idle_cards,
+            f"sum by ({team}) (\n  ({share})\n  and {_ON_DEV}\n  ({series(spec, c.UTILIZATION)} <= {u_max})\n)",
+        ),
+        RecordingRule(r.team_memory, held(series(spec, c.MEMORY_USED))),
+        RecordingRule(r.team_power, held(power)),
     )
 
 

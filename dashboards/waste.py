@@ -289,6 +289,72 @@ queue_idle = Panel(
     thresholds=(Threshold(None, "green"), Threshold(1, "orange")),
 )
 
+
+def _usage(by: str, legend_cols: str) -> tuple[Query, ...]:
+    """Device-hours, idle share, memory GiB-hours and kWh over the dashboard's range from the chargeback
+    records (as ``xpuwatch report`` computes them from raw series)."""
+    hours = "$__range_s / 3600"
+
+    def avg(record: str) -> str:
+        return f"sum by ({by}) (avg_over_time({selector(record, ('cluster',))}[$__range]))"
+
+    return (
+        Query(f"{avg(RECORDS.team_cards)} * {hours}", instant=True, table=True),
+        Query(f"{avg(RECORDS.team_idle_cards)}\n/ ({avg(RECORDS.team_cards)} > 0)", instant=True, table=True),
+        Query(f"{avg(RECORDS.team_memory)} * {hours} / 2^30", instant=True, table=True),
+        Query(f"{avg(RECORDS.team_power)} * $__range_s / 3.6e6", instant=True, table=True),
+    )
+
+
+_USAGE_NAMES = {
+    "Value #A": "device-hours",
+    "Value #B": "idle share",
+    "Value #C": "memory GiB-hours",
+    "Value #D": "energy kWh",
+}
+_USAGE_OVERRIDES = (
+    {
+        "matcher": {"id": "byName", "options": "idle share"},
+        "properties": [{"id": "unit", "value": "percentunit"}],
+    },
+)
+
+
+def _usage_panel(title: str, by: str, description: str) -> Panel:
+    return Panel(
+        title,
+        "table",
+        _usage(by, by),
+        description,
+        width=12,
+        height=8,
+        decimals=1,
+        transformations=(
+            {"id": "merge", "options": {}},
+            {"id": "organize", "options": {"excludeByName": {"Time": True}, "renameByName": _USAGE_NAMES}},
+            {"id": "sortBy", "options": {"sort": [{"desc": True, "field": "device-hours"}]}},
+        ),
+        overrides=_USAGE_OVERRIDES,
+    )
+
+
+_USAGE_HOW = (
+    "over the dashboard's time range, from the namespace_owner:* recording rules: a card held by several "
+    "containers counts in equal shares; idle = utilization at most the AcceleratorIdleNotebook threshold; "
+    "energy from the energy counter, power x time for cards with none. `xpuwatch report --csv` gives the "
+    "same figures from raw series."
+)
+usage_by_team = _usage_panel(
+    "Who used what: by namespace and owner",
+    "cluster, namespace, owner",
+    f"Device-hours, idle share, memory GiB-hours and kWh per namespace and owner {_USAGE_HOW}",
+)
+usage_by_model = _usage_panel(
+    "Who used what: by vendor and model",
+    "cluster, vendor, model",
+    f"The same per vendor and model {_USAGE_HOW}",
+)
+
 BOARD = Board(
     UID,
     "xpuwatch / Waste",
@@ -298,5 +364,6 @@ BOARD = Board(
         Row("Jobs waiting", (queue_requests, queue_age, queue_idle)),
         Row("Slices", (slice_sizing,)),
         Row("By namespace", (memory_by_namespace,)),
+        Row("Chargeback", (usage_by_team, usage_by_model)),
     ),
 )

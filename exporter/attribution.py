@@ -136,7 +136,8 @@ class TimelineAttributionSource:
     """Attribution that changes with time (the simulator's pods).
 
     ``raw_at(now)`` returns ``{key: items}`` and must return the *same object* while nothing changed (the
-    simulator memoises per timeline step); ``convert`` turns one item into a Holder. The conversion runs
+    simulator memoises per timeline step); ``convert`` turns one item into a Holder; ``container_id`` (given)
+    names each item's runtime container, so processes on a device are summed per container. The conversion runs
     only when the raw mapping object changes, so scrape-time checks stay cheap at 512 devices.
     """
 
@@ -145,9 +146,11 @@ class TimelineAttributionSource:
         raw_at: Callable[[float], Mapping[str, Iterable[Any]]],
         convert: Callable[[Any], Holder],
         clock: Callable[[], float],
+        container_id: Callable[[Any], str] | None = None,
     ) -> None:
         self._raw_at = raw_at
         self._convert = convert
+        self._container_id = container_id
         self._clock = clock
         self._lock = threading.Lock()
         self._raw: object = None
@@ -158,7 +161,11 @@ class TimelineAttributionSource:
         with self._lock:
             if raw is not self._raw:
                 self._raw = raw
-                self._last = Attribution.of({k: [self._convert(x) for x in v] for k, v in raw.items()})
+                cid = self._container_id
+                containers = {cid(x): self._convert(x) for v in raw.values() for x in v} if cid else None
+                self._last = Attribution.of(
+                    {k: [self._convert(x) for x in v] for k, v in raw.items()}, containers
+                )
             return self._last
 
     def up(self) -> bool | None:

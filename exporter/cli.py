@@ -28,11 +28,12 @@ from exporter.attribution import (
     EMPTY,
     AttributionSource,
     Holder,
+    MappingStatus,
     StaticAttributionSource,
     TimelineAttributionSource,
 )
 from exporter.capture import capture, redact
-from exporter.cgroup import ProcCgroups, host_proc_root
+from exporter.cgroup import ContainerRef, ProcCgroups, host_proc_root
 from exporter.collector import Collector, families
 from exporter.explain import explain
 from exporter.exposition import ExpositionCache
@@ -56,7 +57,7 @@ from vendors.command import (
     write_bundle,
 )
 from vendors.registry import BackendContext, OutputFormat, all_formats, all_specs, check_options, detect
-from vendors.sim import SimBackend
+from vendors.sim import SimBackend, container_id, pod_uid
 
 log = logging.getLogger("xpuwatch")
 
@@ -174,7 +175,31 @@ def _sim_holder(pod: Any) -> Holder:
 
 
 def _sim_attribution(sim: SimBackend, clocks: Clocks) -> AttributionSource:
-    return TimelineAttributionSource(lambda _now: sim.pods(), _sim_holder, clocks.wall)
+    seed = sim.scenario.seed
+    return TimelineAttributionSource(
+        lambda _now: sim.pods(), _sim_holder, clocks.wall, lambda pod: container_id(seed, pod)
+    )
+
+
+def _sim_pid_lookup(sim: SimBackend) -> Callable[[int], ContainerRef | None]:
+    """The simulator's stand-in for /proc/<pid>/cgroup: its processes' pods and containers."""
+
+    def lookup(pid: int) -> ContainerRef | None:
+        pod = sim.process_pod(pid)
+        seed = sim.scenario.seed
+        return None if pod is None else ContainerRef(pod_uid(seed, pod), container_id(seed, pod))
+
+    return lookup
+
+
+def _sim_mapping_status(sim: SimBackend) -> Callable[[], MappingStatus]:
+    """The simulator's pod mapping health: refreshed at every poll, every allocated ID matched (the
+    unmatched count is exported at 0 per simulated resource, so its panels show a measured zero)."""
+
+    def status() -> MappingStatus:
+        return MappingStatus(True, sim.last_refresh(), sim.resources_unmatched())
+
+    return status
 
 
 def assemble(
@@ -202,6 +227,7 @@ def assemble(
             raise ConfigError(str(exc)) from exc
     backends: list[tuple[Backend, PollSettings]] = []
     attribution = attribution or StaticAttributionSource()
+    sim: SimBackend | None = None
     node = explicit_node or socket.gethostname()
     for name in names:
         spec = specs.get(name)
@@ -231,6 +257,7 @@ def assemble(
                 interval = backend.scenario.poll_interval
             node = backend.scenario.node
             attribution = _sim_attribution(backend, clocks)
+            sim = backend
         timeout = bs.timeout or 2 * interval
         backends.append((backend, PollSettings(interval, timeout, bs.stale_after, spec.supplement)))
     poller = Poller()
@@ -253,6 +280,16 @@ def assemble(
             settings.metrics,
         )
         if pod_source is not None
+        else Collector(
+            node,
+            poller.view,
+            attribution,
+            clocks.wall,
+            _sim_mapping_status(sim),
+            _sim_pid_lookup(sim),
+            settings.metrics,
+        )
+        if sim is not None
         else Collector(node, poller.view, attribution, clocks.wall, selection=settings.metrics)
     )
     cache = ExpositionCache(

@@ -16,12 +16,16 @@ healthy band = PoolUnderused/PoolSaturated thresholds).
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+
+import numpy as np
 
 from alerts import queue
 from alerts.spec import Spec
 from exporter import catalog as c
+from report.chargeback import Usage
 from report.prom import Prometheus, ReportError, Series
 
 IDENT = "node, vendor, model, device, uuid"
@@ -58,6 +62,7 @@ class PoolUtil:
     devices: int
     avg: float  # mean utilization ratio over the window
     p95: float  # P95 over the window of the pool's mean utilization at each step
+    sm_occupancy: float = math.nan  # mean SM occupancy ratio (NaN: no device of the pool reports it)
 
 
 @dataclass(frozen=True)
@@ -67,7 +72,7 @@ class DevicePoint:
     model: str
     device: str
     uuid: str
-    memory_ratio: float  # mean framebuffer used / total
+    memory_ratio: float  # mean device memory (framebuffer, HBM, VRAM) used / total
     compute_ratio: float  # mean SM occupancy, else mean utilization
     compute_source: str  # "sm_occupancy" | "utilization"
 
@@ -78,6 +83,7 @@ class Hoarder:
     owner: str
     device_hours: float  # device-hours held with memory allocated and compute ~0
     memory_gib_hours: float
+    cards: float = 0.0  # device_hours / the window's hours: 336 h in a week = 2 cards all week
 
 
 @dataclass(frozen=True)
@@ -103,9 +109,32 @@ class SliceAdvice:
 @dataclass(frozen=True)
 class Waiting:
     namespace: str
-    resource: str
+    resource: str  # as pods request it: nvidia.com/gpu (kube-state-metrics writes nvidia_com_gpu)
     pods: int
     max_wait_seconds: float
+
+
+# kube-state-metrics sanitizes a resource name into a label value (nvidia.com/gpu -> nvidia_com_gpu); the
+# extended resource names device plugins register are <domain>/<name>, the domain ending in one of these.
+_KSM_RESOURCE = re.compile(r"^([a-z0-9][a-z0-9_-]*?)_(com|cn|io|ai|org|net)_(.+)$")
+
+
+def resource_name(ksm: str) -> str:
+    """A kube-state-metrics resource label as users write it: ``nvidia_com_gpu`` -> ``nvidia.com/gpu``,
+    ``huawei_com_Ascend910`` -> ``huawei.com/Ascend910``; names of no domain (``cpu``) are kept."""
+    m = _KSM_RESOURCE.match(ksm)
+    return f"{m[1].replace('_', '.')}.{m[2]}/{m[3]}" if m else ksm
+
+
+def span(seconds: float) -> str:
+    """A window length in words: ``45 min``, ``36 h``, ``7 d``, ``1 d 12 h``."""
+    s = int(seconds)
+    if s < 3600:
+        return f"{max(1, s // 60)} min" if s >= 60 else f"{s} s"
+    if s < 2 * 86400 and s % 86400:
+        return f"{s // 3600} h" + (f" {s % 3600 // 60} min" if s % 3600 else "")
+    d, rest = divmod(s, 86400)
+    return f"{d} d" + (f" {rest // 3600} h" if rest // 3600 else "")
 
 
 @dataclass(frozen=True)
@@ -126,6 +155,17 @@ class Baseline:
     idle_cards_while_waiting: float | None  # mean sum(1 - utilization) while any pod waited
     idle_cards: float  # mean sum(1 - utilization) over the window
     alerts: Mapping[tuple[str, str], int]  # (category, alertname) -> alert series that fired
+    usage: tuple[Usage, ...] = ()  # chargeback per (namespace, owner, vendor, model)
+    notebook_memory_gib: float = 0.0  # mean device memory (GiB) held by idle notebooks over the window
+    wait_p95_seconds: float = 0.0  # P95 over the pods that waited of each pod's longest wait
+
+    @property
+    def alerts_by_category(self) -> dict[str, int]:
+        """Alert series that fired, per category."""
+        out: dict[str, int] = {}
+        for (category, _name), n in self.alerts.items():
+            out[category] = out.get(category, 0) + n
+        return out
 
     @property
     def headline(self) -> str:
@@ -173,7 +213,31 @@ def queries(spec: Spec, w: Window) -> tuple[Query, ...]:
         f"{c.PARTITION_INFO}{{{job}}}"
     )
     r, sub = w.range, w.sub
+    sm = f"{c.SM_OCCUPANCY}{{{job}}}"
+    nb_held = f'0 * ({c.ALLOCATED}{{{job}, workload_kind="notebook"}} == 1)'
+    created = f"max by (cluster, namespace, pod) ({queue.KSM_CREATED}{{{queue.ksm_selector(spec)}}})"
+    pod_age = f"(time() - {created}) + on (cluster, namespace, pod) group_right () (0 * (({pods}) > 0))"
+    # a held card's share per holder at each step (1/N for N holders), labelled with the holder
+    share = f"(({alloc} == 1) / on (node, uuid) group_left () count by (node, uuid) ({alloc} == 1))"
+    team = "namespace, owner, vendor, model"
+    energy, power = f"{c.ENERGY}{{{job}}}", f"{c.POWER}{{{job}}}"
+
+    def charged(title: str, key: str, per_device: str | None) -> Query:
+        x = share if per_device is None else f"{share} * on (node, uuid) group_left () {per_device}"
+        return Query(key, title, f"sum by ({team}) (sum_over_time(({x}){sub}))")
+
     return (
+        charged("device-hours", "cb_steps", None),
+        Query(
+            "cb_idle",
+            "idle device-hours",
+            f"sum by ({team}) (sum_over_time(({share} and on (node, uuid) ({util} <= {u_max})){sub}))",
+        ),
+        charged("memory GiB-hours", "cb_mem", f"max by (node, uuid) ({used})"),
+        charged("energy", "cb_energy", f"max by (node, uuid) (rate({energy}[{w.step}s]))"),
+        charged(
+            "energy from power", "cb_power", f"max by (node, uuid) ({power} unless on (node, uuid) {energy})"
+        ),
         Query(
             "devices",
             "devices seen",
@@ -183,6 +247,18 @@ def queries(spec: Spec, w: Window) -> tuple[Query, ...]:
         Query("pool_p95", "pool P95", f"quantile_over_time(0.95, (avg by (vendor, model) ({util})){sub})"),
         Query("fleet_avg", "fleet utilization", f"avg(avg_over_time({util}[{r}]))"),
         Query("fleet_p95", "fleet P95", f"quantile_over_time(0.95, (avg({util})){sub})"),
+        Query("pool_sm", "pool SM occupancy", f"avg by (vendor, model) (avg_over_time({sm}[{r}]))"),
+        Query("fleet_sm", "fleet SM occupancy", f"avg(avg_over_time({sm}[{r}]))"),
+        Query(
+            "nb_mem",
+            "memory of idle notebooks",
+            f"sum_over_time((sum({idle_mem} + on (node, uuid) group_right () {nb_held})){sub})",
+        ),
+        Query(
+            "wait_by_pod",
+            "wait per pod",
+            f"max by (cluster, namespace, pod) (max_over_time(({pod_age}){sub}))",
+        ),
         Query(
             "mem_ratio",
             "memory per device",
@@ -296,7 +372,7 @@ def collect(
         out[q.key] = prom.query(q.expr, w.end)
         if q.key == "devices" and not out[q.key]:
             raise ReportError(
-                f"no xpuwatch series ({c.UP}{{{spec.exporter_job_selector}}}) in the {w.seconds // 3600} h "
+                f"no xpuwatch series ({c.UP}{{{spec.exporter_job_selector}}}) in the {span(w.seconds)} "
                 f"before {_iso(w.end)} at {prom.url}: is this Prometheus scraping the exporter under that job?"
             )
     step = curve_step(w)
@@ -365,16 +441,39 @@ def figures(answers: Answers, spec: Spec, w: Window) -> Baseline:
     counts = _by(answers, "devices", "vendor", "model")
     avg = _by(answers, "pool_avg", "vendor", "model")
     p95 = _by(answers, "pool_p95", "vendor", "model")
+    sm_pool = _by(answers, "pool_sm", "vendor", "model")
     pools = tuple(
-        PoolUtil(k[0], k[1], int(n), avg.get(k, math.nan), p95.get(k, math.nan))
+        PoolUtil(k[0], k[1], int(n), avg.get(k, math.nan), p95.get(k, math.nan), sm_pool.get(k, math.nan))
         for k, n in sorted(counts.items())
     )
+    fleet_sm = _scalar(answers, "fleet_sm")
     fleet = PoolUtil(
         "all",
         "fleet",
         int(sum(counts.values())),
         _scalar(answers, "fleet_avg") or 0.0,
         _scalar(answers, "fleet_p95") or 0.0,
+        math.nan if fleet_sm is None else fleet_sm,
+    )
+    waits = [_v(s) for s in answers.get("wait_by_pod", ())]
+    team = ("namespace", "owner", "vendor", "model")
+    steps, idle_steps = _by(answers, "cb_steps", *team), _by(answers, "cb_idle", *team)
+    mem_steps = _by(answers, "cb_mem", *team)
+    joules = {k: v * w.step for k, v in _by(answers, "cb_energy", *team).items()}
+    from_power = {k: v * w.step for k, v in _by(answers, "cb_power", *team).items()}
+    usage = tuple(
+        Usage(
+            k[0],
+            k[1],
+            k[2],
+            k[3],
+            device_hours=n * hours,
+            idle_hours=idle_steps.get(k, 0.0) * hours,
+            memory_gib_hours=mem_steps.get(k, 0.0) * hours / GIB,
+            energy_kwh=(joules.get(k, 0.0) + from_power.get(k, 0.0)) / 3.6e6,
+            energy_kwh_from_power=from_power.get(k, 0.0) / 3.6e6,
+        )
+        for k, n in sorted(steps.items())
     )
     ident = ("node", "vendor", "model", "device", "uuid")
     mem, sm, du = (_by(answers, k, *ident) for k in ("mem_ratio", "sm_occ", "dev_util"))
@@ -395,7 +494,7 @@ def figures(answers: Answers, spec: Spec, w: Window) -> Baseline:
     hoarders = tuple(
         sorted(
             (
-                Hoarder(k[0], k[1], n * hours, hoard_mem.get(k, 0.0) * hours / GIB)
+                Hoarder(k[0], k[1], n * hours, hoard_mem.get(k, 0.0) * hours / GIB, n * w.step / w.seconds)
                 for k, n in _by(answers, "hoard_steps", "namespace", "owner").items()
                 if n
             ),
@@ -450,7 +549,7 @@ def figures(answers: Answers, spec: Spec, w: Window) -> Baseline:
     )
     pods_ns = _by(answers, "pods_by_ns", "namespace", "resource")
     waiting = tuple(
-        Waiting(k[0], k[1], int(pods_ns.get(k, 0)), age)
+        Waiting(k[0], resource_name(k[1]), int(pods_ns.get(k, 0)), age)
         for k, age in sorted(_by(answers, "wait_by_ns", "namespace", "resource").items())
     )
     ksm_seen = bool(answers.get("ksm_seen"))
@@ -483,4 +582,8 @@ def figures(answers: Answers, spec: Spec, w: Window) -> Baseline:
             (s.labels.get("category", ""), s.labels.get("alertname", "")): int(_v(s))
             for s in answers.get("alerts", ())
         },
+        # GiB-hours held by idle notebooks over the window's hours: their mean over the whole window
+        usage=usage,
+        notebook_memory_gib=(_scalar(answers, "nb_mem") or 0.0) * w.step / w.seconds / GIB,
+        wait_p95_seconds=float(np.quantile(waits, 0.95)) if waits else 0.0,
     )

@@ -4,9 +4,13 @@ OpenMetrics for promtool backfill). Edge of the report package: argument parsing
 from __future__ import annotations
 
 import argparse
+import datetime as dt
+import os
 import re
 import sys
 import time
+import zoneinfo
+from collections.abc import Mapping
 from pathlib import Path
 
 from alerts.spec import DEFAULT_SPEC_PATH, SpecError, load_spec
@@ -33,6 +37,37 @@ def positive(text: str) -> float:
     return value
 
 
+def zone(name: str) -> dt.tzinfo:
+    """An IANA zone name -> tzinfo (argparse type): ``Asia/Shanghai``, ``UTC``."""
+    try:
+        return zoneinfo.ZoneInfo(name)
+    except (zoneinfo.ZoneInfoNotFoundError, ValueError) as exc:
+        raise argparse.ArgumentTypeError(
+            f"{name!r} is not an IANA time zone like Asia/Shanghai or UTC"
+        ) from exc
+
+
+def system_zone(env: Mapping[str, str] = os.environ, localtime: Path = Path("/etc/localtime")) -> dt.tzinfo:
+    """The system's time zone: $TZ when it names an IANA zone, else the zone /etc/localtime links to,
+    else the current UTC offset (without daylight-saving rules)."""
+    for name in (env.get("TZ", "").lstrip(":"), _linked_zone(localtime)):
+        if name:
+            try:
+                return zoneinfo.ZoneInfo(name)
+            except (zoneinfo.ZoneInfoNotFoundError, ValueError):
+                pass
+    return dt.datetime.now().astimezone().tzinfo or dt.UTC
+
+
+def _linked_zone(localtime: Path) -> str:
+    try:
+        target = str(localtime.resolve(strict=True))
+    except OSError:
+        return ""
+    _, sep, key = target.partition("/zoneinfo/")
+    return key if sep else ""
+
+
 def add_commands(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p = sub.add_parser(
         "report",
@@ -51,7 +86,38 @@ def add_commands(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-
     p.add_argument(
         "--step", type=duration, default=None, help="subquery resolution (default: range/2016, at least 1m)"
     )
+    p.add_argument(
+        "--compare",
+        type=duration,
+        default=None,
+        metavar="DURATION",
+        help="also report the window of this length before the report's window and compare the two "
+        "(--range 7d --compare 7d: this week against the week before)",
+    )
+    p.add_argument(
+        "--compare-end",
+        type=float,
+        default=None,
+        metavar="UNIX",
+        help="end of the before window, Unix seconds (default: the start of the report's window)",
+    )
+    p.add_argument(
+        "--csv",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="also write the chargeback as CSV for finance: DIR/usage_by_team.csv and DIR/usage_by_model.csv "
+        "(device-hours, idle share, memory GiB-hours, kWh)",
+    )
     p.add_argument("--spec", type=Path, default=DEFAULT_SPEC_PATH, help="alert spec whose thresholds to use")
+    p.add_argument(
+        "--timezone",
+        type=zone,
+        default=None,
+        metavar="ZONE",
+        help="IANA time zone the page's times and plot axes are written in, e.g. Asia/Shanghai "
+        "(default: the system's, from $TZ or /etc/localtime)",
+    )
     p.add_argument(
         "-o",
         "--output",
@@ -100,6 +166,7 @@ def run_report(args: argparse.Namespace) -> int:
         )
         return 2
     from report.baseline import Window, collect, figures, queries, range_queries
+    from report.compare import compare
     from report.prom import Prometheus, ReportError
 
     try:
@@ -111,7 +178,16 @@ def run_report(args: argparse.Namespace) -> int:
     step = args.step or max(60, args.range_ // 2016 // 60 * 60)
     end -= end % step
     window = Window(end=end, seconds=args.range_, step=step)
-    total = len(queries(spec, window)) + len(range_queries(spec))
+    before: Window | None = None
+    if args.compare is not None:
+        b_end = window.start if args.compare_end is None else args.compare_end
+        b_step = args.step or max(60, args.compare // 2016 // 60 * 60)
+        before = Window(end=b_end - b_end % b_step, seconds=args.compare, step=b_step)
+    elif args.compare_end is not None:
+        print("xpuwatch report: --compare-end needs --compare DURATION", file=sys.stderr)
+        return 2
+    windows = [window] if before is None else [before, window]
+    total = sum(len(queries(spec, w)) + len(range_queries(spec)) for w in windows)
     bar = tqdm(total=total, unit="query", file=sys.stderr, leave=False, disable=None)
 
     def progress(title: str) -> None:
@@ -120,18 +196,35 @@ def run_report(args: argparse.Namespace) -> int:
 
     try:
         prom = Prometheus(args.prometheus, args.timeout, int(args.max_answer_mib * 2**20))
-        answers = collect(prom, spec, window, progress)
+        baselines = [figures(collect(prom, spec, w, progress), spec, w) for w in windows]
     except ReportError as exc:
         bar.close()
         print(f"xpuwatch report: {exc}", file=sys.stderr)
         return 1
     bar.close()
-    baseline = figures(answers, spec, window)
+    baseline = baselines[-1]
+    comparison = compare(baselines[0], baseline) if before is not None else None
     try:
-        args.output.write_text(html(baseline, time.time()), encoding="utf-8")
+        tz = args.timezone or system_zone()
+        args.output.write_text(html(baseline, time.time(), tz, comparison), encoding="utf-8")
     except OSError as exc:
         print(f"xpuwatch report: cannot write {args.output}: {exc}", file=sys.stderr)
         return 1
+    if args.csv is not None:
+        from report import chargeback as cb
+
+        try:
+            args.csv.mkdir(parents=True, exist_ok=True)
+            for name, rows, columns in (
+                ("usage_by_team.csv", cb.by_team(baseline.usage), cb.TEAM_COLUMNS),
+                ("usage_by_model.csv", cb.by_model(baseline.usage), cb.MODEL_COLUMNS),
+            ):
+                (args.csv / name).write_text(cb.to_csv(rows, columns), encoding="utf-8")
+        except OSError as exc:
+            print(f"xpuwatch report: cannot write CSV to {args.csv}: {exc}", file=sys.stderr)
+            return 1
+    if comparison is not None:
+        print(comparison.headline)
     print(f"{baseline.headline}\nwrote {args.output}")
     return 0
 

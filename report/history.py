@@ -125,16 +125,37 @@ def _day_curve(t: float) -> float:
     return 0.5 + 0.5 * math.cos(2 * math.pi * ((t % DAY) / DAY - 14 / 24))
 
 
-def point(d: HistoryDevice, t: float) -> Point:
-    """Readings of device ``d`` at Unix time ``t`` (deterministic)."""
+# What the change at ``change_at`` does (the improvement a before/after report has to show): training jobs
+# are packed onto the cards (+0.15 utilization), idle notebooks are culled (their cards freed), and the
+# freed capacity shortens the afternoon queue to 30 minutes.
+CHANGE_TRAINING_GAIN = 0.15
+CHANGE_WAIT_SECONDS = 1800
+
+
+def held(d: HistoryDevice, t: float, change_at: float | None = None) -> bool:
+    """Whether ``d``'s holder holds it at ``t``: always, except notebooks culled by the change."""
+    if d.holder is None:
+        return False
+    return not (d.shape == "notebook" and change_at is not None and t >= change_at)
+
+
+def point(d: HistoryDevice, t: float, change_at: float | None = None) -> Point:
+    """Readings of device ``d`` at Unix time ``t`` (deterministic); from ``change_at`` on (when given) the
+    fleet after the change."""
     wobble = 0.03 * math.sin(t / 977.0 + len(d.uuid) + int(d.uuid[-2:]))
     total = d.memory_total_bytes
+    changed = change_at is not None and t >= change_at
     if d.shape == "training":
-        u = min(1.0, d.base + d.swing * _day_curve(t) + wobble)
+        gain = CHANGE_TRAINING_GAIN if changed else 0.0
+        u = min(1.0, d.base + gain + d.swing * _day_curve(t) + wobble)
         return Point(u, min(1.0, (0.5 + d.base / 2) * u), (0.6 + d.base / 2) * total)
     if d.shape == "inference":
         u = d.base / 2 + 0.1 + wobble
         return Point(u, 0.6 * u, (0.2 + d.base / 3) * total)
+    if d.shape == "notebook" and changed:
+        if d.slice_id is not None:
+            return Point(0.0, 0.0, 0.0, 0.0, 10 * GIB, 0.0)
+        return Point(0.0, 0.0, 0.0)
     if d.shape == "notebook":
         mem = 12 * GIB
         if d.slice_id is not None:
@@ -145,16 +166,31 @@ def point(d: HistoryDevice, t: float) -> Point:
     return Point(0.0, 0.0, 0.0)  # free
 
 
-def waiting(t: float, start: float) -> tuple[WaitingPod, ...]:
+IDLE_WATTS, BUSY_WATTS = 60.0, 340.0
+ENERGY_COUNTER_VENDORS = ("nvidia", "amd")  # Ascend's npu-smi reports power but no energy counter
+
+
+def power_watts(d: HistoryDevice, t: float, change_at: float | None = None) -> float:
+    """Power draw of ``d`` at ``t``: 60 W idle plus 340 W at full utilization."""
+    return IDLE_WATTS + BUSY_WATTS * point(d, t, change_at).utilization
+
+
+def waiting(t: float, start: float, change_at: float | None = None) -> tuple[WaitingPod, ...]:
     """Pods pending for a card at ``t``: each afternoon (13:00-17:00 UTC) one NVIDIA job waits from 13:00 and
-    one Ascend job from 15:00; nothing waits otherwise."""
+    one Ascend job from 15:00; nothing waits otherwise. From ``change_at`` on each waits at most
+    ``CHANGE_WAIT_SECONDS``."""
     day0 = t - t % DAY
-    hour = (t % DAY) / 3600
     out = []
-    if 13 <= hour < 17 and day0 + 13 * 3600 >= start:
-        out.append(WaitingPod("ml", f"big-train-{int(day0 // DAY)}", "nvidia_com_gpu", 8, day0 + 13 * 3600))
-    if 15 <= hour < 17 and day0 + 15 * 3600 >= start:
-        out.append(WaitingPod("nlp", f"ft-{int(day0 // DAY)}", "huawei_com_Ascend910", 4, day0 + 15 * 3600))
+    for ns, name, resource, count, hour in (
+        ("ml", "big-train", "nvidia_com_gpu", 8, 13),
+        ("nlp", "ft", "huawei_com_Ascend910", 4, 15),
+    ):
+        created = day0 + hour * 3600
+        until = day0 + 17 * 3600
+        if change_at is not None and t >= change_at:
+            until = min(until, created + CHANGE_WAIT_SECONDS)
+        if created <= t < until and created >= start:
+            out.append(WaitingPod(ns, f"{name}-{int(day0 // DAY)}", resource, count, created))
     return tuple(out)
 
 
@@ -166,11 +202,19 @@ def _num(v: float) -> str:
     return repr(float(v))
 
 
-def openmetrics(devices: int, start: int, end: int, step: int) -> Iterator[str]:
+def times(start: int, end: int, step: int, change_at: int | None = None) -> list[int]:
+    """The sample times of ``openmetrics``: every ``step`` from ``start`` to ``end``, without ``change_at``
+    itself (one scrape missed while the change rolled out), so no window ending at the change sees after-
+    change data, whichever end of a range Prometheus includes."""
+    return [t for t in range(start - start % step, end + 1, step) if t != change_at]
+
+
+def openmetrics(devices: int, start: int, end: int, step: int, change_at: int | None = None) -> Iterator[str]:
     """OpenMetrics exposition lines (with timestamps, families contiguous, ``# EOF`` last) of the fleet from
-    ``start`` to ``end`` (Unix seconds, inclusive) every ``step`` seconds."""
+    ``start`` to ``end`` (Unix seconds, inclusive) every ``step`` seconds; with ``change_at``, the fleet
+    changes then (``point``, ``held``, ``waiting``)."""
     ds = fleet(devices)
-    times = range(start - start % step, end + 1, step)
+    times_ = times(start, end, step, change_at)
     ident = {
         d.uuid: dict(node=d.node, vendor=d.vendor, model=d.model, device=d.device, uuid=d.uuid) for d in ds
     }
@@ -181,7 +225,7 @@ def openmetrics(devices: int, start: int, end: int, step: int) -> Iterator[str]:
     ) -> Iterator[str]:
         yield f"# TYPE {name} gauge"
         for labels, key in series:
-            for t in times:
+            for t in times_:
                 v = value(key, t)
                 if v is not None:
                     yield f"{name}{labels} {_num(v)} {t}"
@@ -190,12 +234,26 @@ def openmetrics(devices: int, start: int, end: int, step: int) -> Iterator[str]:
         return [(_labels(**base, **ident[d.uuid]), d) for d in ds]
 
     yield from family(c.UP, dev_series(), lambda d, t: 1.0)
-    yield from family(c.UTILIZATION, dev_series(), lambda d, t: point(d, t).utilization)
-    yield from family(c.SM_OCCUPANCY, dev_series(), lambda d, t: point(d, t).sm_occupancy)
-    yield from family(c.MEMORY_USED, dev_series(), lambda d, t: point(d, t).memory_used_bytes)
+    yield from family(c.UTILIZATION, dev_series(), lambda d, t: point(d, t, change_at).utilization)
+    yield from family(c.SM_OCCUPANCY, dev_series(), lambda d, t: point(d, t, change_at).sm_occupancy)
+    yield from family(c.MEMORY_USED, dev_series(), lambda d, t: point(d, t, change_at).memory_used_bytes)
     yield from family(c.MEMORY_TOTAL, dev_series(), lambda d, t: d.memory_total_bytes)
-    held = [(_labels(**base, **ident[d.uuid], **vars(d.holder)), d) for d in ds if d.holder is not None]
-    yield from family(c.ALLOCATED, held, lambda d, t: 1.0)
+    yield from family(c.POWER, dev_series(), lambda d, t: power_watts(d, t, change_at))
+    # The energy counter accumulates each sample's power over the step before it, so rate() over one step
+    # is that sample's power exactly (vendors with no counter export power only).
+    counters = [(labels, d) for labels, d in dev_series() if d.vendor in ENERGY_COUNTER_VENDORS]
+    energy: dict[str, float] = {}
+
+    def joules(d: HistoryDevice, t: int) -> float:
+        energy[d.uuid] = energy.get(d.uuid, 1e6) + power_watts(d, t, change_at) * step
+        return energy[d.uuid]
+
+    yield f"# TYPE {c.ENERGY.removesuffix('_total')} counter"
+    for line in family(c.ENERGY, counters, joules):
+        if not line.startswith("#"):
+            yield line
+    holders = [(_labels(**base, **ident[d.uuid], **vars(d.holder)), d) for d in ds if d.holder is not None]
+    yield from family(c.ALLOCATED, holders, lambda d, t: 1.0 if held(d, t, change_at) else None)
     sliced = [d for d in ds if d.slice_id is not None]
 
     def slice_series() -> list[tuple[str, HistoryDevice]]:
@@ -209,9 +267,12 @@ def openmetrics(devices: int, start: int, end: int, step: int) -> Iterator[str]:
             for d in sliced
         ]
 
-    yield from family(c.SLICE_MEMORY_USED, slice_series(), lambda d, t: point(d, t).slice_memory_used_bytes)
-    yield from family(c.SLICE_MEMORY_LIMIT, slice_series(), lambda d, t: point(d, t).slice_memory_limit_bytes)
-    yield from family(c.SLICE_UTILIZATION, slice_series(), lambda d, t: point(d, t).slice_utilization)
+    def at(attr: str) -> Callable[[HistoryDevice, int], float | None]:
+        return lambda d, t: getattr(point(d, t, change_at), attr)
+
+    yield from family(c.SLICE_MEMORY_USED, slice_series(), at("slice_memory_used_bytes"))
+    yield from family(c.SLICE_MEMORY_LIMIT, slice_series(), at("slice_memory_limit_bytes"))
+    yield from family(c.SLICE_UTILIZATION, slice_series(), at("slice_utilization"))
     # One Ascend vNPU (issue 22): the exporter gives its size only (template, memory limit, AI-core share);
     # npu-smi prints no per-vNPU usage, so it has slice_info but no used/utilization series.
     vnpu_on = [d for d in ds if d.vendor == "huawei"][:1]
@@ -221,18 +282,18 @@ def openmetrics(devices: int, start: int, end: int, step: int) -> Iterator[str]:
     ]
     yield "# TYPE " + c.SLICE_INFO + " gauge"
     for labels, _d in [*slice_series(), *vnpu]:
-        for t in times:
+        for t in times_:
             yield f"{c.SLICE_INFO}{labels} 1.0 {t}"
-    yield from _ksm(start, times)
+    yield from _ksm(start, times_, change_at)
     yield "# EOF"
 
 
-def _ksm(start: int, times: range) -> Iterator[str]:
+def _ksm(start: int, times: Sequence[int], change_at: int | None) -> Iterator[str]:
     """kube-state-metrics series of the waiting pods: present only while they wait, like KSM's."""
     ksm = {"job": "kube-state-metrics", "instance": "ksm:8080"}
     pods: dict[tuple[str, str], tuple[WaitingPod, list[int]]] = {}
     for t in times:
-        for p in waiting(t, start):
+        for p in waiting(t, start, change_at):
             pods.setdefault((p.namespace, p.pod), (p, []))[1].append(t)
     families = (
         (

@@ -6,11 +6,14 @@ timeline of workload profiles, injected faults and pod assignments; ``parse_scen
 dataclasses (pure, raises ``ScenarioError`` naming the key). Readings are a pure function of
 (scenario, seed, device, seconds since start): ``simulate(scenario, t)``.
 
-Default fleet on node ``sim-node-1`` (12 devices): nvidia 0-1 "NVIDIA A100-SXM4-80GB" (0 in MIG mode with
+Default fleet on node ``sim-node-1`` (17 devices): nvidia 0-1 "NVIDIA A100-SXM4-80GB" (0 in MIG mode with
 3g.40gb, 2g.20gb and 1g.10gb instances), nvidia 2-3 "NVIDIA GeForce RTX 4090" (3 shared by two HAMi vGPU
 shares), amd 0-3 "AMD Instinct MI250X" (two MI250X packages = four GCDs, each its own device as rocm-smi and
 amd-smi list them; package power is reported on the first GCD of each package only), huawei 0-0..3-0
-"Ascend910B" (labelled as the npu-smi parser labels chips: ``"<NPU>-<chip>"``, uuid ``ascend-<bus id>-<chip>``). The default timeline shows every profile and has no faults.
+"Ascend910B" (labelled as the npu-smi parser labels chips: ``"<NPU>-<chip>"``, uuid ``ascend-<bus id>-<chip>``),
+huawei 4-0 "Ascend310P3", hygon 0 "K100_AI", cambricon 0 "MLU370-X8", enflame 0 "S60", kunlunxin 0 "R200". The
+default timeline shows every profile and has no faults; with the vendor-only metrics of ``EXTRAS`` and one
+process per holding container, the default fleet emits every family of ``exporter.catalog``.
 
 Per-model capabilities follow what the real vendor interfaces report: DCGM profiling ratios (SM active,
 occupancy, tensor) only on the A100; no device-level GPU-Util on a MIG-enabled A100 (NVML answers
@@ -42,7 +45,15 @@ from typing import Any
 
 import yaml
 
-from vendors.base import BackendError, Device, DeviceSample, Slice
+from vendors.amd.readings import ECC_DEFERRED as AMD_ECC_DEFERRED
+from vendors.ascend import records as ascend
+from vendors.base import BackendError, Device, DeviceSample, ProcessMemory, Slice
+from vendors.cambricon import ECC_ERRORS as CAMBRICON_ECC
+from vendors.dcgm import PROFILING_SUSPECT
+from vendors.enflame import ECC_ENABLED as ENFLAME_ECC
+from vendors.kunlunxin import L3_TOTAL as KUNLUNXIN_L3_TOTAL
+from vendors.kunlunxin import L3_USED as KUNLUNXIN_L3_USED
+from vendors.nvidia_smi import MIG_MODE
 from vendors.registry import BackendContext, BackendSpec, Detection, register
 
 DEFAULT_NODE = "sim-node-1"
@@ -59,6 +70,16 @@ FAULTS = (
     "hung_backend",
     "clear",
 )
+# Device plugin resource names, as pods request them (the kubelet's PodResources resource_name).
+RESOURCE_NAMES = {
+    "nvidia": "nvidia.com/gpu",
+    "amd": "amd.com/gpu",
+    "huawei": "huawei.com/Ascend910",
+    "hygon": "hygon.com/dcu",
+    "cambricon": "cambricon.com/mlu",
+    "enflame": "enflame.com/gcu",
+    "kunlunxin": "kunlunxin.com/xpu",
+}
 WORKLOAD_KINDS = ("notebook", "job", "service", "unknown")
 # NVIDIA XIDs the simulated NVIDIA devices watch (exported at 0 before the first event).
 NVIDIA_XIDS = ("13", "31", "43", "45", "48", "63", "64", "74", "79", "94", "95")
@@ -106,6 +127,11 @@ class ModelSpec:
     fault_codes: tuple[str, ...] = ()
     throttle: bool = False
     clocks: bool = True
+    energy: bool = True  # an energy counter (NVML, amd-smi); the others' tools print power only
+    memory_percent_only: bool = False  # hy-smi: VRAM% without bytes -> accelerator_memory_used_ratio
+    processes: bool = False  # the tool lists processes with their memory (per-container memory)
+    extras: str = ""  # key of EXTRAS: the model's vendor-only metrics
+    chip_power: bool = True  # Ascend 310P chips report no power; the card's MCU does (card_power_watts)
 
 
 MODELS: dict[str, ModelSpec] = {
@@ -122,6 +148,8 @@ MODELS: dict[str, ModelSpec] = {
         health=("memory", "nvlink", "pcie", "power", "thermal"),
         fault_codes=NVIDIA_XIDS,
         throttle=True,
+        processes=True,
+        extras="a100",
     ),
     "NVIDIA GeForce RTX 4090": ModelSpec(
         "nvidia",
@@ -133,6 +161,7 @@ MODELS: dict[str, ModelSpec] = {
         temperatures=("core",),
         fault_codes=NVIDIA_XIDS,
         throttle=True,
+        processes=True,
     ),
     "AMD Instinct MI250X": ModelSpec(
         "amd",
@@ -142,6 +171,8 @@ MODELS: dict[str, ModelSpec] = {
         1600e6,
         temperatures=("hotspot", "memory"),
         power_on_even_index_only=True,
+        processes=True,
+        extras="amd",
     ),
     "Ascend910B": ModelSpec(
         "huawei",
@@ -152,7 +183,29 @@ MODELS: dict[str, ModelSpec] = {
         temperatures=("core",),
         health=("chip",),
         clocks=False,
+        processes=True,
+        extras="ascend",
     ),
+    # Ascend 310P3 (Atlas 300I Pro, one chip): no chip power, the card's power on its lowest chip.
+    "Ascend310P3": ModelSpec(
+        "huawei",
+        24 * GIB,
+        None,
+        1080e6,
+        1600e6,
+        ecc=False,
+        health=("chip",),
+        clocks=False,
+        energy=False,
+        processes=True,
+        extras="ascend310p",
+        chip_power=False,
+    ),
+    # Domestic cards read by their vendors' tools: power without an energy counter.
+    "K100_AI": ModelSpec("hygon", 64 * GIB, 350.0, 1500e6, 1600e6, energy=False, memory_percent_only=True),
+    "MLU370-X8": ModelSpec("cambricon", 48 * GIB, 250.0, 1300e6, 1600e6, energy=False, extras="cambricon"),
+    "S60": ModelSpec("enflame", 48 * GIB, 300.0, 1400e6, 1600e6, energy=False, extras="enflame"),
+    "R200": ModelSpec("kunlunxin", 32 * GIB, 150.0, 1400e6, 1600e6, energy=False, extras="kunlunxin"),
 }
 
 _VENDOR_OF_MODEL = {name: m.vendor for name, m in MODELS.items()}
@@ -678,9 +731,13 @@ def _sample(scenario: Scenario, d: _SimDevice, st: _DeviceState, t: float, step:
     health = dict.fromkeys(m.health, not st.health_fail)
     if st.dbe and "memory" in health:
         health["memory"] = False
-    has_power = not (m.power_on_even_index_only and int(d.index) % 2 == 1)
+    has_power = m.chip_power and not (m.power_on_even_index_only and int(d.index) % 2 == 1)
     slices = _slices(scenario, d, st, step)
     mig = bool(d.mig)
+    device_mem = float(sum(s.memory_used_bytes or 0 for s in slices) if mig else mem_used)
+    processes = _processes(scenario, d, st, slices, device_mem) if m.processes else None
+    reading = _Reading(p, util, device_mem, m.memory_bytes, nominal_limit * p.power, processes or ())
+    extras = EXTRAS[m.extras](d, reading, lambda what: _noise(seed, uuid, step, what)) if m.extras else {}
     return DeviceSample(
         device=d.device,
         utilization_ratio=None if mig else r(util),
@@ -688,12 +745,13 @@ def _sample(scenario: Scenario, d: _SimDevice, st: _DeviceState, t: float, step:
         sm_occupancy_ratio=r(jitter(p.sm_occupancy, "occ")) if m.prof else None,
         tensor_active_ratio=r(jitter(p.tensor, "tensor")) if m.prof else None,
         memory_bandwidth_utilization_ratio=r(jitter(p.membw, "membw")),
-        memory_used_bytes=float(sum(s.memory_used_bytes or 0 for s in slices) if mig else mem_used),
-        memory_total_bytes=float(m.memory_bytes),
+        memory_used_bytes=None if m.memory_percent_only else device_mem,
+        memory_total_bytes=None if m.memory_percent_only else float(m.memory_bytes),
+        memory_used_ratio=r(device_mem / m.memory_bytes) if m.memory_percent_only else None,
         temperatures_celsius=temps,
         power_watts=power if has_power else None,
         power_limit_watts=(limit if has_power else None),
-        energy_joules=energy if has_power else None,
+        energy_joules=energy if has_power and m.energy else None,
         clocks_hertz=(
             {
                 "graphics": r(m.max_clock_hertz * clock_ratio, -6),
@@ -713,7 +771,106 @@ def _sample(scenario: Scenario, d: _SimDevice, st: _DeviceState, t: float, step:
         link_errors=dict(_zero_links(m.nvlinks)),
         health=health,
         slices=slices,
+        vendor_metrics=extras,
+        processes=processes,
     )
+
+
+def container_id(seed: int, pod: SimPod) -> str:
+    """The runtime container ID (64 hex) of a simulated container, as the pod list and cgroups name it."""
+    return _hex("container", seed, pod.namespace, pod.pod, pod.container)
+
+
+def pod_uid(seed: int, pod: SimPod) -> str:
+    """The pod UID (dashed, as ``metadata.uid``) of a simulated pod."""
+    h = _hex("pod", seed, pod.namespace, pod.pod)
+    return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:32]}"
+
+
+def process_pid(seed: int, pod: SimPod) -> int:
+    """The host PID of a simulated container's process on its device (one per container, 1000..60999)."""
+    return 1000 + int(_hex("pid", seed, pod.namespace, pod.pod, pod.container)[:8], 16) % 60000
+
+
+def _processes(
+    scenario: Scenario, d: _SimDevice, st: _DeviceState, slices: Sequence[Slice], device_mem: float
+) -> tuple[ProcessMemory, ...]:
+    """One process per holding container, as the vendor's process list shows it: a slice's holders share
+    its memory, a whole device's holders share what the device holds outside slices (the first container
+    of a pod holds the larger part, as a server next to its warm-up sidecar does)."""
+    out: dict[int, float] = {}
+
+    def share(pods: Sequence[SimPod], held: float) -> None:
+        if not pods:
+            return
+        weights = [2.0 if i == 0 else 1.0 for i in range(len(pods))]
+        for pod, w in zip(pods, weights, strict=True):
+            mib = round(held * w / sum(weights) / MIB)
+            pid = process_pid(scenario.seed, pod)
+            out[pid] = out.get(pid, 0.0) + float(mib * MIB)
+
+    in_slices = 0.0
+    for sl in slices:
+        pods = st.slice_pods.get(sl.slice_id, ())
+        share(pods, sl.memory_used_bytes or 0.0)
+        in_slices += (sl.memory_used_bytes or 0.0) if pods else 0.0
+    share(st.pods, max(0.0, device_mem - in_slices))
+    return tuple(ProcessMemory(pid, used) for pid, used in sorted(out.items()))
+
+
+@dataclass(frozen=True)
+class _Reading:
+    """What vendor-only metrics derive from: the profile and the device's readings this poll."""
+
+    profile: ProfileSpec
+    util: float
+    memory_used: float
+    memory_total: float
+    power_watts: float
+    processes: tuple[ProcessMemory, ...]
+
+
+def _ascend(d: _SimDevice, x: _Reading, noise: Callable[[str], float]) -> dict[str, float]:
+    """npu-smi's extra fields of a 910B chip (vendors/ascend/records.py)."""
+    return {
+        ascend.HEALTH_STATE.name: 0.0,
+        ascend.ERROR_CODES_ACTIVE.name: 0.0,
+        ascend.AICPU.name: round(_clip(0.02 + 0.05 * x.util + 0.01 * noise("aicpu")), 4),
+        ascend.CTRLCPU.name: round(_clip(0.06 + 0.02 * noise("ctrlcpu")), 4),
+        ascend.AICORE_FREQ.name: 1800e6 if x.util > 0.05 else 1000e6,
+        ascend.AICORE_RATED_FREQ.name: 1800e6,
+        ascend.DDR_USED.name: float(2 * GIB + round(512 * _clip(0.5 + 0.2 * noise("ddr"))) * MIB),
+        ascend.DDR_TOTAL.name: float(16 * GIB),
+        ascend.DDR_BANDWIDTH.name: round(_clip(0.05 + 0.1 * x.profile.membw), 4),
+        ascend.PROCESSES.name: float(len(x.processes)),
+        ascend.PROCESS_MEMORY.name: float(sum(p.memory_used_bytes or 0.0 for p in x.processes)),
+    }
+
+
+def _ascend310p(d: _SimDevice, x: _Reading, noise: Callable[[str], float]) -> dict[str, float]:
+    """A 310P3 chip adds vector-core usage and, on the card's lowest chip, the card's power."""
+    out = _ascend(d, x, noise)
+    out[ascend.AICORE_FREQ.name] = 1080e6 if x.util > 0.05 else 600e6
+    out[ascend.AICORE_RATED_FREQ.name] = 1080e6
+    out[ascend.VECTORCORE.name] = round(_clip(0.6 * x.util + 0.02 * noise("vector")), 4)
+    out[ascend.CARD_POWER.name] = round(20.0 + 50.0 * x.profile.power + noise("cardpower"), 2)
+    return out
+
+
+EXTRAS: dict[str, Callable[[_SimDevice, _Reading, Callable[[str], float]], dict[str, float]]] = {
+    "a100": lambda d, x, n: {MIG_MODE: 1.0 if d.mig else 0.0, PROFILING_SUSPECT: 0.0},
+    "amd": lambda d, x, n: {AMD_ECC_DEFERRED.name: 0.0},
+    "ascend": _ascend,
+    "ascend310p": _ascend310p,
+    "cambricon": lambda d, x, n: {CAMBRICON_ECC.name: 0.0},
+    "enflame": lambda d, x, n: {ENFLAME_ECC.name: 1.0},
+    "kunlunxin": lambda d, x, n: {
+        KUNLUNXIN_L3_USED.name: float(round(64 * _clip(x.profile.membw + 0.05)) * MIB),
+        KUNLUNXIN_L3_TOTAL.name: float(64 * MIB),
+    },
+}
+"""Vendor-only metrics by ``ModelSpec.extras``: the names the real backends declare, so the simulated fleet
+emits every family of the catalog."""
 
 
 def _slices(scenario: Scenario, d: _SimDevice, st: _DeviceState, step: int) -> tuple[Slice, ...]:
@@ -809,6 +966,9 @@ class SimBackend:
         self._closed = threading.Event()
         self._event_times = [ev.at for ev in scenario.timeline]
         self._pods_cache: tuple[int, Mapping[str, tuple[SimPod, ...]]] | None = None
+        self._pid_pods = {
+            process_pid(scenario.seed, p): p for ev in scenario.timeline for p in (ev.pods or ())
+        }
 
     def elapsed(self) -> float:
         return max(0.0, self._clock() - self.start)
@@ -833,6 +993,20 @@ class SimBackend:
         pods = pods_at(self.scenario, t)
         self._pods_cache = (epoch, pods)
         return pods
+
+    def process_pod(self, pid: int) -> SimPod | None:
+        """The container whose process ``pid`` is (the stand-in for /proc/<pid>/cgroup), None for none."""
+        return self._pid_pods.get(pid)
+
+    def last_refresh(self) -> float:
+        """Unix time of the last poll step: the simulated pod mapping refreshes with every poll."""
+        interval = self.scenario.poll_interval
+        return self.start + (self.elapsed() // interval) * interval
+
+    def resources_unmatched(self) -> tuple[tuple[str, int], ...]:
+        """(device plugin resource name, unmatched IDs) per simulated vendor: always 0, nothing is lost."""
+        vendors = {d.vendor for d in fleet_devices(self.scenario)}
+        return tuple(sorted((RESOURCE_NAMES[v], 0) for v in vendors if v in RESOURCE_NAMES))
 
     def close(self) -> None:
         self._closed.set()

@@ -16,7 +16,7 @@ from dashboards.generator import DEFAULT_OUT
 
 DASHBOARDS = sorted(DEFAULT_OUT.glob("*.json"))
 DATASOURCE = {"type": "prometheus", "uid": "${datasource}"}
-BUILTINS = {"__rate_interval", "__interval", "__range"}
+BUILTINS = {"__rate_interval", "__interval", "__range", "__range_s"}
 _VAR = re.compile(r"\$\{(\w+)(?::\w+)?\}|\$(\w+)")
 
 

@@ -57,7 +57,7 @@ FAULTS = [
     {"at": FAULT_AT, "device": "nvidia/3", "fault": "overheat"},
 ]
 # Grafana's built-in interval variables, as Grafana would set them for a 1 h range at 1 s scrapes.
-BUILTINS = {"__rate_interval": "1m", "__interval": "15s", "__range": "1h"}
+BUILTINS = {"__rate_interval": "1m", "__interval": "15s", "__range": "1h", "__range_s": "3600"}
 
 pytestmark = [
     pytest.mark.slow,
@@ -295,7 +295,7 @@ def test_variables_take_the_sim_fleet_values(variables: dict[str, dict[str, str]
     fleet = variables["xpuwatch-fleet"]
     assert fleet["cluster"] == f"({CLUSTER})"
     assert fleet["node"] == "(sim-node-1)"
-    assert fleet["vendor"] == "(amd|huawei|nvidia)"
+    assert fleet["vendor"] == "(amd|cambricon|enflame|huawei|hygon|kunlunxin|nvidia)"
     assert set(fleet["namespace"].strip("()").split("|")) == {
         "ascend-team",
         "ml-serving",
@@ -359,16 +359,26 @@ def test_fleet_allocation_adds_up_per_pool(prom: Prom, variables: dict[str, dict
     free = _rows(_result(prom, variables, "xpuwatch-fleet", title, "B"), "model")
     assert allocated == [
         ("AMD Instinct MI250X", "3"),
+        ("Ascend310P3", "1"),
         ("Ascend910B", "3"),
+        ("K100_AI", "1"),
+        ("MLU370-X8", "1"),
         ("NVIDIA A100-SXM4-80GB", "2"),
         ("NVIDIA GeForce RTX 4090", "2"),
+        ("R200", "1"),
+        ("S60", "1"),
     ]
     # the lost Ascend is still a card of its pool (known, not answering) and nobody holds it
     assert free == [
         ("AMD Instinct MI250X", "1"),
+        ("Ascend310P3", "0"),
         ("Ascend910B", "1"),
+        ("K100_AI", "0"),
+        ("MLU370-X8", "0"),
         ("NVIDIA A100-SXM4-80GB", "0"),
         ("NVIDIA GeForce RTX 4090", "0"),
+        ("R200", "0"),
+        ("S60", "0"),
     ]
 
 

@@ -8,6 +8,8 @@ the HTML is rendered by headless Chromium (Debian `chromium`) to a PNG.
 
 from __future__ import annotations
 
+import csv
+import datetime as dt
 import json
 import os
 import re
@@ -15,7 +17,7 @@ import shutil
 import subprocess
 import sys
 import time
-import urllib.request
+import zoneinfo
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -23,11 +25,12 @@ import numpy as np
 import pytest
 
 from alerts.spec import load_spec
-from report import history
+from report import chargeback, history
 from report.baseline import Window, collect, figures
 from report.cli import duration
 from report.prom import Prometheus, ReportError
 from tests.ports import free_port
+from tests.report.backfill import served
 from tests.report.prom_standin import StandIn, serve
 
 STEP = 900
@@ -41,50 +44,8 @@ GIB = 1024.0**3
 
 @pytest.fixture(scope="module")
 def prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    binary, promtool = shutil.which("prometheus"), shutil.which("promtool")
-    assert binary and promtool, "Debian packages prometheus (promtool) are required"
-    tmp = tmp_path_factory.mktemp("week")
-    om = tmp / "week.om"
-    with om.open("w") as f:
-        for line in history.openmetrics(DEVICES, START, END, STEP):
-            f.write(line + "\n")
-    data = tmp / "data"
-    made = subprocess.run(
-        [promtool, "tsdb", "create-blocks-from", "openmetrics", str(om), str(data)],
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert made.returncode == 0, made.stderr
-    (tmp / "prometheus.yml").write_text("global: {}\n")
-    port = free_port()
-    url = f"http://127.0.0.1:{port}"
-    proc = subprocess.Popen(
-        [
-            binary,
-            f"--config.file={tmp / 'prometheus.yml'}",
-            f"--storage.tsdb.path={data}",
-            f"--web.listen-address=127.0.0.1:{port}",
-            "--storage.tsdb.retention.time=30d",
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-    )
-    try:
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            try:
-                with urllib.request.urlopen(f"{url}/-/ready", timeout=2) as r:
-                    if r.status == 200:
-                        break
-            except OSError:
-                time.sleep(0.3)
-        else:
-            pytest.fail("prometheus did not become ready")
+    with served(tmp_path_factory.mktemp("week"), history.openmetrics(DEVICES, START, END, STEP)) as url:
         yield url
-    finally:
-        proc.terminate()
-        proc.wait(timeout=30)
 
 
 # ---------------------------------------------------------------- expected values, from the same model
@@ -186,9 +147,11 @@ def test_report_figures_match_the_backfilled_week(prometheus: str) -> None:
         np.mean([sum(1 - POINTS[d.uuid, t].utilization for d in FLEET) for t in TIMES])
     )
     assert {(q.namespace, q.resource): q.pods for q in b.waiting} == {
-        ("ml", "nvidia_com_gpu"): 7,
-        ("nlp", "huawei_com_Ascend910"): 7,
+        ("ml", "nvidia.com/gpu"): 7,
+        ("nlp", "huawei.com/Ascend910"): 7,
     }
+    # two stale jobs and two notebooks, each one card held idle all week
+    assert sorted(h.cards for h in b.hoarders) == pytest.approx([1.0] * 4)
     assert (
         b.headline
         == f"{idle_while:.1f} cards' worth of capacity idle while 14 jobs waited (longest wait 3h 45m)"
@@ -196,6 +159,58 @@ def test_report_figures_match_the_backfilled_week(prometheus: str) -> None:
     peak = max(v for _, v in b.pending_curve)
     assert peak == 12 and min(v for _, v in b.pending_curve) == 0  # 8 GPUs + 4 NPUs; nothing at night
     assert b.alerts == {}  # backfilled data has no ALERTS history
+
+
+def _usage() -> dict[tuple[str, str, str, str], tuple[float, float, float, float, float]]:
+    """Chargeback computed independently from the model: (device-hours, idle hours, memory GiB-hours,
+    kWh, kWh from power x time) per (namespace, owner, vendor, model). Every held card has one holder; a
+    card with an energy counter is charged from its second sample on (rate() needs two), one with power
+    only from its first."""
+    out: dict[tuple[str, str, str, str], tuple[float, float, float, float, float]] = {}
+    h = STEP / 3600
+    for d in FLEET:
+        if d.holder is None:
+            continue
+        counter = d.vendor in history.ENERGY_COUNTER_VENDORS
+        joules = sum(history.power_watts(d, t) * STEP for t in TIMES if not counter or t > START)
+        row = (
+            len(TIMES) * h,
+            sum(POINTS[d.uuid, t].utilization <= 0.05 for t in TIMES) * h,
+            sum(POINTS[d.uuid, t].memory_used_bytes for t in TIMES) * h / GIB,
+            joules / 3.6e6,
+            0.0 if counter else joules / 3.6e6,
+        )
+        key = (d.holder.namespace, d.holder.owner, d.vendor, d.model)
+        prev = out.get(key, (0.0,) * 5)
+        out[key] = tuple(a + b for a, b in zip(prev, row, strict=True))  # type: ignore[assignment]
+    return out
+
+
+@pytest.mark.slow
+def test_chargeback_sums_equal_the_models_device_hours_and_energy(prometheus: str) -> None:
+    spec = load_spec()
+    w = Window(end=END, seconds=RANGE, step=STEP)
+    b = figures(collect(Prometheus(prometheus), spec, w), spec, w)
+    got = {
+        (u.namespace, u.owner, u.vendor, u.model): (
+            u.device_hours,
+            u.idle_hours,
+            u.memory_gib_hours,
+            u.energy_kwh,
+            u.energy_kwh_from_power,
+        )
+        for u in b.usage
+    }
+    want = _usage()
+    assert got.keys() == want.keys()
+    for k, v in want.items():
+        assert got[k] == pytest.approx(v, rel=1e-9, abs=1e-9), k
+    # every held card is charged all week; Ascend's energy is power x time, the others' from the counter
+    assert sum(u.device_hours for u in b.usage) == 15 * 168.0  # 15 of the 16 cards are held
+    assert {u.vendor for u in b.usage if u.energy_kwh_from_power} == {"huawei"}
+    teams = chargeback.by_team(b.usage)
+    assert sum(t.device_hours for t in teams) == pytest.approx(sum(v[0] for v in want.values()))
+    assert sum(t.energy_kwh for t in teams) == pytest.approx(sum(v[3] for v in want.values()))
 
 
 @pytest.mark.slow
@@ -215,6 +230,10 @@ def test_report_cli_writes_html_that_chromium_renders(prometheus: str, tmp_path:
             "15m",
             "--end",
             str(END),
+            "--timezone",
+            "Asia/Shanghai",
+            "--csv",
+            str(tmp_path / "csv"),
             "-o",
             str(out),
         ],
@@ -225,6 +244,23 @@ def test_report_cli_writes_html_that_chromium_renders(prometheus: str, tmp_path:
     assert run.returncode == 0, run.stderr
     assert "cards' worth of capacity idle while 14 jobs waited" in run.stdout
     page = out.read_text()
+    end_local = dt.datetime.fromtimestamp(END, zoneinfo.ZoneInfo("Asia/Shanghai")).strftime("%Y-%m-%d %H:%M")
+    assert f"to {end_local} CST (UTC+08:00)</h1>" in page
+    assert "nvidia.com/gpu" in page and "nvidia_com_gpu" not in page
+    assert "time (Asia/Shanghai)" in page and "framebuffer" not in page
+    assert 'id="usage-teams"' in page and "estimated as power x time" in page
+    with (tmp_path / "csv" / "usage_by_team.csv").open() as f:
+        teams = list(csv.DictReader(f))
+    assert list(teams[0]) == list(chargeback.TEAM_COLUMNS)
+    want = _usage()
+    assert sum(float(r["device_hours"]) for r in teams) == pytest.approx(sum(v[0] for v in want.values()))
+    assert sum(float(r["energy_kwh"]) for r in teams) == pytest.approx(
+        sum(v[3] for v in want.values()), abs=0.01
+    )
+    with (tmp_path / "csv" / "usage_by_model.csv").open() as f:
+        models = list(csv.DictReader(f))
+    assert list(models[0]) == list(chargeback.MODEL_COLUMNS)
+    assert {(r["vendor"], r["model"]) for r in models} == {(v, m) for v, m, *_ in history.POOLS}
     assert page.count("<svg") == 4
     assert re.search(r'(src|href)="(https?:)?//', page) is None  # self-contained: nothing fetched
     assert 'id="hoarders"' in page and 'id="slices"' in page and "memory-bound" in page
@@ -265,6 +301,9 @@ def test_report_fails_clearly_without_data_or_prometheus(prometheus: str, tmp_pa
     empty = Window(end=END - 30 * 86400, seconds=RANGE, step=STEP)  # a week before the history
     with pytest.raises(ReportError, match=r"no xpuwatch series .*is this Prometheus scraping the exporter"):
         collect(Prometheus(prometheus), spec, empty)
+    short = Window(end=END - 30 * 86400, seconds=1800, step=60)  # half an hour: not "in the 0 h before"
+    with pytest.raises(ReportError, match=r"in the 30 min before"):
+        collect(Prometheus(prometheus), spec, short)
     run = subprocess.run(
         [
             sys.executable,

@@ -22,7 +22,7 @@ def by_key(samples: list) -> dict[str, object]:
     return {f"{s.device.vendor}/{s.device.index}": s for s in samples}
 
 
-def test_default_fleet_is_twelve_devices_of_four_models() -> None:
+def test_default_fleet_is_seventeen_devices_of_nine_models() -> None:
     samples = sim.simulate(DEFAULT, 0)
     assert [(s.device.vendor, s.device.index, s.device.model) for s in samples] == [
         ("nvidia", "0", "NVIDIA A100-SXM4-80GB"),
@@ -37,6 +37,11 @@ def test_default_fleet_is_twelve_devices_of_four_models() -> None:
         ("huawei", "1-0", "Ascend910B"),
         ("huawei", "2-0", "Ascend910B"),
         ("huawei", "3-0", "Ascend910B"),
+        ("huawei", "4-0", "Ascend310P3"),
+        ("hygon", "0", "K100_AI"),
+        ("cambricon", "0", "MLU370-X8"),
+        ("enflame", "0", "S60"),
+        ("kunlunxin", "0", "R200"),
     ]
     assert all(s.up for s in samples)
     assert DEFAULT.node == "sim-node-1" and DEFAULT.seed == 42

@@ -1,0 +1,170 @@
+"""Before/after against a real Prometheus holding a backfilled fortnight with a known change in the middle.
+
+report.history writes 14 days of the synthetic fleet; at the middle (``MID``) the change is made: training
+packed tighter (+15 points), idle notebooks culled, the afternoon queue cut to 30 minutes. Every before and
+after figure of ``xpuwatch report --range 7d --compare 7d`` is checked against the value computed in Python
+from the same model, per window.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from alerts.spec import load_spec
+from report import history
+from report.baseline import Baseline, Window, collect, figures
+from report.compare import compare, duration
+from report.prom import Prometheus
+from tests.report.backfill import served
+
+STEP = 900
+DEVICES = 16
+WEEK = 7 * 86400
+END = int(time.time()) // STEP * STEP
+MID = END - WEEK  # the change; its own scrape is missing (history.times)
+START = END - 2 * WEEK + STEP
+GIB = 1024.0**3
+FLEET = history.fleet(DEVICES)
+TIMES = {
+    "before": [t for t in history.times(START, END, STEP, MID) if t < MID],
+    "after": [t for t in history.times(START, END, STEP, MID) if t > MID],
+}
+
+
+@pytest.fixture(scope="module")
+def prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    lines = history.openmetrics(DEVICES, START, END, STEP, change_at=MID)
+    with served(tmp_path_factory.mktemp("fortnight"), lines) as url:
+        yield url
+
+
+@pytest.fixture(scope="module")
+def windows(prometheus: str) -> dict[str, Baseline]:
+    spec = load_spec()
+    out = {}
+    for name, end in (("before", MID), ("after", END)):
+        w = Window(end=end, seconds=WEEK, step=STEP)
+        out[name] = figures(collect(Prometheus(prometheus), spec, w), spec, w)
+    return out
+
+
+def _point(d: history.HistoryDevice, t: int) -> history.Point:
+    return history.point(d, t, MID)
+
+
+def _expected(window: str) -> dict[str, object]:
+    """The report's figures for one window, from the model."""
+    ts = TIMES[window]
+    util = {(d.uuid, t): _point(d, t).utilization for d in FLEET for t in ts}
+    pools = {}
+    for model in {d.model for d in FLEET}:
+        devs = [d for d in FLEET if d.model == model]
+        means = [np.mean([util[d.uuid, t] for d in devs]) for t in ts]
+        pools[model] = (
+            np.mean([util[d.uuid, t] for d in devs for t in ts]),
+            float(np.quantile(means, 0.95)),
+            np.mean([_point(d, t).sm_occupancy for d in devs for t in ts]),
+        )
+    fleet_means = [np.mean([util[d.uuid, t] for d in FLEET]) for t in ts]
+    nb_bytes = sum(
+        _point(d, t).memory_used_bytes
+        for d in FLEET
+        for t in ts
+        if d.shape == "notebook"
+        and history.held(d, t, MID)
+        and _point(d, t).utilization <= 0.05
+        and _point(d, t).memory_used_bytes >= 268435456
+    )
+    waits: dict[tuple[str, str], float] = {}
+    busy = []
+    for t in ts:
+        pods = history.waiting(t, START, MID)
+        if pods:
+            busy.append(t)
+        for p in pods:
+            waits[p.namespace, p.pod] = max(waits.get((p.namespace, p.pod), 0.0), t - p.created)
+    return {
+        "pools": pools,
+        "fleet": (np.mean(list(util.values())), float(np.quantile(fleet_means, 0.95))),
+        "fleet_sm": np.mean([_point(d, t).sm_occupancy for d in FLEET for t in ts]),
+        "notebook_gib": nb_bytes * STEP / WEEK / GIB,
+        "pods_waited": len(waits),
+        "wait_p95": float(np.quantile(list(waits.values()), 0.95)),
+        "max_wait": max(waits.values()),
+        "idle_while": np.mean([sum(1 - util[d.uuid, t] for d in FLEET) for t in busy]),
+    }
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("window", ["before", "after"])
+def test_each_window_matches_the_model(windows: dict[str, Baseline], window: str) -> None:
+    b, want = windows[window], _expected(window)
+    for pool in b.pools:
+        avg, p95, sm = want["pools"][pool.model]  # type: ignore[index]
+        assert (pool.avg, pool.p95, pool.sm_occupancy) == pytest.approx((avg, p95, sm), rel=1e-9)
+    assert (b.fleet.avg, b.fleet.p95) == pytest.approx(want["fleet"], rel=1e-9)
+    assert b.fleet.sm_occupancy == pytest.approx(want["fleet_sm"], rel=1e-9)
+    assert b.notebook_memory_gib == pytest.approx(want["notebook_gib"], rel=1e-9)
+    assert b.pods_waited == want["pods_waited"]
+    assert b.wait_p95_seconds == pytest.approx(want["wait_p95"])
+    assert b.max_wait_seconds == want["max_wait"]
+    assert b.idle_cards_while_waiting == pytest.approx(want["idle_while"], rel=1e-9)
+    assert b.alerts_by_category == {}  # backfilled data has no ALERTS history
+
+
+@pytest.mark.slow
+def test_the_comparison_shows_what_the_change_bought(windows: dict[str, Baseline]) -> None:
+    cmp = compare(windows["before"], windows["after"])
+    before, after = _expected("before"), _expected("after")
+    p95 = cmp.get("fleet", "P95 utilization")
+    assert (p95.before, p95.after) == pytest.approx((before["fleet"][1], after["fleet"][1]), rel=1e-9)  # type: ignore[index]
+    # the change as the model makes it: notebooks culled, queue capped at 30 minutes, training up
+    assert cmp.get("fleet", "memory held by idle notebooks").after == 0.0
+    notebooks = sum(d.shape == "notebook" for d in FLEET)  # one at 16 devices, holding 12 GiB
+    assert before["notebook_gib"] == pytest.approx(notebooks * 12.0 * len(TIMES["before"]) * STEP / WEEK)
+    assert cmp.get("fleet", "longest wait").before == 3 * 3600 + 45 * 60
+    assert cmp.get("fleet", "longest wait").after <= 1800 - STEP  # type: ignore[operator]
+    assert p95.delta is not None and p95.delta > 0.03  # training (7 of 16 cards) +15 points, capped at 100 %
+    for scope in ("NVIDIA A100-SXM4-80GB", "Ascend910B"):
+        c = cmp.get(scope, "average utilization")
+        assert c.delta is not None and c.delta > 0
+    idle = cmp.get("fleet", "cards idle while jobs waited")
+    assert (idle.before, idle.after) == pytest.approx((before["idle_while"], after["idle_while"]), rel=1e-9)
+    points = round(100 * (after["fleet"][1] - before["fleet"][1]))  # type: ignore[index]
+    fewer = round(before["idle_while"] - after["idle_while"], 1)  # type: ignore[operator]
+    fewer_text = f"{fewer:.0f}" if fewer == int(fewer) else f"{fewer:.1f}"
+    assert cmp.headline == (
+        f"P95 up {points} points, queue P95 down from {duration(before['wait_p95'])} to "  # type: ignore[arg-type]
+        f"{duration(after['wait_p95'])}, {fewer_text} {'fewer' if fewer > 0 else 'more'} cards idle while jobs waited"  # type: ignore[arg-type]
+    )
+
+
+@pytest.mark.slow
+def test_report_cli_compares_two_weeks(prometheus: str, tmp_path: Path) -> None:
+    out = tmp_path / "report.html"
+    argv = [sys.executable, "-m", "exporter.entry", "report", "--prometheus", prometheus]
+    argv += ["--range", "7d", "--compare", "7d", "--step", "15m", "--end", str(END)]
+    argv += ["--timezone", "Asia/Shanghai", "-o", str(out)]
+    run = subprocess.run(argv, capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stderr
+    assert re.match(r"P95 up \d+ points, queue P95 down from 3h 45m to \d+m", run.stdout), run.stdout
+    page = out.read_text()
+    assert page.count("<svg") == 6  # the baseline's four plots and both windows' two
+    assert 'id="compare"' in page and "memory held by idle notebooks" in page
+    assert "before (dotted) | after" in page
+    # the same explicit windows: --compare-end names the before window's end
+    run2 = subprocess.run(
+        [*argv[:-2], "--compare-end", str(MID), "-o", str(tmp_path / "r2.html")],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert run2.returncode == 0 and run2.stdout.splitlines()[0] == run.stdout.splitlines()[0]
