@@ -40,7 +40,10 @@ BUDGETS: dict[tuple[str, str], int] = {
     # A card without NVLink plus 5 per HAMi vGPU share (no SM figures) and a holder per share.
     ("nvidia", "vGPU"): 56,
     ("amd", "whole card"): 24,
-    ("huawei", "whole card"): 20,
+    # A 910B chip: the core series plus npu-smi's 11 vendor-only readings (health, error codes, AI CPU, ctrl
+    # CPU, AICore frequency and its rating, DDR used/total/bandwidth, processes and their memory), which the
+    # simulated chips emit since the default fleet covers the catalog: 25 measured.
+    ("huawei", "whole card"): 29,
 }
 
 

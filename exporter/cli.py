@@ -194,10 +194,11 @@ def _sim_pid_lookup(sim: SimBackend) -> Callable[[int], ContainerRef | None]:
 
 def _sim_mapping_status(sim: SimBackend) -> Callable[[], MappingStatus]:
     """The simulator's pod mapping health: refreshed at every poll, every allocated ID matched (the
-    unmatched count is exported at 0 per simulated resource, so its panels show a measured zero)."""
+    unmatched count is exported at 0 per simulated resource, so its panels show a measured zero), no Ascend
+    chip reassigned (the reassigned count at 0 per held huawei.com/ resource, as the real exporter has it)."""
 
     def status() -> MappingStatus:
-        return MappingStatus(True, sim.last_refresh(), sim.resources_unmatched())
+        return MappingStatus(True, sim.last_refresh(), sim.resources_unmatched(), sim.resources_reassigned())
 
     return status
 

@@ -6,12 +6,15 @@ timeline of workload profiles, injected faults and pod assignments; ``parse_scen
 dataclasses (pure, raises ``ScenarioError`` naming the key). Readings are a pure function of
 (scenario, seed, device, seconds since start): ``simulate(scenario, t)``.
 
-Default fleet on node ``sim-node-1`` (17 devices): nvidia 0-1 "NVIDIA A100-SXM4-80GB" (0 in MIG mode with
+Default fleet on node ``sim-node-1`` (18 devices): nvidia 0-1 "NVIDIA A100-SXM4-80GB" (0 in MIG mode with
 3g.40gb, 2g.20gb and 1g.10gb instances), nvidia 2-3 "NVIDIA GeForce RTX 4090" (3 shared by two HAMi vGPU
-shares), amd 0-3 "AMD Instinct MI250X" (two MI250X packages = four GCDs, each its own device as rocm-smi and
-amd-smi list them; package power is reported on the first GCD of each package only), huawei 0-0..3-0
-"Ascend910B" (labelled as the npu-smi parser labels chips: ``"<NPU>-<chip>"``, uuid ``ascend-<bus id>-<chip>``),
-huawei 4-0 "Ascend310P3", hygon 0 "K100_AI", cambricon 0 "MLU370-X8", enflame 0 "S60", kunlunxin 0 "R200". The
+shares), amd 0-1 "AMD Instinct MI250X" (one MI250X package = two GCDs, each its own device as rocm-smi and
+amd-smi list them; package power is reported on the first GCD only), amd 2-3 "AMD Instinct MI300X" (one card
+in DPX/NPS1: two logical GPUs tied by ``Device.partition``, the card's power on partition 0 only), huawei
+0-0..3-0 "Ascend910B" (labelled as the npu-smi parser labels chips: ``"<NPU>-<chip>"``, uuid
+``ascend-<bus id>-<chip>``), huawei 4-0 "Ascend310P3", hygon 0 "K100_AI", cambricon 0 "MLU370-X8", enflame 0
+"S60", kunlunxin 0 "R200", mthreads 0 "MTT S4000" (as mthreads-gmi prints it on a host with a misconfigured
+IOMMU: used memory above the reported total, an implausible reading exported as printed). The
 default timeline shows every profile and has no faults; with the vendor-only metrics of ``EXTRAS`` and one
 process per holding container, the default fleet emits every family of ``exporter.catalog``.
 
@@ -47,10 +50,11 @@ import yaml
 
 from vendors.amd.readings import ECC_DEFERRED as AMD_ECC_DEFERRED
 from vendors.ascend import records as ascend
-from vendors.base import BackendError, Device, DeviceSample, ProcessMemory, Slice
+from vendors.base import BackendError, Device, DeviceSample, Partition, ProcessMemory, Slice
 from vendors.cambricon import ECC_ERRORS as CAMBRICON_ECC
 from vendors.dcgm import PROFILING_SUSPECT
 from vendors.enflame import ECC_ENABLED as ENFLAME_ECC
+from vendors.hygon import MEMORY_AVAILABLE as HYGON_MEMORY_AVAILABLE
 from vendors.kunlunxin import L3_TOTAL as KUNLUNXIN_L3_TOTAL
 from vendors.kunlunxin import L3_USED as KUNLUNXIN_L3_USED
 from vendors.nvidia_smi import MIG_MODE
@@ -79,7 +83,13 @@ RESOURCE_NAMES = {
     "cambricon": "cambricon.com/mlu",
     "enflame": "enflame.com/gcu",
     "kunlunxin": "kunlunxin.com/xpu",
+    "mthreads": "mthreads.com/vgpu",
 }
+# Models whose device plugin names another resource than their vendor's (MindCluster: one per chip family).
+MODEL_RESOURCE_NAMES = {"Ascend310P3": "huawei.com/Ascend310P"}
+# Resources whose device plugin may mount another chip than the kubelet recorded (MindCluster's
+# huawei.com/AscendReal annotation): the exporter counts reassigned IDs for them (exporter/podsource.py).
+REASSIGNING_RESOURCES = ("huawei.com/Ascend910", "huawei.com/Ascend310P")
 WORKLOAD_KINDS = ("notebook", "job", "service", "unknown")
 # NVIDIA XIDs the simulated NVIDIA devices watch (exported at 0 before the first event).
 NVIDIA_XIDS = ("13", "31", "43", "45", "48", "63", "64", "74", "79", "94", "95")
@@ -131,7 +141,17 @@ class ModelSpec:
     memory_percent_only: bool = False  # hy-smi: VRAM% without bytes -> accelerator_memory_used_ratio
     processes: bool = False  # the tool lists processes with their memory (per-container memory)
     extras: str = ""  # key of EXTRAS: the model's vendor-only metrics
-    chip_power: bool = True  # Ascend 310P chips report no power; the card's MCU does (card_power_watts)
+    chip_power: bool = (
+        True  # Ascend 310P chips report no power (the card's MCU does); mthreads-gmi's table none
+    )
+    memory_total_reported: float | None = None  # a total the tool misreports (bytes): used may exceed it
+    partitions: int = (
+        1  # logical GPUs per card the tool lists (MI300X DPX: 2), each a Device with a Partition
+    )
+    partition_modes: tuple[str, str] = (
+        "",
+        "",
+    )  # (compute, memory) partition modes as printed: ("DPX", "NPS1")
 
 
 MODELS: dict[str, ModelSpec] = {
@@ -162,6 +182,21 @@ MODELS: dict[str, ModelSpec] = {
         fault_codes=NVIDIA_XIDS,
         throttle=True,
         processes=True,
+    ),
+    # MI300X in DPX/NPS1, as amd-smi lists it (ROCm/amdsmi#132): two logical GPUs per card, one PCI function
+    # each; the card's power and cap on partition 0 only; the whole card's memory total (196592 MiB) on
+    # partition 0, half of it on partition 1 (docs/vendors/amd.md "Compute and memory partitions").
+    "AMD Instinct MI300X": ModelSpec(
+        "amd",
+        196592 * MIB,
+        750.0,
+        2100e6,
+        1300e6,
+        temperatures=("hotspot", "memory"),
+        processes=True,
+        extras="amd",
+        partitions=2,
+        partition_modes=("DPX", "NPS1"),
     ),
     "AMD Instinct MI250X": ModelSpec(
         "amd",
@@ -202,10 +237,27 @@ MODELS: dict[str, ModelSpec] = {
         chip_power=False,
     ),
     # Domestic cards read by their vendors' tools: power without an energy counter.
-    "K100_AI": ModelSpec("hygon", 64 * GIB, 350.0, 1500e6, 1600e6, energy=False, memory_percent_only=True),
+    "K100_AI": ModelSpec(
+        "hygon", 64 * GIB, 350.0, 1500e6, 1600e6, energy=False, memory_percent_only=True, extras="hygon"
+    ),
     "MLU370-X8": ModelSpec("cambricon", 48 * GIB, 250.0, 1300e6, 1600e6, energy=False, extras="cambricon"),
     "S60": ModelSpec("enflame", 48 * GIB, 300.0, 1400e6, 1600e6, energy=False, extras="enflame"),
     "R200": ModelSpec("kunlunxin", 32 * GIB, 150.0, 1400e6, 1600e6, energy=False, extras="kunlunxin"),
+    # MTT S4000 (48 GiB) on a host with a misconfigured IOMMU, as mthreads-gmi prints it there: a total of
+    # 32768 MiB and the used bytes above it ("44302MiB(32768MiB)", shared/fixtures/mthreads S4000 capture;
+    # the documented fix is enabling IOMMU). The plain table prints no power, clocks or ECC (N/A).
+    "MTT S4000": ModelSpec(
+        "mthreads",
+        48 * GIB,
+        None,
+        1750e6,
+        1600e6,
+        ecc=False,
+        clocks=False,
+        energy=False,
+        chip_power=False,
+        memory_total_reported=32768 * MIB,
+    ),
 }
 
 _VENDOR_OF_MODEL = {name: m.vendor for name, m in MODELS.items()}
@@ -389,6 +441,12 @@ def _parse_fleet(raw: Any) -> tuple[FleetEntry, ...]:
         count = _int(e.get("count", 1), f"{key}.count")
         if not 1 <= count <= 4096:
             raise ScenarioError(f"{key}.count: must be 1..4096")
+        per_card = MODELS[model].partitions
+        if count % per_card:
+            raise ScenarioError(
+                f"{key}.count: {model} is listed as {per_card} logical GPUs per card; count must be a multiple "
+                f"of {per_card}"
+            )
         mig = e.get("mig", [])
         if not isinstance(mig, list) or any(p not in MIG_PROFILES for p in mig):
             raise ScenarioError(f"{key}.mig: must be a list of MIG profiles ({', '.join(MIG_PROFILES)})")
@@ -507,7 +565,7 @@ def _uuid_for(vendor: str, seed: int, node: str, index: int) -> str:
     return {"nvidia": f"GPU-{core}", "amd": f"0x{h[:16]}"}.get(vendor, core)
 
 
-_DRIVERS = {"nvidia": "550.54.15", "amd": "6.7.0", "huawei": "24.1.rc2"}
+_DRIVERS = {"nvidia": "550.54.15", "amd": "6.7.0", "huawei": "24.1.rc2", "mthreads": "1.2.0"}
 
 
 @functools.lru_cache(maxsize=16)
@@ -515,6 +573,7 @@ def fleet_devices(scenario: Scenario) -> tuple[_SimDevice, ...]:
     """Every simulated device, with deterministic uuids/serials/PCI ids (from seed and node)."""
     out: list[_SimDevice] = []
     next_index: dict[str, int] = {}
+    card = ("", "", "")  # (uuid, PCI bus id, serial) of the partitioned card being listed
     for entry in scenario.fleet:
         spec = MODELS[entry.model]
         for k in range(entry.count):
@@ -529,6 +588,19 @@ def fleet_devices(scenario: Scenario) -> tuple[_SimDevice, ...]:
                 # 910B NPU), uuid from the lower-case bus id in npu-smi's 4-digit-domain form.
                 pci = f"0000:{(0x10 + bus) % 256:02x}:00.0"
                 index, uuid = f"{idx}-0", f"ascend-{pci}-0"
+            serial = str(int(_hex("serial", scenario.seed, scenario.node, entry.vendor, idx)[:12], 16))
+            partition = None
+            if spec.partitions > 1:
+                # As vendors.amd.partitions ties them: one PCI function and one logical GPU index per
+                # partition, the card's ASIC serial on each, uuid "<partition 0's uuid>:p<id>" on the others.
+                part = k % spec.partitions
+                if part == 0:
+                    card = (uuid, pci, serial)
+                uuid0, pci0, serial = card
+                if part:
+                    uuid, pci = f"{uuid0}:p{part}", f"{pci0[:-1]}{part}"
+                compute, memory = spec.partition_modes
+                partition = Partition(uuid0, str(part), compute or None, memory or None)
             dev = Device(
                 vendor=entry.vendor,
                 model=entry.model,
@@ -536,7 +608,8 @@ def fleet_devices(scenario: Scenario) -> tuple[_SimDevice, ...]:
                 uuid=uuid,
                 pci_bus_id=pci,
                 driver_version=_DRIVERS.get(entry.vendor),
-                serial=str(int(_hex("serial", scenario.seed, scenario.node, entry.vendor, idx)[:12], 16)),
+                serial=serial,
+                partition=partition,
             )
             mig = entry.mig if k == 0 else ()
             vgpu = entry.vgpu if k == entry.count - 1 else 0
@@ -707,7 +780,12 @@ def _sample(scenario: Scenario, d: _SimDevice, st: _DeviceState, t: float, step:
         return _clip(base + amp * _noise(seed, uuid, step, what))
 
     util = jitter(p.util, "util", p.burst)
-    mem_used = round(m.memory_bytes * jitter(p.memory, "mem", 0.01) / MIB) * MIB
+    part = d.device.partition
+    # A partition > 0 of a DPX/NPS1 card: amd-smi prints half the card's memory as its total.
+    memory = (
+        m.memory_bytes / m.partitions if part is not None and part.partition_id != "0" else m.memory_bytes
+    )
+    mem_used = round(memory * jitter(p.memory, "mem", 0.01) / MIB) * MIB
     limit = m.power_limit_watts
     nominal_limit = limit if limit is not None else 350.0
     power = r(nominal_limit * jitter(p.power + 0.5 * (util - p.util) * p.power, "power"), 2)
@@ -732,11 +810,13 @@ def _sample(scenario: Scenario, d: _SimDevice, st: _DeviceState, t: float, step:
     if st.dbe and "memory" in health:
         health["memory"] = False
     has_power = m.chip_power and not (m.power_on_even_index_only and int(d.index) % 2 == 1)
+    has_power = has_power and (part is None or part.partition_id == "0")
     slices = _slices(scenario, d, st, step)
     mig = bool(d.mig)
     device_mem = float(sum(s.memory_used_bytes or 0 for s in slices) if mig else mem_used)
     processes = _processes(scenario, d, st, slices, device_mem) if m.processes else None
-    reading = _Reading(p, util, device_mem, m.memory_bytes, nominal_limit * p.power, processes or ())
+    reading = _Reading(p, util, device_mem, memory, nominal_limit * p.power, processes or ())
+    total = m.memory_total_reported if m.memory_total_reported is not None else memory
     extras = EXTRAS[m.extras](d, reading, lambda what: _noise(seed, uuid, step, what)) if m.extras else {}
     return DeviceSample(
         device=d.device,
@@ -746,8 +826,8 @@ def _sample(scenario: Scenario, d: _SimDevice, st: _DeviceState, t: float, step:
         tensor_active_ratio=r(jitter(p.tensor, "tensor")) if m.prof else None,
         memory_bandwidth_utilization_ratio=r(jitter(p.membw, "membw")),
         memory_used_bytes=None if m.memory_percent_only else device_mem,
-        memory_total_bytes=None if m.memory_percent_only else float(m.memory_bytes),
-        memory_used_ratio=r(device_mem / m.memory_bytes) if m.memory_percent_only else None,
+        memory_total_bytes=None if m.memory_percent_only else float(total),
+        memory_used_ratio=r(device_mem / memory) if m.memory_percent_only else None,
         temperatures_celsius=temps,
         power_watts=power if has_power else None,
         power_limit_watts=(limit if has_power else None),
@@ -767,13 +847,18 @@ def _sample(scenario: Scenario, d: _SimDevice, st: _DeviceState, t: float, step:
         remap_pending=(st.dbe > 0) if m.remap else None,
         remap_failed=False if m.remap else None,
         fault_events={**dict.fromkeys(m.fault_codes, 0), **st.xids} if m.fault_codes else {},
-        pcie_replay_errors=0 if d.vendor != "huawei" else None,
+        pcie_replay_errors=0 if d.vendor not in ("huawei", "mthreads") else None,
         link_errors=dict(_zero_links(m.nvlinks)),
         health=health,
         slices=slices,
         vendor_metrics=extras,
         processes=processes,
     )
+
+
+def resource_name(device: Device) -> str:
+    """The device plugin resource a pod requests for ``device`` ("" for a vendor without one here)."""
+    return MODEL_RESOURCE_NAMES.get(device.model) or RESOURCE_NAMES.get(device.vendor, "")
 
 
 def container_id(seed: int, pod: SimPod) -> str:
@@ -864,6 +949,9 @@ EXTRAS: dict[str, Callable[[_SimDevice, _Reading, Callable[[str], float]], dict[
     "ascend310p": _ascend310p,
     "cambricon": lambda d, x, n: {CAMBRICON_ECC.name: 0.0},
     "enflame": lambda d, x, n: {ENFLAME_ECC.name: 1.0},
+    # hy-smi --showmemavailable on a K100_AI prints 65438 MiB whatever the load (shared/fixtures/hygon
+    # hy-smi_showmemavailable_K100_AIx8_65438MiB: the usable VRAM size, not what is free).
+    "hygon": lambda d, x, n: {HYGON_MEMORY_AVAILABLE.name: float(65438 * MIB)},
     "kunlunxin": lambda d, x, n: {
         KUNLUNXIN_L3_USED.name: float(round(64 * _clip(x.profile.membw + 0.05)) * MIB),
         KUNLUNXIN_L3_TOTAL.name: float(64 * MIB),
@@ -1004,9 +1092,17 @@ class SimBackend:
         return self.start + (self.elapsed() // interval) * interval
 
     def resources_unmatched(self) -> tuple[tuple[str, int], ...]:
-        """(device plugin resource name, unmatched IDs) per simulated vendor: always 0, nothing is lost."""
-        vendors = {d.vendor for d in fleet_devices(self.scenario)}
-        return tuple(sorted((RESOURCE_NAMES[v], 0) for v in vendors if v in RESOURCE_NAMES))
+        """(device plugin resource name, unmatched IDs) per simulated resource: always 0, nothing is lost."""
+        names = {resource_name(d.device) for d in fleet_devices(self.scenario)}
+        return tuple(sorted((r, 0) for r in names if r))
+
+    def resources_reassigned(self, t: float | None = None) -> tuple[tuple[str, int], ...]:
+        """(resource, reassigned IDs) for each resource of ``REASSIGNING_RESOURCES`` some pod holds a device
+        of at ``t`` (default: now): always 0, the simulated plugin mounts the chips the kubelet recorded.
+        The real exporter likewise counts only resources held by a pod its plugin annotated."""
+        held = {uuid for uuid, pods in self.pods(t).items() if pods}
+        names = {resource_name(d.device) for d in fleet_devices(self.scenario) if d.device.uuid in held}
+        return tuple(sorted((r, 0) for r in names if r in REASSIGNING_RESOURCES))
 
     def close(self) -> None:
         self._closed.set()

@@ -295,7 +295,7 @@ def test_variables_take_the_sim_fleet_values(variables: dict[str, dict[str, str]
     fleet = variables["xpuwatch-fleet"]
     assert fleet["cluster"] == f"({CLUSTER})"
     assert fleet["node"] == "(sim-node-1)"
-    assert fleet["vendor"] == "(amd|cambricon|enflame|huawei|hygon|kunlunxin|nvidia)"
+    assert fleet["vendor"] == "(amd|cambricon|enflame|huawei|hygon|kunlunxin|mthreads|nvidia)"
     assert set(fleet["namespace"].strip("()").split("|")) == {
         "ascend-team",
         "ml-serving",
@@ -357,12 +357,15 @@ def test_fleet_allocation_adds_up_per_pool(prom: Prom, variables: dict[str, dict
     title = "Allocated vs free cards per pool"
     allocated = _rows(_result(prom, variables, "xpuwatch-fleet", title, "A"), "model")
     free = _rows(_result(prom, variables, "xpuwatch-fleet", title, "B"), "model")
+    # the MI300X in DPX is two GPUs of its pool (the device plugin hands out each partition): one trains
     assert allocated == [
-        ("AMD Instinct MI250X", "3"),
+        ("AMD Instinct MI250X", "2"),
+        ("AMD Instinct MI300X", "1"),
         ("Ascend310P3", "1"),
         ("Ascend910B", "3"),
         ("K100_AI", "1"),
         ("MLU370-X8", "1"),
+        ("MTT S4000", "1"),
         ("NVIDIA A100-SXM4-80GB", "2"),
         ("NVIDIA GeForce RTX 4090", "2"),
         ("R200", "1"),
@@ -370,11 +373,13 @@ def test_fleet_allocation_adds_up_per_pool(prom: Prom, variables: dict[str, dict
     ]
     # the lost Ascend is still a card of its pool (known, not answering) and nobody holds it
     assert free == [
-        ("AMD Instinct MI250X", "1"),
+        ("AMD Instinct MI250X", "0"),
+        ("AMD Instinct MI300X", "1"),
         ("Ascend310P3", "0"),
         ("Ascend910B", "1"),
         ("K100_AI", "0"),
         ("MLU370-X8", "0"),
+        ("MTT S4000", "0"),
         ("NVIDIA A100-SXM4-80GB", "0"),
         ("NVIDIA GeForce RTX 4090", "0"),
         ("R200", "0"),

@@ -257,7 +257,7 @@ def _query(base: str, q: str) -> list[dict[str, Any]]:
 
 @pytest.fixture(scope="module")
 def sim_exporter() -> Iterator[str]:
-    """A real ``xpuwatch serve --simulate`` (its default fleet: 17 cards, 12 held by a workload); host:port."""
+    """A real ``xpuwatch serve --simulate`` (its default fleet: 18 cards, 13 held by a workload); host:port."""
     port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("XPUWATCH_") and k != "NODE_NAME"}
     env["PYTHONPATH"] = str(ROOT)
@@ -367,9 +367,9 @@ def test_device_series_keep_the_workloads_labels_and_none_of_the_exporter_pods(
         # device series: a card nobody holds has no namespace/pod, a held one the workload's; nothing names
         # the exporter pod
         cards = {dict(s)["uuid"]: dict(s) for s in _series(base, "accelerator_up")}
-        assert len(cards) == 17
+        assert len(cards) == 18
         held = {u: (c["namespace"], c["pod"]) for u, c in cards.items() if "pod" in c}
-        assert len(held) == 12 and held["GPU-c19da510-79e8-fe29-ceae-3bb42ec3a044"] == (
+        assert len(held) == 13 and held["GPU-c19da510-79e8-fe29-ceae-3bb42ec3a044"] == (
             "ml-team",
             "train-llm-0",
         )

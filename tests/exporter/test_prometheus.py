@@ -78,7 +78,7 @@ def test_prometheus_scrapes_and_reads_back_utilization(
             "ml-team",
         )
         assert res[0]["value"][1] == "0.9783"  # the golden file's value for this device
-        assert len(query(base, "accelerator_utilization_ratio")) == 16  # 17 devices, one MIG A100 without
+        assert len(query(base, "accelerator_utilization_ratio")) == 17  # 18 devices, one MIG A100 without
         # Sums over a MIG node never double-count: device-wide series exist once per physical GPU, and the
         # slices of the MIG A100 add up to its own framebuffer reading.
         mig = "GPU-c1419565-95bd-718b-5f3b-9f644ffec4c8"

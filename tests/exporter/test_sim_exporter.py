@@ -94,11 +94,11 @@ def test_openmetrics_exposition_of_the_default_fleet_parses(tmp_path: Path) -> N
     asm.poller.pollers[0].poll_once()
     body = asm.cache.get("application/openmetrics-text; version=1.0.0", "").body.decode()
     fams = {f.name: f for f in om_parse(body)}
-    assert fams["accelerator"].type == "info" and len(fams["accelerator"].samples) == 17
+    assert fams["accelerator"].type == "info" and len(fams["accelerator"].samples) == 18
     assert (
         fams["accelerator_energy_joules"].type == "counter"
         and fams["accelerator_energy_joules"].unit == "joules"
     )
     assert fams["accelerator_utilization_ratio"].unit == "ratio"
-    # 13 holders of the GPU/NPU devices and slices, one per domestic card (310P3, K100, MLU, S60, R200)
-    assert len(fams["accelerator_allocated"].samples) == 18
+    # 13 holders of the GPU/NPU devices and slices, one per domestic card (310P3, K100, MLU, S60, R200, S4000)
+    assert len(fams["accelerator_allocated"].samples) == 19

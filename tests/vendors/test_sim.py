@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from vendors import sim
-from vendors.base import BackendError
+from vendors.base import BackendError, Partition
 from vendors.registry import BackendContext, all_specs
 
 DEFAULT = sim.parse_scenario("")
@@ -22,7 +22,7 @@ def by_key(samples: list) -> dict[str, object]:
     return {f"{s.device.vendor}/{s.device.index}": s for s in samples}
 
 
-def test_default_fleet_is_seventeen_devices_of_nine_models() -> None:
+def test_default_fleet_is_eighteen_devices_of_eleven_models() -> None:
     samples = sim.simulate(DEFAULT, 0)
     assert [(s.device.vendor, s.device.index, s.device.model) for s in samples] == [
         ("nvidia", "0", "NVIDIA A100-SXM4-80GB"),
@@ -31,8 +31,8 @@ def test_default_fleet_is_seventeen_devices_of_nine_models() -> None:
         ("nvidia", "3", "NVIDIA GeForce RTX 4090"),
         ("amd", "0", "AMD Instinct MI250X"),
         ("amd", "1", "AMD Instinct MI250X"),
-        ("amd", "2", "AMD Instinct MI250X"),
-        ("amd", "3", "AMD Instinct MI250X"),
+        ("amd", "2", "AMD Instinct MI300X"),
+        ("amd", "3", "AMD Instinct MI300X"),
         ("huawei", "0-0", "Ascend910B"),
         ("huawei", "1-0", "Ascend910B"),
         ("huawei", "2-0", "Ascend910B"),
@@ -42,6 +42,7 @@ def test_default_fleet_is_seventeen_devices_of_nine_models() -> None:
         ("cambricon", "0", "MLU370-X8"),
         ("enflame", "0", "S60"),
         ("kunlunxin", "0", "R200"),
+        ("mthreads", "0", "MTT S4000"),
     ]
     assert all(s.up for s in samples)
     assert DEFAULT.node == "sim-node-1" and DEFAULT.seed == 42
@@ -124,7 +125,7 @@ def test_pods_from_the_default_timeline() -> None:
     rtx = s["nvidia/3"].device.uuid
     assert pods[f"{rtx}/0"][0].pod == "ocr-api-5d8f7-9qz2m"
     assert len(pods[s["huawei/1-0"].device.uuid]) == 2  # two containers share one NPU
-    assert s["amd/2"].device.uuid not in pods
+    assert s["amd/3"].device.uuid not in pods
 
 
 SCENARIO = """
@@ -230,6 +231,47 @@ def test_registered_as_sim_not_auto_detected() -> None:
     assert b.scenario.seed == 3 and b.scenario.node == "n1"
 
 
+def test_mi300x_in_dpx_lists_two_partitions_of_one_card_as_amd_smi_does() -> None:
+    s = by_key(sim.simulate(DEFAULT, 0))
+    p0, p1 = s["amd/2"], s["amd/3"]
+    card = p0.device.uuid
+    assert p0.device.partition == Partition(card, "0", "DPX", "NPS1")
+    assert p1.device.partition == Partition(card, "1", "DPX", "NPS1")
+    # vendors.amd.partitions: "<partition 0's uuid>:p<id>", one PCI function per partition, one ASIC serial
+    assert p1.device.uuid == f"{card}:p1"
+    assert p0.device.pci_bus_id == "00000000:16:00.0" and p1.device.pci_bus_id == "00000000:16:00.1"
+    assert p0.device.serial == p1.device.serial
+    # ROCm/amdsmi#132 (DPX/NPS1): the card's power and cap on partition 0 only; the whole card's memory
+    # total (196592 MiB) on partition 0, half of it on partition 1.
+    assert p0.power_watts is not None and p0.power_limit_watts == 750.0
+    assert p1.power_watts is None and p1.power_limit_watts is None and p1.energy_joules is None
+    assert p0.memory_total_bytes == 196592 * 2**20 and p1.memory_total_bytes == 98296 * 2**20
+
+
+def test_s4000_reports_used_above_the_total_as_mthreads_gmi_does_on_a_misconfigured_iommu() -> None:
+    from exporter.plausibility import implausible
+
+    s = by_key(sim.simulate(DEFAULT, 0))["mthreads/0"]
+    assert s.memory_total_bytes == 32768 * 2**20
+    assert s.memory_used_bytes is not None and 32768 * 2**20 < s.memory_used_bytes <= 48 * 2**30
+    assert s.power_watts is None and s.ecc_errors == {} and s.clocks_hertz == {}
+    assert implausible(s) == (("used_above_total", 1),)
+    # the only implausible reading of the default fleet
+    assert [x.device.vendor for x in sim.simulate(DEFAULT, 0) if implausible(x)] == ["mthreads"]
+
+
+def test_hygon_and_pod_mapping_extras() -> None:
+    s = by_key(sim.simulate(DEFAULT, 0))
+    assert s["hygon/0"].vendor_metrics["accelerator_hygon_memory_available_bytes"] == 65438 * 2**20
+    backend = sim.SimBackend(DEFAULT, clock=lambda: 0.0)
+    assert dict(backend.resources_reassigned()) == {"huawei.com/Ascend910": 0, "huawei.com/Ascend310P": 0}
+    unmatched = dict(backend.resources_unmatched())
+    assert unmatched["huawei.com/Ascend310P"] == 0 and unmatched["mthreads.com/vgpu"] == 0
+    # without a pod on an Ascend chip, the reassigning plugin holds nothing: no series
+    idle = sim.parse_scenario("devices: [{model: Ascend910B}]")
+    assert sim.SimBackend(idle, clock=lambda: 0.0).resources_reassigned() == ()
+
+
 @pytest.mark.parametrize(
     ("doc", "message"),
     [
@@ -264,6 +306,10 @@ def test_registered_as_sim_not_auto_detected() -> None:
         (
             "timeline: [{at: 0, device: 'nvidia/0', slice: '2/0', fault: lost}]",
             "timeline[0].slice: faults apply to a whole device",
+        ),
+        (
+            "devices: [{model: AMD Instinct MI300X, count: 3}]",
+            "devices[0].count: AMD Instinct MI300X is listed as 2 logical GPUs per card",
         ),
         ("[1, 2]", "scenario must be a mapping"),
         ("a: [", "scenario is not valid YAML"),
