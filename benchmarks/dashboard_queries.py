@@ -1,12 +1,16 @@
 """Benchmark: query time of a full dashboard refresh and rule-evaluation time on a large simulated fleet.
 
 Run from the repository root: ``PYTHONPATH=$PWD python benchmarks/dashboard_queries.py [DEVICES [SCRAPE
-[EVALUATION [WARMUP_S]]]]`` (defaults 256 devices, 5 s scrapes, 15 s rule evaluation, 75 s warm-up;
+[EVALUATION [WARMUP_S [RUNS]]]]]`` (defaults 256 devices, 5 s scrapes, 15 s rule evaluation, 75 s warm-up, 5 runs;
 devices a multiple of 4, spread over four models on one node; 2048 is the target size of issue 16 and
 needs a scrape interval longer than one scrape of the Python sim exporter takes). Starts Debian's
 Prometheus with alerts/generated/rules.yml, the sim exporter and the pipeline stand-in (the same stack as
-tests/dashboards/test_prometheus.py), waits the warm-up, then runs each panel query 5 times as Grafana would (range queries over the last minute at a
-1 s step for time series, instant queries otherwise) and prints the sum of the median times per dashboard
+tests/dashboards/test_prometheus.py), waits the warm-up, then runs each panel query RUNS times (default 5) as Grafana
+would at its default time range, the last 6 hours: range queries at a 20 s step for time series (6 h over the
+~1,080 points Grafana asks of a half-width panel), instant queries otherwise, ``$__range`` 21600s and
+``$__rate_interval`` max(step + scrape, 4 x scrape) as Grafana computes it. The stack's history is only the
+warm-up long, so a 6 h range costs what a fresh server's does: the step count (1,081 points a series), not
+6 h of samples. It prints the sum of the median times per dashboard
 refresh, the slowest queries with the series each returns, and each rule group's evaluation time
 (Prometheus' own ``prometheus_rule_group_last_duration_seconds``, read from its /metrics every 5 s of the
 warm-up, the most seen) as a share of the interval. Nothing is asserted.
@@ -21,12 +25,27 @@ import tempfile
 import time
 import urllib.request
 from pathlib import Path
+from typing import Any
 
-from tests.dashboards.test_prometheus import _dashboards, _get, _targets, resolve, stack, substitute
+from tests.dashboards.test_prometheus import Prom, _dashboards, _get, _targets, resolve, stack, substitute
 
 MODELS = ("NVIDIA A100-SXM4-80GB", "NVIDIA GeForce RTX 4090", "AMD Instinct MI250X", "Ascend910B")
 PROFILES = ("training", "inference", "idle_notebook", "memory_bound", "compute_bound", "starved", "idle")
-SCRAPE, EVALUATION, WARMUP_S = "5s", "15s", 75
+SCRAPE, EVALUATION, WARMUP_S, RUNS = "5s", "15s", 75, 5
+RANGE_S = 6 * 3600  # Grafana's default time range: now-6h
+STEP_S = 20  # Grafana's $__interval for 6 h on a half-width panel (~1,080 points), rounded as Grafana rounds
+
+
+def grafana_builtins(scrape_s: float) -> dict[str, str]:
+    """Grafana's built-in variables for a ``RANGE_S`` range at ``STEP_S`` on a data source scraped every
+    ``scrape_s`` seconds (``$__rate_interval`` = max($__interval + scrape interval, 4 x scrape interval))."""
+    rate = max(STEP_S + scrape_s, 4 * scrape_s)
+    return {
+        "__interval": f"{STEP_S}s",
+        "__rate_interval": f"{rate:g}s",
+        "__range": f"{RANGE_S}s",
+        "__range_s": str(RANGE_S),
+    }
 
 
 def scenario(per_model: int, poll_interval: float = 5) -> dict[str, object]:
@@ -38,7 +57,9 @@ def scenario(per_model: int, poll_interval: float = 5) -> dict[str, object]:
     timeline: list[dict[str, object]] = []
     for i in range(per_model):
         for vendor in ("amd", "huawei"):
-            timeline.append({"at": 0, "device": f"{vendor}/{i}", "profile": PROFILES[i % 7]})
+            # Ascend chips are indexed "<NPU>-<chip>" as npu-smi prints them (vendors/sim.py).
+            index = f"{i}-0" if vendor == "huawei" else str(i)
+            timeline.append({"at": 0, "device": f"{vendor}/{index}", "profile": PROFILES[i % 7]})
     for i in range(2 * per_model):
         pod = {"namespace": f"team-{i % 8}", "pod": f"job-{i}", "workload_kind": "job"}
         timeline.append({"at": 0, "device": f"nvidia/{i}", "profile": PROFILES[i % 7], "pod": pod})
@@ -53,43 +74,60 @@ def own(base: str, name: str) -> dict[str, float]:
     return {m[0]: float(m[1]) for m in re.findall(rf"^{name}(\{{[^}}]*\}})? (\S+)$", text, re.M)}
 
 
-def main() -> None:
-    args = sys.argv[1:]
+def resolved(prom: Prom, timeout_s: float = 60) -> list[tuple[dict[str, Any], dict[str, str]]]:
+    """Each dashboard with its template variables' values, waiting up to ``timeout_s`` for the first
+    scrapes and rule evaluations to give every variable a value (a short warm-up ends before them)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            return [(d, resolve(d, prom)) for d in _dashboards()]
+        except AssertionError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(1)
+
+
+def main(args: list[str]) -> None:
     devices = int(args[0]) if args else 256
     scrape = args[1] if len(args) > 1 else SCRAPE
     evaluation = args[2] if len(args) > 2 else EVALUATION
     warmup = int(args[3]) if len(args) > 3 else WARMUP_S
+    repeats = int(args[4]) if len(args) > 4 else RUNS
     groups: dict[str, float] = {}  # the most seen
     last: dict[str, float] = {}  # the last seen (steady state)
     with (
         tempfile.TemporaryDirectory() as tmp,
         stack(Path(tmp), scenario(devices // 4, float(scrape.removesuffix("s"))), scrape, evaluation) as prom,
     ):
-        for _ in range(warmup // 5):
-            time.sleep(5)
+        for _ in range(max(1, warmup // 5)):
+            time.sleep(min(5, warmup))
             for labels, seconds in own(prom.base, "prometheus_rule_group_last_duration_seconds").items():
                 group = re.sub(r'.*rule_group="[^"]*;([^"]*)".*', r"\1", labels)
                 groups[group] = max(groups.get(group, 0.0), seconds)
                 last[group] = seconds
-        head = own(prom.base, "prometheus_tsdb_head_series")[""]
         rules = _get(f"{prom.base}/api/v1/rules")["data"]["groups"]
         slow_rules = sorted(
             ((r["evaluationTime"], r["name"]) for g in rules for r in g["rules"]), reverse=True
         )[:5]
-        variables = {d["uid"]: resolve(d, prom) for d in _dashboards()}
+        builtins = grafana_builtins(float(scrape.removesuffix("s")))
+        variables = {d["uid"]: {**values, **builtins} for d, values in resolved(prom)}
+        head = own(prom.base, "prometheus_tsdb_head_series")[""]
         timings = []
         for t in _targets():
             expr = substitute(t.expr, variables[t.dashboard])
             runs = []
             series = 0
-            for _ in range(5):
+            for _ in range(repeats):
                 start = time.perf_counter()
-                out = prom.query_range(expr, 60) if not t.instant else prom.query(expr)
+                out = prom.query_range(expr, RANGE_S, STEP_S) if not t.instant else prom.query(expr)
                 runs.append(time.perf_counter() - start)
                 series = len(out["data"]["result"])
             timings.append((statistics.median(runs), t, series))
     total = sum(m for m, _, _ in timings)
-    print(f"{devices} devices, {head:.0f} head series, {len(timings)} queries, scrape {scrape}")
+    print(
+        f"{devices} devices, {head:.0f} head series, {len(timings)} queries, scrape {scrape},"
+        f" range {RANGE_S // 3600} h at a {STEP_S} s step"
+    )
     print(f"full refresh of every dashboard: {total * 1000:.0f} ms of query time (sum of medians)")
     for uid in sorted({t.dashboard for _, t, _ in timings}):
         ms = sum(m for m, t, _ in timings if t.dashboard == uid) * 1000
@@ -110,4 +148,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    main(sys.argv[1:])

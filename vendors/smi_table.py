@@ -11,6 +11,7 @@ reading, recorded in ``DeviceSample.unread``). Every function raises only ``vend
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from collections.abc import Callable, Mapping, Sequence
@@ -229,12 +230,7 @@ def table_rows(text: str, anchor: str) -> list[Row]:
     header = lines[first : last + 1]
     if len(header) > _MAX_HEADER_LINES:
         raise ParseError(f"device table header has {len(header)} lines")
-    names: list[dict[int, list[tuple[int, int, int, str]]]] = []
-    for line in header:
-        by_cell: dict[int, list[tuple[int, int, int, str]]] = {}
-        for piece in _pieces(line, _HEADER_NAME):
-            by_cell.setdefault(piece[0], []).append(piece)
-        names.append(by_cell)
+    layout = _layout(tuple(header))
     blocks: list[list[str]] = []
     current: list[str] = []
     for line in lines[last + 2 :]:
@@ -257,17 +253,70 @@ def table_rows(text: str, anchor: str) -> list[Row]:
         raise ParseError("device table holds no complete device block")
     rows: list[Row] = []
     for block in blocks:
-        values: dict[str, list[str]] = {
-            n[3].lower(): [] for row_names in names for cell_names in row_names.values() for n in cell_names
-        }
-        for line, row_names in zip(block, names, strict=True):
+        values: dict[str, list[str]] = {key: [] for key in layout.keys}
+        for i, line in enumerate(block):
             tokens = _pieces(line, _TOKEN)
             for token, phrase in zip(tokens, _phrases(tokens), strict=True):
-                column = _column_of(token, phrase, row_names.get(token[0], ()))
+                column = layout.column(i, token, phrase)
                 if column is not None:
-                    values[column.lower()].append(token[3])
+                    values[column].append(token[3])
         rows.append(Row({k: " ".join(v) for k, v in values.items()}, block[0]))
     return rows
+
+
+# Header layouts cached by header text: a tool prints the same header every poll, so its name spans and the
+# column each value span falls under are computed once. Bounded: _LAYOUTS headers, _SPANS_PER_LAYOUT value
+# spans each (past that a span is assigned afresh every time), headers over _CACHED_HEADER_CHARS uncached.
+# Every entry is a pure function of its key, so threads polling at once can at worst compute one twice.
+_LAYOUTS = 64
+_SPANS_PER_LAYOUT = 4096
+_CACHED_HEADER_CHARS = 4096
+
+
+@dataclass(frozen=True)
+class _Layout:
+    """A table header read once: per header line, cell index -> its (cell, start, end, name) name spans;
+    ``keys`` the lower-case column names in header order; ``spans`` memoizes ``column``."""
+
+    names: tuple[Mapping[int, tuple[tuple[int, int, int, str], ...]], ...]
+    keys: tuple[str, ...]
+    spans: dict[tuple[int, int, int, int, int, int], str | None]
+
+    def column(self, line: int, token: tuple[int, int, int, str], phrase: tuple[int, int]) -> str | None:
+        """The lower-case column name of a value token (``_column_of``) on header line ``line``."""
+        key = (line, token[0], token[1], token[2], phrase[0], phrase[1])
+        try:
+            return self.spans[key]
+        except KeyError:
+            pass
+        name = _column_of(token, phrase, self.names[line].get(token[0], ()))
+        column = None if name is None else name.lower()
+        if len(self.spans) < _SPANS_PER_LAYOUT:
+            self.spans[key] = column
+        return column
+
+
+def _read_layout(header: tuple[str, ...]) -> _Layout:
+    names: list[dict[int, tuple[tuple[int, int, int, str], ...]]] = []
+    for line in header:
+        by_cell: dict[int, list[tuple[int, int, int, str]]] = {}
+        for piece in _pieces(line, _HEADER_NAME):
+            by_cell.setdefault(piece[0], []).append(piece)
+        names.append({cell: tuple(pieces) for cell, pieces in by_cell.items()})
+    keys = tuple(
+        dict.fromkeys(n[3].lower() for by_cell in names for pieces in by_cell.values() for n in pieces)
+    )
+    return _Layout(tuple(names), keys, {})
+
+
+_cached_layout = functools.lru_cache(maxsize=_LAYOUTS)(_read_layout)
+
+
+def _layout(header: tuple[str, ...]) -> _Layout:
+    """The header's layout, from the cache unless the header is over _CACHED_HEADER_CHARS."""
+    if sum(len(line) for line in header) > _CACHED_HEADER_CHARS:
+        return _read_layout(header)
+    return _cached_layout(header)
 
 
 class CellReader:

@@ -118,10 +118,10 @@ class Prom:
     def query(self, expr: str) -> dict[str, Any]:
         return _get(f"{self.base}/api/v1/query?" + urllib.parse.urlencode({"query": expr}))  # type: ignore[no-any-return]
 
-    def query_range(self, expr: str, seconds: int) -> dict[str, Any]:
-        """``expr`` over the last ``seconds`` at a 1 s step, as a time-series panel asks for it."""
+    def query_range(self, expr: str, seconds: int, step: float = 1) -> dict[str, Any]:
+        """``expr`` over the last ``seconds`` at ``step`` seconds, as a time-series panel asks for it."""
         end = time.time()
-        params = {"query": expr, "start": end - seconds, "end": end, "step": 1}
+        params = {"query": expr, "start": end - seconds, "end": end, "step": step}
         return _get(f"{self.base}/api/v1/query_range?" + urllib.parse.urlencode(params))  # type: ignore[no-any-return]
 
     def series(self, match: str) -> list[dict[str, str]]:

@@ -114,3 +114,71 @@ def test_token_parsers_raise_only_parse_error(token: str) -> None:
     ):
         with contextlib.suppress(ParseError):
             call()
+
+
+_CACHED = "\n".join(
+    [
+        "+---+",
+        "| Idx  Name   | Temp   Pwr |",
+        "|===|",
+        "| {i}    {name}    | {temp}C    {pwr} W |",
+        "+---+",
+        "",
+    ]
+)
+
+
+def test_table_rows_reads_a_repeated_header_once() -> None:
+    """The second parse of the same tool's header takes its layout and value spans from the cache."""
+    t._cached_layout.cache_clear()
+    first = t.table_rows(_CACHED.format(i=0, name="MLU", temp=31, pwr=99), "Pwr")
+    layout = t._cached_layout(("| Idx  Name   | Temp   Pwr |",))
+    spans = dict(layout.spans)
+    second = t.table_rows(_CACHED.format(i=1, name="MLU", temp=32, pwr=98), "Pwr")
+    info = t._cached_layout.cache_info()
+    assert (info.misses, info.hits, info.currsize) == (1, 2, 1)
+    assert layout.spans == spans and len(spans) == 4  # the same four value spans: nothing recomputed
+    assert [dict(r.values) for r in first + second] == [
+        {"idx": "0", "name": "MLU", "temp": "31C", "pwr": "99 W"},
+        {"idx": "1", "name": "MLU", "temp": "32C", "pwr": "98 W"},
+    ]
+
+
+def test_layout_cache_is_bounded() -> None:
+    """At most _LAYOUTS headers, _SPANS_PER_LAYOUT spans each; a header over _CACHED_HEADER_CHARS is not kept."""
+    t._cached_layout.cache_clear()
+    for n in range(t._LAYOUTS + 10):
+        t.table_rows(_CACHED.replace("Name", f"N{n:03d}").format(i=0, name="X", temp=1, pwr=2), "Pwr")
+    assert t._cached_layout.cache_info().currsize == t._LAYOUTS
+    t._cached_layout.cache_clear()
+    wide = "| Idx " + " " * t._CACHED_HEADER_CHARS + "| Pwr |"
+    rows = t.table_rows("\n".join(["+---+", wide, "|===|", "| 0 | 5 W |", "+---+", ""]), "Pwr")
+    assert dict(rows[0].values) == {"idx": "0", "pwr": "5 W"}
+    assert t._cached_layout.cache_info().currsize == 0
+    layout = t._cached_layout(("| Idx  Name   | Temp   Pwr |",))
+    for start in range(t._SPANS_PER_LAYOUT + 100):
+        layout.column(0, (1, start, start + 1, "x"), (start, start + 1))
+    assert len(layout.spans) == t._SPANS_PER_LAYOUT
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    name=st.text(alphabet="abXY -/", min_size=1, max_size=12),
+    values=st.lists(st.text(alphabet="0123456789 WC%/", max_size=10), min_size=4, max_size=4),
+)
+def test_cached_layout_reads_as_a_fresh_one(name: str, values: list[str]) -> None:
+    """A table read after another one with the same header (warm cache) gives the rows a cold read gives."""
+
+    def table(a: str, b: str) -> str:
+        return "\n".join(["+---+", f"| Idx  {name}   | Pwr |", "|===|", f"| 0  {a} | {b} |", "+---+", ""])
+
+    def read(text: str) -> list[dict[str, str]] | str:
+        try:
+            return [dict(r.values) for r in t.table_rows(text, "Pwr")]
+        except ParseError as exc:
+            return str(exc)
+
+    read(table(values[0], values[1]))
+    warm = read(table(values[2], values[3]))
+    t._cached_layout.cache_clear()
+    assert warm == read(table(values[2], values[3]))
