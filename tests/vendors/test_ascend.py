@@ -1127,8 +1127,14 @@ def test_dcmi_source_faults(fake_dcmi: str, monkeypatch: pytest.MonkeyPatch) -> 
     assert len(backend.sample()) == 3
     monkeypatch.setenv("FAKE_DCMI_HEALTH_FAIL", "3-1")
     s = by_index(backend.sample())
-    assert s["3-0"].up and not s["3-1"].up
-    assert s["3-1"].error == "library: dcmi_get_device_health failed"
+    # issue 22: a failed health call is no lost chip (that fired AcceleratorLost, action drain): the chip stays
+    # up with its other readings, health and fault events unread with the library's answer
+    assert s["3-0"].up and s["3-1"].up
+    assert s["3-1"].utilization_ratio is not None and s["3-1"].memory_total_bytes == 43693 * MIB
+    assert s["3-1"].health == {}
+    assert set(s["3-1"].unread) >= {"health", "fault_events"}
+    assert s["3-1"].unread["health"].startswith("library: dcmi_get_device_health")
+    assert s["3-1"].fault_events == {"A4025021": 1, "8C03A000": 1}  # the counts read before are kept
     monkeypatch.delenv("FAKE_DCMI_HEALTH_FAIL")
     monkeypatch.setenv("FAKE_DCMI_CARDS", "1")
     s = by_index(backend.sample())

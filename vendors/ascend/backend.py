@@ -13,7 +13,7 @@ from dataclasses import dataclass, replace
 from vendors.ascend.card_report import parse_card_report, parse_health
 from vendors.ascend.dcmi import blocks_from_reading, health_from_reading, row_from_reading
 from vendors.ascend.info_table import parse_info_table
-from vendors.ascend.libdcmi import Dcmi
+from vendors.ascend.libdcmi import ChipReading, Dcmi
 from vendors.ascend.libdcmi import find_library as find_dcmi_library
 from vendors.ascend.records import (
     AICORE_FREQ,
@@ -23,6 +23,7 @@ from vendors.ascend.records import (
     CARD_POWER,
     CTRLCPU,
     DDR_BANDWIDTH,
+    HEALTH_STATE,
     MAX_FAULT_CODES,
     METRICS,
     OVERFLOW_CODE,
@@ -163,7 +164,8 @@ class AscendBackend:
     reason (counted in ``xpuwatch_backend_errors_total{reason="field"}``) and is logged once per query and
     cause; one that never answered is dropped after UNSUPPORTED_AFTER tries. Answers are cached and used
     until ``detail_max_age_seconds``. DCMI, per poll: the card list (failure -> BackendError), then every
-    chip's readings (health unreadable -> that chip is lost: the library cannot reach it).
+    chip's readings: a chip the card list names is up; a failed call leaves its readings unread (health:
+    ``health`` and ``fault_events``), and the chip is lost only when none of its calls answers.
     Chips seen before but missing now are lost. Error codes are counted per chip: +1 each time a code
     appears that was not active at the previous read (both sources list active codes, not events).
     """
@@ -453,10 +455,11 @@ class AscendBackend:
             row = row_from_reading(r, self._bus_ids.get((card, dev_id)))
             table = InfoTable(version=None, chips=(row,))
             dev = device_of(row)
-            if r.health is None:
-                out.append(DeviceSample.lost(dev, "library: dcmi_get_device_health failed"))
+            if r.health is None and not _any_reading(r):
+                # the library lists the chip but answers nothing for it: it cannot reach the chip
+                out.append(DeviceSample.lost(dev, "library: no reading of the chip answered"))
                 continue
-            health = health_from_reading(r)
+            health = health_from_reading(r) if r.health is not None else None
             usages, common = blocks_from_reading(r)
             sample = sample_chip(
                 row,
@@ -464,12 +467,24 @@ class AscendBackend:
                 usages=usages,
                 common=common,
                 health=health,
-                fault_counts=self._count_faults(dev.uuid, frozenset(health.codes)),
+                fault_counts=(
+                    self._count_faults(dev.uuid, frozenset(health.codes))
+                    if health is not None
+                    else dict(self._fault_counts.get(dev.uuid, {}))
+                ),
                 card_chips=per_card[card],
                 memory_temperature_celsius=(
                     None if r.hbm_temperature_celsius is None else float(r.hbm_temperature_celsius)
                 ),
             )
+            if health is None:  # one failed call costs its readings, not the chip (as on the npu-smi path)
+                why = next((f for f in r.failed if f.startswith("dcmi_get_device_health")), "no answer")
+                sample = replace(  # "Unknown" is no failed health check: no health series, not a false one
+                    sample,
+                    health={},
+                    vendor_metrics={k: v for k, v in sample.vendor_metrics.items() if k != HEALTH_STATE.name},
+                    unread={**sample.unread, "health": f"library: {why}", "fault_events": f"library: {why}"},
+                )
             out.append(sample)
         return out
 
@@ -517,3 +532,18 @@ SPEC = register(
         },
     )
 )
+
+
+def _any_reading(r: ChipReading) -> bool:
+    """Whether DCMI answered any per-chip reading (a chip it lists but cannot reach answers none)."""
+    return any(
+        v is not None
+        for v in (
+            r.aicore_percent,
+            r.temperature_celsius,
+            r.power_deciwatts,
+            r.hbm_total_mib,
+            r.ddr_total_mib,
+            r.aicore_freq_mhz,
+        )
+    )
