@@ -427,6 +427,17 @@ def warn_blind(selection: Selection) -> None:
     a breakdown label the selection switches off (they would see no data), from the reads indexes that
     `rules generate` and `dashboards generate` write."""
     for what, r in blind(selection, shipped_readers()):
+        if (
+            what in r.absent_fires
+        ):  # an absence alert does not go quiet: it fires for every device that had it
+            log.warning(
+                "metric selection: %s is off; generated alert %s fires when it disappears: expect it for each "
+                "device that reported it, until its lookback passes (silence it, or set its metrics in a user "
+                "spec)",
+                what,
+                r.name,
+            )
+            continue
         log.warning(
             "metric selection: %s is off; generated %s %s reads it and will see no data", what, r.kind, r.name
         )

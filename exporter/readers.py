@@ -11,6 +11,7 @@ that recording reads. Pure but for ``shipped_readers``; family and label detecti
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -65,11 +66,22 @@ def rule_readers(rules: Mapping[str, Any]) -> list[Reader]:
                     labels = _merge(labels, r.labels)
             kind = "record" if "record" in rule else "alert"
             name = str(rule.get("record") or rule.get("alert"))
-            reader = Reader(kind, name, tuple(fams), labels)
+            absent = tuple(f for f in fams if kind == "alert" and _fires_when_absent(expr, f))
+            reader = Reader(kind, name, tuple(fams), labels, absent)
             if kind == "record":
                 recorded[name] = reader
             out.append(reader)
     return out
+
+
+def _fires_when_absent(expr: str, family: str) -> bool:
+    """Whether ``expr`` fires when ``family`` disappears: the generated absence pattern
+    ``max_over_time(F{...}[window])) unless on (...) F{...}``."""
+    f = re.escape(family)
+    return (
+        re.search(rf"max_over_time\({f}\{{[^}}]*\}}\[[^\]]+\]\)\)\s*unless on \([^)]*\)\s*{f}\b", expr)
+        is not None
+    )
 
 
 def _mentions(expr: str, series: str) -> bool:
@@ -122,6 +134,7 @@ def dump(readers: Iterable[Reader], cmd: str, what: str) -> str:
             "name": r.name,
             "families": list(r.families),
             **({"labels": {k: list(v) for k, v in r.labels.items()}} if r.labels else {}),
+            **({"absent_fires": list(r.absent_fires)} if r.absent_fires else {}),
         }
         for r in readers
     ]
@@ -140,6 +153,7 @@ def parse(text: str) -> list[Reader]:
                 str(e["name"]),
                 tuple(map(str, e["families"])),
                 {str(k): tuple(map(str, v)) for k, v in (e.get("labels") or {}).items()},
+                tuple(map(str, e.get("absent_fires") or ())),
             )
             for e in doc
         ]

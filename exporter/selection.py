@@ -194,6 +194,9 @@ class Reader:
     name: str
     families: tuple[str, ...]
     labels: Mapping[str, tuple[str, ...]]
+    absent_fires: tuple[str, ...] = ()
+    """Families whose disappearance this alert fires on (``max_over_time(F[..]) unless on (...) F``:
+    AcceleratorTelemetryMissing): switching one off pages for each device that had it, for the lookback."""
 
 
 def blind(selection: Selection, readers: Iterable[Reader]) -> list[tuple[str, Reader]]:

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import logging
 import re
+import shutil
+import subprocess
 import time
 import urllib.error
 import urllib.request
@@ -13,6 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from prometheus_client.exposition import choose_encoder
@@ -288,9 +291,82 @@ def test_each_name_off_warns_of_exactly_the_rules_and_panels_it_blinds(
         warn_blind(Selection(Selection.default().off | {name}))
     got = [rec.getMessage() for rec in caplog.records]
     assert got == [
-        f"metric selection: {name} is off; generated {r.kind} {r.name} reads it and will see no data"
+        f"metric selection: {name} is off; generated alert {r.name} fires when it disappears: expect it for each "
+        "device that reported it, until its lookback passes (silence it, or set its metrics in a user spec)"
+        if name in r.absent_fires
+        else f"metric selection: {name} is off; generated {r.kind} {r.name} reads it and will see no data"
         for r in want
     ]
+
+
+def test_switching_off_a_watched_hardware_signal_says_the_absence_alert_fires(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Temperature off: AcceleratorTelemetryMissing does not go quiet, it fires for every device that had it
+    (promtool on the generated rule, below); the start-up warning said "will see no data" (new-user finding)."""
+    (reader,) = [r for r in shipped_readers() if r.name == "AcceleratorTelemetryMissing"]
+    assert set(reader.absent_fires) == {C.TEMPERATURE, C.ECC_ERRORS, C.HEALTH}
+    assert not [
+        r.name for r in shipped_readers() if r.absent_fires and r.name != "AcceleratorTelemetryMissing"
+    ]
+    with caplog.at_level(logging.WARNING, logger="xpuwatch"):
+        warn_blind(Selection(Selection.default().off | {C.TEMPERATURE}))
+    assert any(
+        "AcceleratorTelemetryMissing fires when it disappears" in r.getMessage() for r in caplog.records
+    )
+    promtool = shutil.which("promtool")
+    assert promtool
+    ident = 'node="n",vendor="nvidia",model="m",device="0",uuid="u",job="xpuwatch"'
+    test = {
+        "rule_files": [str(Path("alerts/generated/rules.yml").resolve())],
+        "evaluation_interval": "1m",
+        "tests": [
+            {
+                "interval": "1m",
+                "input_series": [
+                    {
+                        "series": f'accelerator_temperature_celsius{{{ident},sensor="core"}}',
+                        "values": "50x10",
+                    },
+                    {"series": f'accelerator_ecc_errors_total{{{ident},type="corrected"}}', "values": "0x40"},
+                    {"series": f'accelerator_health{{{ident},subsystem="chip"}}', "values": "1x40"},
+                    {"series": f"accelerator_up{{{ident}}}", "values": "1x40"},
+                ],
+                "alert_rule_test": [
+                    {
+                        "eval_time": "30m",
+                        "alertname": "AcceleratorTelemetryMissing",
+                        "exp_alerts": [
+                            {
+                                "exp_labels": {
+                                    "category": "hardware",
+                                    "severity": "warning",
+                                    "action": "none",
+                                    "metric": C.TEMPERATURE,
+                                    **dict(
+                                        kv.replace('"', "").split("=")
+                                        for kv in ident.split(",")
+                                        if "job" not in kv
+                                    ),
+                                },
+                                "exp_annotations": {
+                                    "summary": f"{C.TEMPERATURE} missing on n device 0",
+                                    "description": f"nvidia device 0 (m, u) on n answers but stopped reporting "
+                                    f"{C.TEMPERATURE} (1 series seen in the last 1h, none now).",
+                                    "runbook_url": "https://github.com/xpuwatch/xpuwatch/blob/main/docs/runbooks/"
+                                    "AcceleratorTelemetryMissing.md",
+                                },
+                            }
+                        ],
+                    }
+                ],
+            }
+        ],
+    }
+    path = tmp_path / "absent_test.yml"
+    path.write_text(yaml.safe_dump(test))
+    res = subprocess.run([promtool, "test", "rules", str(path)], capture_output=True, text=True, timeout=60)
+    assert res.returncode == 0, res.stdout + res.stderr
 
 
 def test_every_alert_reading_a_device_family_is_found() -> None:
