@@ -39,6 +39,7 @@ def test_committed_outputs_are_what_the_spec_generates() -> None:
     assert stale_files(DEFAULT_OUT, render_all(DEFAULT_SPEC_PATH, Endpoints())) == []
 
 
+@pytest.mark.slow
 def test_cli_check_passes_on_committed_files_and_fails_on_stale_ones(tmp_path: Path) -> None:
     assert _cli("--check").returncode == 0
     out = tmp_path / "gen"
@@ -58,6 +59,7 @@ def test_cli_reports_a_bad_spec_without_a_traceback(tmp_path: Path) -> None:
     assert "not valid YAML" in result.stderr and "Traceback" not in result.stderr
 
 
+@pytest.mark.slow
 def test_receiver_urls_and_credentials_are_inputs(tmp_path: Path) -> None:
     assert (
         _cli(
@@ -270,6 +272,7 @@ def test_meta_receiver_must_not_be_the_on_call_bot() -> None:
         parse_spec(data)
 
 
+@pytest.mark.slow
 def test_cli_meta_url_adds_the_out_of_band_webhook(tmp_path: Path) -> None:
     result = _cli("--out", str(tmp_path), "--meta-url", "https://pager.example/hook")
     assert result.returncode == 0, result.stderr
@@ -278,6 +281,7 @@ def test_cli_meta_url_adds_the_out_of_band_webhook(tmp_path: Path) -> None:
     assert [h["url"] for h in meta["webhook_configs"]][1:] == ["https://pager.example/hook"]
 
 
+@pytest.mark.slow
 def test_a_site_spec_reaches_the_kustomize_tree(tmp_path: Path) -> None:
     """`rules generate --spec site.yaml` writes the PrometheusRule and AlertmanagerConfig copies the overlays
     apply, so tuned thresholds are deployed (before, only alerts/generated changed and `apply -k` shipped the
@@ -300,6 +304,7 @@ def test_a_site_spec_reaches_the_kustomize_tree(tmp_path: Path) -> None:
     assert check.returncode == 1 and f"stale: {amc}" in check.stderr
 
 
+@pytest.mark.slow
 def test_out_elsewhere_leaves_the_checkout_kustomize_tree_alone(tmp_path: Path) -> None:
     before = (ROOT / "deploy" / "kustomize" / "base" / "prometheusrule.yaml").read_text()
     site = tmp_path / "site.yaml"

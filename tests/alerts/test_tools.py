@@ -40,6 +40,7 @@ def test_promtool_check_rules_accepts_the_prometheusrule_groups(tmp_path: Path) 
     assert result.returncode == 0, result.stdout + result.stderr
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("test_file", PROMTOOL_TESTS, ids=lambda p: p.name)
 def test_promtool_unit_tests(test_file: Path) -> None:
     result = _run("promtool", "test", "rules", str(test_file))
@@ -47,6 +48,7 @@ def test_promtool_unit_tests(test_file: Path) -> None:
     assert "SUCCESS" in result.stdout
 
 
+@pytest.mark.slow
 def test_promtool_unit_tests_catch_a_wrong_threshold(tmp_path: Path) -> None:
     """The unit tests are not vacuous: the same tests fail against rules built with another threshold."""
     from alerts.rules import render_rules

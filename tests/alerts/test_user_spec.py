@@ -48,6 +48,7 @@ def _changed(a: str, b: str) -> list[str]:
     ]
 
 
+@pytest.mark.slow
 def test_one_threshold_regenerates_rules_that_differ_only_there(tmp_path: Path) -> None:
     rc, err, out = _generate(tmp_path, "alerts:\n  AcceleratorTemperatureHigh:\n    core_celsius: 85\n")
     assert rc == 0, err
@@ -69,6 +70,7 @@ def test_one_threshold_regenerates_rules_that_differ_only_there(tmp_path: Path) 
     assert (out / "alertmanager.yml").read_text() == (GENERATED / "alertmanager.yml").read_text()
 
 
+@pytest.mark.slow
 def test_one_for_with_its_own_reason(tmp_path: Path) -> None:
     rc, err, out = _generate(
         tmp_path,
@@ -81,6 +83,7 @@ def test_one_for_with_its_own_reason(tmp_path: Path) -> None:
     assert "has not answered for 3m" in changed[-1]
 
 
+@pytest.mark.slow
 def test_job_selector_labels_and_disabled_alerts(tmp_path: Path) -> None:
     user = (
         "exporter_job_selector: 'job=\"gpu-metrics\"'\n"
@@ -100,6 +103,7 @@ def test_job_selector_labels_and_disabled_alerts(tmp_path: Path) -> None:
     assert 'accelerator_up{job="gpu-metrics"}' in text
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("user", "message"),
     [

@@ -41,11 +41,13 @@ def test_committed_dashboards_are_what_the_modules_generate() -> None:
     assert stale_files(DEFAULT_OUT, render_all()) == []
 
 
+@pytest.mark.slow
 def test_cli_check_passes_on_the_committed_dashboards() -> None:
     out = _cli("--check")
     assert (out.returncode, out.stderr) == (0, "")
 
 
+@pytest.mark.slow
 def test_generate_writes_then_check_fails_on_a_stale_and_a_stray_file(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -258,6 +258,7 @@ def configs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     }
 
 
+@pytest.mark.slow
 def test_with_strategy_none_every_xpuwatch_alert_reaches_its_receivers(configs: dict[str, Path]) -> None:
     alerts = _alerts()
     assert set(EXPECTED) <= {a["alertname"] for a in alerts}

@@ -165,6 +165,7 @@ CASES = [
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("service", "over", "key"), CASES, ids=[f"{s}-{k}-{i}" for i, (s, _, k) in enumerate(CASES)]
 )
@@ -198,6 +199,7 @@ def test_promtool_complaints_become_one_line() -> None:
     assert promtool_problem(good) is None
 
 
+@pytest.mark.slow
 def test_good_values_at_the_bounds_are_accepted(tmp_path: Path) -> None:
     """The bounds refuse only what breaks: the largest documented value of each still starts."""
     prepare(tmp_path)
@@ -359,6 +361,7 @@ def test_any_numeric_setting_refuses_inf_nan_and_huge(secrets: Path, setting: An
     assert str(err.value).startswith(key), (key, value, str(err.value))
 
 
+@pytest.mark.slow
 @settings(max_examples=60, deadline=None)
 @given(path=st.sampled_from(_spec_numeric_keys()), value=st.sampled_from([math.inf, math.nan, 10**400]))
 def test_any_spec_threshold_refuses_non_finite(path: tuple[str, ...], value: Any) -> None:

@@ -156,6 +156,7 @@ def test_logfmt_quotes_and_escapes_values() -> None:
     assert line == 'ts=2023-11-14T22:13:20.005Z level=warn logger=relay msg="bad \\"x\\" = a\\nb"'
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("command", ["serve", "relay", "remediate", "metrics-doc"])
 def test_log_flags_on_every_subcommand(command: str) -> None:
     res = xpuwatch(command, "--log.level=loud", "--help")
@@ -168,6 +169,7 @@ def test_log_flags_on_every_subcommand(command: str) -> None:
     assert "xpuwatch: config error: --log.format: 'xml' is not one of logfmt, json" in res.stderr
 
 
+@pytest.mark.slow
 def test_one_config_error_line_across_services(tmp_path: Path) -> None:
     (tmp_path / "bad.yaml").write_text("nonsense_key: 1\n")
     for command in ("serve", "relay", "remediate"):

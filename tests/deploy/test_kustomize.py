@@ -551,6 +551,7 @@ def _allowed(
     )
 
 
+@pytest.mark.slow
 def test_networkpolicy_admits_only_monitoring_and_the_controllers_notices(tmp_path: Path) -> None:
     objs = render_with(tmp_path, ["overlays/mixed"], ["components/networkpolicy"])
     policies = [o for o in objs if o["kind"] == "NetworkPolicy"]

@@ -138,6 +138,7 @@ def test_renders_load_with_pyyaml(rendered: str) -> None:
     assert all(isinstance(d, dict) and d.get("kind") for d in docs)  # patch-only components render none
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("version", K8S_VERSIONS)
 @pytest.mark.parametrize("rendered", USER_OVERLAYS)  # together they hold every base, exporter and component
 def test_every_object_validates_against_its_schema(rendered: str, version: str) -> None:

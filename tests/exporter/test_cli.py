@@ -20,6 +20,7 @@ from vendors.command import ReplayRunner, SubprocessRunner, read_bundle, write_b
 from vendors.registry import BackendContext, BackendSpec, Detection, OutputFormat
 
 
+@pytest.mark.slow
 def test_unknown_backend_names_where_it_was_set(tmp_path: Path) -> None:
     """A typo in XPUWATCH_ENABLE was reported as `--backend: ...`, a flag the user never gave."""
     (tmp_path / "c.yaml").write_text("enable: [nvidai]\n")
@@ -271,6 +272,7 @@ def test_detection_logs_found_and_skipped(
     assert _backend_names(argparse.Namespace(), Settings(enable=("sim",)), SubprocessRunner()) == ["sim"]
 
 
+@pytest.mark.slow
 def test_serve_replay_cli_uses_the_bundle_backends_and_node(
     tmp_path: Path, start_exporter: Callable[..., Exporter]
 ) -> None:
@@ -321,6 +323,7 @@ def test_recording_runner_keeps_failed_calls_and_replay_fails_them_alike(tmp_pat
     assert replayed.value.reason == "exit_status"
 
 
+@pytest.mark.slow
 def test_bad_inputs_fail_with_one_line_naming_the_cause(tmp_path: Path) -> None:
     """Ugly cases a new user hit: each is one clear line and a non-zero exit, never a traceback."""
     binary = tmp_path / "bin.yaml"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from prometheus_client.exposition import generate_latest
@@ -349,6 +350,7 @@ _samples = st.builds(
 )
 
 
+@pytest.mark.slow
 @settings(max_examples=150, deadline=None)
 @given(st.lists(_samples, max_size=4), _txt)
 def test_fuzz_any_samples_render_to_parseable_exposition(samples: list[DeviceSample], node: str) -> None:

@@ -106,6 +106,7 @@ def reference(accept: str, fams: list[Metric]) -> bytes:
     return encoder(Registry(fams))
 
 
+@pytest.mark.slow
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(fleet=fleets(), again=fleets(), mapping_up=st.one_of(st.none(), st.booleans()))
 def test_fast_encoder_is_byte_identical_to_prometheus_client(
@@ -406,6 +407,7 @@ def encoders() -> Iterator[tuple[str, Callable[[Any], bytes], FastEncoder]]:
         yield accept, encoder, fast
 
 
+@pytest.mark.slow
 @settings(
     max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large]
 )
@@ -423,6 +425,7 @@ def test_series_writer_is_byte_identical_to_prometheus_client(
             assert fast.render(node.collector) == encoder(registry), accept
 
 
+@pytest.mark.slow
 @settings(
     max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large]
 )

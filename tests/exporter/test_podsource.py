@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 from pathlib import Path
 
+import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
@@ -125,6 +126,7 @@ def test_unmatched_ids_are_counted_per_resource(tmp_path: Path) -> None:
         srv.stop()
 
 
+@pytest.mark.slow
 def test_hung_kubelet_does_not_block_current(tmp_path: Path) -> None:
     srv = KubeletServer(str(tmp_path / "k.sock"), ALLOCS)
     srv.start()
@@ -140,6 +142,7 @@ def test_hung_kubelet_does_not_block_current(tmp_path: Path) -> None:
         srv.stop()
 
 
+@pytest.mark.slow
 def test_background_thread_backs_off_while_failing(tmp_path: Path) -> None:
     src = _source(str(tmp_path / "absent.sock"), interval_seconds=0.05, max_backoff_seconds=0.4)
     src.start()

@@ -5,6 +5,8 @@ from __future__ import annotations
 import time
 from dataclasses import replace
 
+import pytest
+
 from exporter import poller as P
 from exporter.poller import BackendPoller, Poller, PollSettings
 from tests.exporter.fakes import FlakyOpenBackend, GoodBackend, HangingBackend, RaisingBackend
@@ -90,6 +92,7 @@ def test_wrong_return_type_counts_as_unexpected() -> None:
     assert dict(p.view(1000).errors) == {"timeout": 0, "unexpected": 1, "field": 0}
 
 
+@pytest.mark.slow
 def test_hung_call_times_out_and_no_second_call_starts_until_it_returns() -> None:
     b = HangingBackend()
     clock = Clock()

@@ -108,6 +108,7 @@ def test_bad_selection_is_a_config_error(
         assert f"(known: {', '.join(known())})" in str(err.value)
 
 
+@pytest.mark.slow
 def test_serve_refuses_an_unknown_name_with_the_known_ones_exit_2() -> None:
     res = run_cli("serve", "--simulate", "--web.listen-address", "127.0.0.1:0", "--no-collector.gpu_temp")
     assert res.returncode == 2
@@ -382,6 +383,7 @@ def test_every_alert_reading_a_device_family_is_found() -> None:
         assert fam in readers[alert].families, alert
 
 
+@pytest.mark.slow
 def test_serve_logs_at_start_what_an_exclusion_leaves_blind(start_exporter: Callable[..., Exporter]) -> None:
     exp = start_exporter(
         "--simulate", "--sim-clock", "1700000000", "--no-collector." + C.TEMPERATURE, "--collector." + LINK

@@ -71,6 +71,7 @@ async def test_a_header_that_never_ends_is_closed_after_the_timeout() -> None:
         await server.stop()
 
 
+@pytest.mark.slow
 async def test_the_second_request_of_a_kept_alive_connection_is_timed_out_too() -> None:
     """Fails on main: its guard timed out only a connection's first header."""
     server, poller = build([GoodBackend()])
@@ -109,6 +110,7 @@ async def test_an_idle_kept_alive_connection_is_closed_after_the_keepalive_timeo
         await server.stop()
 
 
+@pytest.mark.slow
 async def test_tls_handshakes_that_never_finish_give_way_and_time_out(tmp_path: Path) -> None:
     """Pending TLS handshakes hold descriptors: on main they were not counted at all (no cap)."""
     cert, key = self_signed(tmp_path)

@@ -37,6 +37,7 @@ def alert_ids(body: dict) -> list[str]:
     return sorted(set(re.findall(r"GPU-g\d{3}-\d{4}", json.dumps(body))))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["wecom", "feishu"])
 async def test_burst_2000_alerts_200_groups_nothing_lost_nothing_duplicated(tmp_path, kind):
     fake: FakeBot
@@ -84,6 +85,7 @@ async def test_burst_2000_alerts_200_groups_nothing_lost_nothing_duplicated(tmp_
             assert len(json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode()) <= 20 * 1024
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["wecom", "feishu", "dingtalk"])
 async def test_no_rejection_when_the_bot_counts_as_late_as_it_can(tmp_path, kind):
     """The stand-in waits a varying 0-60 ms between receiving a request and counting it, then answers at

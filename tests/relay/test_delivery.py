@@ -75,6 +75,7 @@ async def test_every_fixture_renders_and_delivers_to_both_bots(tmp_path, bots, f
     assert "sign" in feishu.accepted[0] and "timestamp" in feishu.accepted[0]
 
 
+@pytest.mark.slow
 async def test_retry_on_5xx_timeout_and_rate_limit_then_deliver_once(tmp_path, bots, caplog):
     wecom, feishu = bots
     wecom.faults.extend(
@@ -625,6 +626,7 @@ async def test_restart_honours_the_send_times_of_the_previous_run(tmp_path):
     assert pending == 5
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("answer_delay", "shown", "delivered", "failed"),
     [

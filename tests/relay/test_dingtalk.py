@@ -120,6 +120,7 @@ async def test_signed_markdown_with_mentions_keyword_and_all_annotations(tmp_pat
     assert metric_value(text, m.FAILED, channel="bad-sign", reason="310000") == 1
 
 
+@pytest.mark.slow
 async def test_burst_stays_within_20_per_window_and_mention_only_on_configured_severity(tmp_path):
     fake = FakeDingTalk(limits=(RateLimit(20, 0.5),), penalty=5.0)
     await fake.start()
@@ -148,6 +149,7 @@ async def test_burst_stays_within_20_per_window_and_mention_only_on_configured_s
     assert [("at" in b) for b in fake.accepted] == [False] * 44 + [True]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("rate_code", [130101, 410100])
 async def test_every_page_is_delivered_when_the_robot_rate_limits_with_either_code(tmp_path, rate_code):
     """Issue 21: a robot whose quota is shared (3 messages / 2 s here, the relay told 20 / 2 s) answers its

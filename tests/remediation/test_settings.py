@@ -134,6 +134,7 @@ def test_basic_auth_forms(tmp_path: Path) -> None:
     assert s.webhook.basic_password_hash == b"$2b$04$abcdefghijklmnopqrstuu"
 
 
+@pytest.mark.slow
 def test_startup_failures_are_one_line(tmp_path: Path) -> None:
     """No Kubernetes credentials, a bad --listen, a port out of range: a clear line and exit 2."""
     import subprocess

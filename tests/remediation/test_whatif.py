@@ -225,6 +225,7 @@ def _check_week(w: dict[str, object]) -> None:
     assert decisions[1][2:] == ("start", "")
 
 
+@pytest.mark.slow
 def test_what_if_counts_a_backfilled_week_in_prometheus(prometheus: str) -> None:
     w = what_if(SETTINGS, prometheus, 7 * 86400, STEP, end=END)
     _check_week(w.to_json())
@@ -236,6 +237,7 @@ def test_what_if_reads_victoriametrics_the_same(victoriametrics: str, prometheus
     assert vm == what_if(SETTINGS, prometheus, 7 * 86400, STEP, end=END).to_json()
 
 
+@pytest.mark.slow
 def test_cli_writes_json_and_html_and_fails_in_one_line(prometheus: str, tmp_path: Path) -> None:
     cfg = tmp_path / "remediate.yaml"
     cfg.write_text(
@@ -292,6 +294,7 @@ def _episodes() -> list[Episode]:
     return eps
 
 
+@pytest.mark.slow
 async def test_live_controller_decides_as_the_replay(fake, kube, session) -> None:  # type: ignore[no-untyped-def]
     eps = _episodes()
     step = 300

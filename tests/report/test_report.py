@@ -392,6 +392,7 @@ def test_a_declared_length_over_the_limit_is_refused_before_reading() -> None:
         assert time.monotonic() - t0 < 5
 
 
+@pytest.mark.slow
 def test_the_timeout_covers_an_answer_that_trickles_in() -> None:
     """One byte every 0.1 s: no single read ever waits 2 s, yet the answer never completes. Before, urllib's
     per-read timeout let this run until the server stopped (here 30 s); now the query fails at 2 s."""
@@ -403,6 +404,7 @@ def test_the_timeout_covers_an_answer_that_trickles_in() -> None:
     assert 1.9 < took < 5, took
 
 
+@pytest.mark.slow
 def test_report_cli_fails_with_one_line_on_a_huge_answer(tmp_path: Path) -> None:
     with serve(StandIn("huge", limit=64 * 2**20)) as url:
         t0 = time.monotonic()

@@ -941,6 +941,7 @@ def _sixteen_cards() -> str:
     return "".join(out)
 
 
+@pytest.mark.slow
 @settings(max_examples=60, deadline=None)
 @given(text=mutated(), which=st.sampled_from(["info", "info -t usages -i 6", "info -t common -i 6"]))
 def test_fuzz_backend_raises_only_backend_error(text: str, which: str) -> None:
