@@ -12,6 +12,7 @@ from __future__ import annotations
 import aiohttp
 
 from exporter.catalog import ALLOCATED
+from remediation.recheck import PromError, instant
 
 
 class AllocationError(Exception):
@@ -31,21 +32,10 @@ async def holders_of(
     session: aiohttp.ClientSession, prometheus_url: str, node: str, uuid: str, timeout: float = 10.0
 ) -> list[str]:
     """``["namespace/pod", ...]`` holding ``uuid`` on ``node``, sorted and de-duplicated."""
-    url = prometheus_url.rstrip("/") + "/api/v1/query"
     try:
-        async with session.get(
-            url, params={"query": query(node, uuid)}, timeout=aiohttp.ClientTimeout(total=timeout)
-        ) as resp:
-            doc = await resp.json(content_type=None)
-            status = resp.status
-    except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
-        raise AllocationError(f"prometheus query failed: {exc.__class__.__name__}: {exc}") from None
-    if status != 200 or not isinstance(doc, dict) or doc.get("status") != "success":
-        err = doc.get("error", "") if isinstance(doc, dict) else ""
-        raise AllocationError(f"prometheus answered {status}: {err}".strip())
-    result = (doc.get("data") or {}).get("result")
-    if not isinstance(result, list):
-        raise AllocationError("prometheus answer lacks data.result")
+        result = await instant(session, prometheus_url, query(node, uuid), timeout)
+    except PromError as exc:
+        raise AllocationError(str(exc)) from None
     out = set()
     for series in result:
         metric = series.get("metric") if isinstance(series, dict) else None
