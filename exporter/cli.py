@@ -588,7 +588,7 @@ def inspect_files(
             else:
                 found = detect_format(formats, block.text)
                 if isinstance(found, str):
-                    errors.append(f"{where}: {found}")
+                    errors.append(f"{where}: {_no_output(block) or found}")
                     continue
                 fmt, parsed = found
                 samples = tuple(parsed)
@@ -609,6 +609,16 @@ def inspect_files(
     registry = CollectorRegistry(auto_describe=False)
     registry.register(_Static(fams))
     return generate_latest(registry), errors
+
+
+def _no_output(block: transcript.Block) -> str | None:
+    """For a pasted command whose output is a few lines no format claims (``Invalid card id.``, a usage
+    text): say the tool printed no device output, quoting its first line, instead of suggesting --format."""
+    lines = [ln.strip() for ln in block.text.splitlines() if ln.strip()]
+    if block.command is None or len(lines) > 6:
+        return None
+    first = lines[0][:120] if lines else "nothing"
+    return f"the command printed no device output ({first!r}): nothing to read"
 
 
 def _block_name(path: str, n: int, block: transcript.Block) -> str:

@@ -404,7 +404,8 @@ EXCERPTS: dict[str, str | None] = {
     # Diagnostic dumps holding several npu-smi commands (one file per host): read block by block; the blocks
     # no format reads (a usage error, `-t board`) are named, one line each, and the others still read.
     "ascend/npu-smi_info_-t_health_Alarm_with_error_codes.txt": (
-        " block 1 (`/usr/local/bin/npu-smi info -i 0 -t board`, line 2): no known format matches"
+        " block 1 (`/usr/local/bin/npu-smi info -i 0 -t board`, line 2): the command printed no device output"
+        " ('Invalid card id.'): nothing to read"
     ),
     "ascend/npu-smi_info_910A_23.0.5_m_board_usages_health_OK.txt": (
         " block 2 (`/usr/local/bin/npu-smi info -i 0 -c 0 -t board`, line 13): no known format matches"
