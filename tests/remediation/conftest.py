@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from typing import Any
 
 import aiohttp
 import pytest
+from aiohttp import web
 
 from remediation.kube import Kube
 from remediation.settings import KubeSettings
@@ -37,3 +39,23 @@ async def session() -> AsyncIterator[aiohttp.ClientSession]:
 @pytest.fixture
 def clock() -> Clock:
     return Clock()
+
+
+@pytest.fixture
+async def relay() -> AsyncIterator[tuple[str, list[dict[str, Any]]]]:
+    """A relay channel that keeps what the controller posts to it (notices): (URL, received JSON bodies)."""
+    got: list[dict[str, Any]] = []
+
+    async def post(request: web.Request) -> web.Response:
+        got.append(await request.json())
+        return web.Response(text="ok")
+
+    app = web.Application()
+    app.router.add_post("/alertmanager/oncall", post)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    yield f"http://127.0.0.1:{port}/alertmanager/oncall", got
+    await runner.cleanup()

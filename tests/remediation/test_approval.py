@@ -6,11 +6,9 @@ from __future__ import annotations
 
 import base64
 import json
-from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
-from aiohttp import web
 
 from remediation.approval import decision_id
 from remediation.policy import TargetState, decide
@@ -19,25 +17,6 @@ from remediation.webhook import build_app
 from tests.remediation.kit import alerts_of, am_alert, drain_labels, make_controller, make_settings
 
 HOUR = 3600.0
-
-
-@pytest.fixture
-async def relay() -> AsyncIterator[tuple[str, list[dict[str, Any]]]]:
-    got: list[dict[str, Any]] = []
-
-    async def post(request: web.Request) -> web.Response:
-        got.append(await request.json())
-        return web.Response(text="ok")
-
-    app = web.Application()
-    app.router.add_post("/alertmanager/x", post)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-    yield f"http://127.0.0.1:{port}/alertmanager/x", got
-    await runner.cleanup()
 
 
 def _settings(url: str, cap: int = 5, **approval: Any) -> Any:

@@ -5,10 +5,8 @@ stand-in API server of fakekube.py, a relay stand-in collecting notices)."""
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
 from typing import Any
 
-import pytest
 from aiohttp import web
 from prometheus_client import generate_latest
 
@@ -23,25 +21,6 @@ from tests.remediation.kit import (
 )
 
 HOUR = 3600.0
-
-
-@pytest.fixture
-async def relay() -> AsyncIterator[tuple[str, list[dict[str, Any]]]]:
-    got: list[dict[str, Any]] = []
-
-    async def post(request: web.Request) -> web.Response:
-        got.append(await request.json())
-        return web.Response(text="ok")
-
-    app = web.Application()
-    app.router.add_post("/alertmanager/oncall", post)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-    yield f"http://127.0.0.1:{port}/alertmanager/oncall", got
-    await runner.cleanup()
 
 
 def _settings(url: str, **guard: Any) -> Any:
