@@ -12,7 +12,7 @@ from aiohttp import web
 from remediation.kube import Kube
 from remediation.settings import KubeSettings
 from tests.remediation.fakekube import FakeKube
-from tests.remediation.kit import Clock
+from tests.remediation.kit import Clock, PromStandIn, serve
 
 
 @pytest.fixture
@@ -52,10 +52,15 @@ async def relay() -> AsyncIterator[tuple[str, list[dict[str, Any]]]]:
 
     app = web.Application()
     app.router.add_post("/alertmanager/oncall", post)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-    yield f"http://127.0.0.1:{port}/alertmanager/oncall", got
-    await runner.cleanup()
+    async with serve(app) as base:
+        yield f"{base}/alertmanager/oncall", got
+
+
+@pytest.fixture
+async def prometheus() -> AsyncIterator[tuple[PromStandIn, str]]:
+    """A PromStandIn on loopback: (stand-in, its base URL) for the controller's re-check."""
+    prom = PromStandIn()
+    app = web.Application()
+    app.router.add_get("/api/v1/query", prom.query)
+    async with serve(app) as base:
+        yield prom, base

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -107,6 +109,20 @@ def make_controller(
     settings: Settings, kube: Kube, session: aiohttp.ClientSession, clock: Clock, **kw: Any
 ) -> Controller:
     return Controller(settings, kube, session, clock, Audit(keep=True, path=os.devnull), Telemetry(), **kw)
+
+
+@contextlib.asynccontextmanager
+async def serve(app: web.Application) -> AsyncIterator[str]:
+    """Run ``app`` on a free loopback port for the block; yields its base URL (``http://127.0.0.1:PORT``)."""
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        await runner.cleanup()
 
 
 class PromStandIn:

@@ -7,12 +7,10 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from aiohttp import web
 from prometheus_client import generate_latest
 
 from remediation.settings import DrainSettings, GuardSettings, RecheckSettings
 from tests.remediation.kit import (
-    PromStandIn,
     alerts_of,
     am_alert,
     drain_labels,
@@ -98,41 +96,31 @@ async def test_the_cap_never_blocks_lifting(fake, kube, session, clock, relay): 
     assert again[0]["step"] == "start" and again[0]["result"] == "ok"
 
 
-async def test_a_lost_resolved_notification_cannot_hold_a_node_forever(fake, kube, session, clock):  # type: ignore[no-untyped-def]
-    prom = PromStandIn()
+async def test_a_lost_resolved_notification_cannot_hold_a_node_forever(
+    fake, kube, session, clock, prometheus
+):  # type: ignore[no-untyped-def]
+    prom, prom_url = prometheus
     prom.firing.add("gpu-0")
-    app = web.Application()
-    app.router.add_get("/api/v1/query", prom.query)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-    try:
-        fake.add_node("gpu-0")
-        s = make_settings(
-            guard=GuardSettings(dry_run=False, max_disrupted_nodes=1, max_disrupted_ratio=1.0),
-            drain=DrainSettings(default_mode="immediate", healthy_for_seconds=HOUR),
-            recheck=RecheckSettings(prometheus_url=f"http://127.0.0.1:{port}"),
-        )
-        ctl = make_controller(s, kube, session, clock)
-        await ctl.refresh_view(clock())
-        await ctl.handle(alerts_of(am_alert(**drain_labels("gpu-0", "GPU-A"))))
-        clock.advance(60)
-        await ctl.tick()  # still firing: nothing changes
-        assert (
-            "healthy"
-            not in json.loads(fake.get("nodes", "gpu-0")["metadata"]["annotations"]["xpuwatch.io/drain"])[
-                "data"
-            ]
-        )  # type: ignore[index]
-        prom.firing.clear()  # the alert ends; Alertmanager's resolved notification is lost
-        clock.advance(60)
-        await ctl.tick()
-        rec = [r for r in ctl.audit.records or [] if r["event"] == "recheck" and r["step"] == "healthy"]
-        assert len(rec) == 1 and "without a resolved notification" in rec[0]["detail"]
-        clock.advance(HOUR)
-        await ctl.tick()
-        assert not fake.get("nodes", "gpu-0")["spec"].get("taints")  # type: ignore[index]
-    finally:
-        await runner.cleanup()
+    fake.add_node("gpu-0")
+    s = make_settings(
+        guard=GuardSettings(dry_run=False, max_disrupted_nodes=1, max_disrupted_ratio=1.0),
+        drain=DrainSettings(default_mode="immediate", healthy_for_seconds=HOUR),
+        recheck=RecheckSettings(prometheus_url=prom_url),
+    )
+    ctl = make_controller(s, kube, session, clock)
+    await ctl.refresh_view(clock())
+    await ctl.handle(alerts_of(am_alert(**drain_labels("gpu-0", "GPU-A"))))
+    clock.advance(60)
+    await ctl.tick()  # still firing: nothing changes
+    assert (
+        "healthy"
+        not in json.loads(fake.get("nodes", "gpu-0")["metadata"]["annotations"]["xpuwatch.io/drain"])["data"]
+    )  # type: ignore[index]
+    prom.firing.clear()  # the alert ends; Alertmanager's resolved notification is lost
+    clock.advance(60)
+    await ctl.tick()
+    rec = [r for r in ctl.audit.records or [] if r["event"] == "recheck" and r["step"] == "healthy"]
+    assert len(rec) == 1 and "without a resolved notification" in rec[0]["detail"]
+    clock.advance(HOUR)
+    await ctl.tick()
+    assert not fake.get("nodes", "gpu-0")["spec"].get("taints")  # type: ignore[index]

@@ -28,7 +28,6 @@ from remediation.recheck import selector
 from remediation.settings import DrainSettings, RecheckSettings
 from tests.ports import free_port
 from tests.remediation.kit import (
-    PromStandIn,
     alerts_of,
     am_alert,
     drain_labels,
@@ -224,36 +223,26 @@ def test_selector_per_action() -> None:
 
 
 async def test_evictions_after_the_notice_wait_for_the_alert_to_still_fire(
-    fake, kube, session, clock
+    fake, kube, session, clock, prometheus
 ) -> None:  # type: ignore[no-untyped-def]
-    prom = PromStandIn()
+    prom, prom_url = prometheus
     prom.firing.add("gpu-0")
-    app = web.Application()
-    app.router.add_get("/api/v1/query", prom.query)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-    try:
-        fake.add_node("gpu-0")
-        fake.add_pod("ml", "train-0", "gpu-0", {"nvidia.com/gpu": "1"})
-        s = make_settings(
-            drain=DrainSettings(default_mode="after-notice", notice_seconds=600),
-            recheck=RecheckSettings(prometheus_url=f"http://127.0.0.1:{port}"),
-        )
-        ctl = make_controller(s, kube, session, clock)
-        await ctl.refresh_view(clock())
-        await ctl.handle(alerts_of(am_alert(**drain_labels("gpu-0", "GPU-A", namespace="ml", pod="train-0"))))
-        prom.firing.clear()  # cleared during the notice period
-        clock.advance(601)
-        done = await ctl.tick()
-        assert fake.evictions == []
-        assert done[0]["result"] == "skipped" and "evictions not run: condition cleared" in done[0]["detail"]
-        assert ctl.telemetry.rechecks.labels("drain", "evict", "cleared")._value.get() == 1
-        prom.firing.add("gpu-0")  # firing again: the eviction goes ahead
-        clock.advance(10)
-        await ctl.tick()
-        assert fake.evictions == [("ml", "train-0")]
-    finally:
-        await runner.cleanup()
+    fake.add_node("gpu-0")
+    fake.add_pod("ml", "train-0", "gpu-0", {"nvidia.com/gpu": "1"})
+    s = make_settings(
+        drain=DrainSettings(default_mode="after-notice", notice_seconds=600),
+        recheck=RecheckSettings(prometheus_url=prom_url),
+    )
+    ctl = make_controller(s, kube, session, clock)
+    await ctl.refresh_view(clock())
+    await ctl.handle(alerts_of(am_alert(**drain_labels("gpu-0", "GPU-A", namespace="ml", pod="train-0"))))
+    prom.firing.clear()  # cleared during the notice period
+    clock.advance(601)
+    done = await ctl.tick()
+    assert fake.evictions == []
+    assert done[0]["result"] == "skipped" and "evictions not run: condition cleared" in done[0]["detail"]
+    assert ctl.telemetry.rechecks.labels("drain", "evict", "cleared")._value.get() == 1
+    prom.firing.add("gpu-0")  # firing again: the eviction goes ahead
+    clock.advance(10)
+    await ctl.tick()
+    assert fake.evictions == [("ml", "train-0")]
