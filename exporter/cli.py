@@ -548,10 +548,16 @@ class _Static(_ClientCollector):
 
 
 def inspect_files(
-    paths: Sequence[str], fmt_name: str | None, node: str, explained: list[str] | None = None
+    paths: Sequence[str],
+    fmt_name: str | None,
+    node: str,
+    explained: list[str] | None = None,
+    notes: list[str] | None = None,
 ) -> tuple[bytes, list[str]]:
     """(exposition, errors): parse each file with its format and render the device series. With
-    ``explained`` (a list), each parsed file's ``exporter.explain`` lines are appended to it.
+    ``explained`` (a list), each parsed file's ``exporter.explain`` lines are appended to it. With ``notes``
+    (a list), a file that reads but lists no device (``nvidia-smi -q -x`` on a node whose driver sees no
+    GPU: ``<attached_gpus>0``) adds a line saying so: not an error, but not silence either.
 
     A pasted terminal transcript is split into one block per command (``exporter.transcript``): prompt and
     command lines are skipped, each block is read with its own format (``fmt_name`` applies to every block),
@@ -598,6 +604,8 @@ def inspect_files(
             for sample in samples:
                 key = (sample.device.vendor, sample.device.uuid)
                 merged[key] = overlay(merged[key], sample) if key in merged else sample
+        if names and not merged and notes is not None:
+            notes.append(f"{path}: read as {'+'.join(names)}, which lists no device: nothing to show")
         if names:
             got = tuple(merged.values())
             views.append(BackendView("+".join(names), True, got, len(got), None, None, {}, 0, True))
@@ -666,7 +674,10 @@ def run_inspect(args: argparse.Namespace) -> int:
         return _fail("inspect: give one or more FILEs (or --list-formats)")
     node = args.node_name or os.environ.get("NODE_NAME") or "inspect"
     explained: list[str] | None = [] if args.explain else None
-    body, errors = inspect_files(args.files, args.format, node, explained)
+    notes: list[str] = []
+    body, errors = inspect_files(args.files, args.format, node, explained, notes)
+    for n in notes:
+        print(f"xpuwatch inspect: {n}", file=sys.stderr)
     for e in errors:
         print(f"xpuwatch inspect: {e}", file=sys.stderr)
     sys.stdout.write(body.decode("utf-8"))

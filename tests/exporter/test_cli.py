@@ -358,3 +358,19 @@ def test_inspect_lists_its_formats() -> None:
     assert res.returncode == 0 and {"nvidia-smi-xml", "npu-smi-info", "amd-smi-json", "cnmon-table"} <= set(
         names
     )
+
+
+def test_inspect_says_when_a_file_reads_but_lists_no_device(tmp_path: Path) -> None:
+    """`nvidia-smi -q -x` on a node whose driver sees no GPU reads fine and lists nothing: inspect printed
+    nothing at all and exited 0, leaving the user to guess (new-user finding). Now a note says so."""
+    x = tmp_path / "zero.xml"
+    x.write_text(
+        '<?xml version="1.0" ?>\n<!DOCTYPE nvidia_smi_log SYSTEM "nvsmi_device_v12.dtd">\n<nvidia_smi_log>\n'
+        "<timestamp>Wed Dec  2 06:00:00 2026</timestamp>\n<driver_version>550.54.15</driver_version>\n"
+        "<cuda_version>12.4</cuda_version>\n<attached_gpus>0</attached_gpus>\n</nvidia_smi_log>\n"
+    )
+    notes: list[str] = []
+    body, errors = inspect_files([str(x)], None, "n1", notes=notes)
+    assert errors == []
+    assert notes == [f"{x}: read as nvidia-smi-xml, which lists no device: nothing to show"]
+    assert b"accelerator_" not in body
