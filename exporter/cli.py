@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import dataclasses
 import gc
 import logging
 import os
@@ -598,6 +599,7 @@ def inspect_files(
                     continue
                 fmt, parsed = found
                 samples = tuple(parsed)
+            samples = _name_by_command(fmt, block, samples)
             if explained is not None:
                 explained.extend(explain(where, fmt, block.text, samples))
             names.append(fmt.name)
@@ -617,6 +619,23 @@ def inspect_files(
     registry = CollectorRegistry(auto_describe=False)
     registry.register(_Static(fams))
     return generate_latest(registry), errors
+
+
+def _name_by_command(
+    fmt: OutputFormat, block: transcript.Block, samples: tuple[DeviceSample, ...]
+) -> tuple[DeviceSample, ...]:
+    """Samples of an output that names no device (empty uuid) get the device the transcript's command line
+    selects, when the format knows how to read it (``OutputFormat.named_by_command``)."""
+    if block.command is None or fmt.named_by_command is None:
+        return samples
+    try:
+        device = fmt.named_by_command(block.command)
+    except Exception:  # a format's helper must not cost the file: the sample keeps its empty identity
+        log.warning("inspect: %s could not read the device from %r", fmt.name, block.command[:120])
+        return samples
+    if device is None:
+        return samples
+    return tuple(dataclasses.replace(s, device=device) if not s.device.uuid else s for s in samples)
 
 
 def _no_output(block: transcript.Block) -> str | None:

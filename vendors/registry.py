@@ -15,7 +15,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from vendors.base import Backend, DeviceSample, VendorMetric
+from vendors.base import Backend, Device, DeviceSample, VendorMetric
 from vendors.command import CommandRunner, SubprocessRunner
 
 log = logging.getLogger(__name__)
@@ -50,13 +50,16 @@ class OutputFormat:
     ``parse`` raises only ``vendors.base.ParseError``; ``sniff`` says whether a text looks like this format
     (used when ``--format`` is not given) and never raises. ``explain`` (optional) lists the columns/keys
     the text holds that ``parse`` does not read, one ``"<column>: <why>"`` line each, for
-    ``xpuwatch inspect --explain``.
+    ``xpuwatch inspect --explain``. ``named_by_command`` (optional), for outputs that name no device
+    (``npu-smi info -t health -i 3 -c 0`` prints only the health lines): given the command line a pasted
+    transcript shows above the output, the ``Device`` its arguments select, or None when they select none.
     """
 
     name: str  # e.g. "nvidia-smi-xml", "npu-smi-info"
     parse: Callable[[str], Sequence[DeviceSample]]
     sniff: Callable[[str], bool]
     explain: Callable[[str], Sequence[str]] | None = None
+    named_by_command: Callable[[str], Device | None] | None = None
 
 
 @dataclass(frozen=True)

@@ -151,3 +151,55 @@ def test_blocks_of_one_device_are_overlaid(tmp_path: Path) -> None:
         'accelerator_memory_used_bytes{device="0",model="unknown",node="n1",uuid="hygon-index-0",vendor="hygon"} 1.2643729408e+10'
         in text
     )
+
+
+HEALTH_ALARM = FIXTURES / "ascend" / "npu-smi_info_-t_health_Alarm_with_error_codes.txt"
+
+
+def test_a_pasted_health_block_takes_its_chip_from_the_command_line() -> None:
+    """`npu-smi info -t health` prints no chip id: a pasted health block came out as device="" uuid="" and
+    never met the same chip's other readings. The command line above it (`-i 0 -c 0`) names the chip."""
+    body, errors = inspect_files([str(HEALTH_ALARM)], None, "n1")
+    text = body.decode()
+    assert 'accelerator_huawei_health_state{device="0-0"' in text
+    assert 'uuid="ascend-npu0-chip0"' in text and 'uuid=""' not in text
+    assert len(errors) == 1 and "Invalid card id." in errors[0]  # the capture's failed -t board command
+
+
+def test_a_health_block_overlays_the_usages_of_the_chip_its_command_names(tmp_path: Path) -> None:
+    usages = (FIXTURES / "ascend" / "npu-smi_info_-t_usages_-i_0_910B.txt").read_text()
+    health = "\n".join(
+        HEALTH_ALARM.read_text().splitlines()[5:]
+    )  # the health block alone, command line first
+    assert health.startswith("/usr/local/bin/npu-smi info -i 0 -c 0 -t health")
+    f = tmp_path / "t.txt"
+    f.write_text(f"$ npu-smi info -t usages -i 0\n{usages}\n{health}\n")
+    body, errors = inspect_files([str(f)], None, "n1")
+    assert errors == []
+    ups = [ln for ln in body.decode().splitlines() if ln.startswith("accelerator_up{")]
+    assert ups == [
+        'accelerator_up{device="0-0",model="Ascend",node="n1",uuid="ascend-npu0-chip0",vendor="huawei"} 1.0'
+    ]
+    assert (
+        'accelerator_huawei_health_state{device="0-0",model="Ascend",node="n1",uuid="ascend-npu0-chip0",vendor="huawei"} 2.0'
+        in body.decode()
+    )
+
+
+def test_chip_named_by_reads_i_and_c_in_any_spelling() -> None:
+    from vendors.ascend.samples import chip_named_by
+
+    for cmd, want in (
+        ("npu-smi info -t health -i 3 -c 1", "3-1"),
+        ("/usr/local/bin/npu-smi info -c 1 -i 3 -t health", "3-1"),
+        ("sudo npu-smi info -t health -i3 -c1", "3-1"),
+    ):
+        dev = chip_named_by(cmd)
+        assert dev is not None and dev.index == want and dev.uuid == f"ascend-npu{want[0]}-chip{want[2]}"
+    for cmd in (
+        "npu-smi info -t health -i 3",
+        "npu-smi info -t health -i x -c 0",
+        "hy-smi -i 0 -c 0",
+        "npu-smi -i",
+    ):
+        assert chip_named_by(cmd) is None

@@ -288,6 +288,24 @@ def samples_from_health(text: str) -> list[DeviceSample]:
     ]
 
 
+def chip_named_by(command: str) -> Device | None:
+    """The chip an ``npu-smi info -t TYPE -i N -c C`` command line selects (``-i`` the NPU id, ``-c`` the chip
+    id; either order, ``-i3`` or ``-i 3``), with the same fallback uuid the other outputs of that chip get,
+    so that a pasted health block overlays that chip's board/usages readings. None without both ids."""
+    ids: dict[str, int] = {}
+    words = command.split()
+    for i, w in enumerate(words):
+        m = re.fullmatch(r"-([ic])(\d+)?", w)
+        if m is None:
+            continue
+        value = m.group(2) or (words[i + 1] if i + 1 < len(words) else "")
+        if value.isdigit() and len(value) <= 6:
+            ids[m.group(1)] = int(value)
+    if "npu-smi" not in command or "i" not in ids or "c" not in ids:
+        return None
+    return _bare_device(ids["i"], ids["c"])
+
+
 def samples_from_vnpu(text: str) -> list[DeviceSample]:
     """``npu-smi info -t info-vnpu -i N -c C`` alone -> one identity-less sample (the output names no chip)
     whose slices are the vNPUs (kind "vnpu", template, memory, AI-core share; vendors/ascend/vnpu.py)."""
@@ -413,6 +431,6 @@ FORMATS: tuple[OutputFormat, ...] = (
         sniff_common,
         _unread_keys("npu-smi info -t common", _COMMON_READ),
     ),
-    OutputFormat("npu-smi-health", samples_from_health, sniff_health, lambda _t: []),
+    OutputFormat("npu-smi-health", samples_from_health, sniff_health, lambda _t: [], chip_named_by),
     OutputFormat("npu-smi-info-vnpu", samples_from_vnpu, sniff_vnpu, lambda _t: []),
 )
