@@ -468,7 +468,8 @@ def cpu_curve(sizes: list[int], tmp: Path, quick: bool) -> None:
     window = 5 if quick else 10
     print(
         f"{'devices':>7} {'series':>7} | {'serve gzip us':>13} {'serve plain us':>14} | "
-        f"{'sim poll ms':>11} {'render+gzip ms':>14} | {'per scrape ms':>13} {'us/series':>9}"
+        f"{'sim poll ms':>11} {'render+gzip ms':>14} | {'per scrape ms':>13} {'us/series':>9} | "
+        "gzip p50/p99 ms, no polls"
     )
     for n in sizes:
         # Serving alone: one poll, then the body stays cached (next poll in an hour).
@@ -478,10 +479,12 @@ def cpu_curve(sizes: list[int], tmp: Path, quick: bool) -> None:
             fetch(port, HEADERS)
             reqs = max(50, min(2000, int(2e9 / len(body))))
             serve = {}
+            quiet: list[float] = []  # gzip latency with no poll or render running (compare section 2)
             for label, headers in (("gzip", HEADERS), ("plain", PLAIN)):
                 c0 = cpu_seconds(proc.pid)
-                sequential(port, reqs, "/metrics", headers)
+                lat = sequential(port, reqs, "/metrics", headers)
                 serve[label] = (cpu_seconds(proc.pid) - c0) / reqs * 1e6
+                quiet = quiet or lat
         finally:
             stop(proc)
         # Per poll, 1 s polls: never scraped (the simulator's poll alone), then scraped (poll + render).
@@ -505,7 +508,8 @@ def cpu_curve(sizes: list[int], tmp: Path, quick: bool) -> None:
         scrape_ms = serve["gzip"] / 1000 + render  # 15 s scrapes, 5 s polls: one render per scrape
         print(
             f"{n:>7} {series:>7} | {serve['gzip']:>13.0f} {serve['plain']:>14.0f} | {per_poll['idle']:>11.1f} "
-            f"{render:>14.1f} | {scrape_ms:>13.2f} {scrape_ms * 1000 / series:>9.2f}",
+            f"{render:>14.1f} | {scrape_ms:>13.2f} {scrape_ms * 1000 / series:>9.2f} | "
+            f"{pct(quiet, 50):.2f}/{pct(quiet, 99):.2f}",
             flush=True,
         )
     ne = shutil.which("prometheus-node-exporter")
