@@ -591,7 +591,7 @@ def rss_run(tmp: Path, scrapes: int, n: int = 512, rate: float = 200.0) -> None:
             t += 1 / rate
             conn.request("GET", "/metrics", headers=HEADERS)
             conn.getresponse().read()
-            if i % 10000 == 0:
+            if i % 10000 == 0 or i == 1000:  # after 1,000: every cache filled, the baseline
                 print(f"  RSS {rss_mib(proc.pid):.1f} MiB after {i} scrapes", flush=True)
         conn.close()
     finally:
