@@ -577,13 +577,16 @@ def mmap_compare(tmp: Path, quick: bool, n: int = 2048) -> None:
         )
 
 
-def rss_run(tmp: Path, scrapes: int, n: int = 512, rate: float = 200.0) -> None:
-    """Section 5: RSS over ``scrapes`` gzip scrapes paced at ``rate`` a second, 5 s polls."""
-    proc, port = start_child(n, 0.0, tmp)
+def rss_run(tmp: Path, scrapes: int, interval: float, n: int = 512, rate: float = 200.0) -> None:
+    """Section 5: RSS over ``scrapes`` gzip scrapes paced at ``rate`` a second, polls every ``interval`` s
+    (3600: the scrape path alone, the body cached)."""
+    proc, port = start_child(n, 0.0, tmp, interval=interval)
     try:
         conn = http.client.HTTPConnection("127.0.0.1", port)
         print(
-            f"{n} devices, {rate:g} scrapes/s, {IMAGE_ENV}: RSS {rss_mib(proc.pid):.1f} MiB at 0", flush=True
+            f"{n} devices, {rate:g} scrapes/s, {interval:g} s polls, {IMAGE_ENV}: "
+            f"RSS {rss_mib(proc.pid):.1f} MiB at 0",
+            flush=True,
         )
         t = time.monotonic()
         for i in range(1, scrapes + 1):
@@ -614,6 +617,7 @@ def main() -> None:
     ap.add_argument("--skip", default="", help="sections to skip, e.g. 1,3")
     ap.add_argument("--mmap", action="store_true", help="section 4 (malloc setting at 2,048 devices)")
     ap.add_argument("--rss", type=int, default=0, help="section 5: this many paced scrapes (e.g. 50000)")
+    ap.add_argument("--rss-poll-interval", type=float, default=5.0, help="section 5's poll interval (s)")
     ap.add_argument(
         "--every-breakdown", action="store_true", help="render with every breakdown on (nothing switched off)"
     )
@@ -648,7 +652,7 @@ def main() -> None:
             mmap_compare(tmp, args.quick)
         if args.rss:
             print("\n== 5. RSS over paced scrapes")
-            rss_run(tmp, args.rss)
+            rss_run(tmp, args.rss, args.rss_poll_interval)
 
 
 if __name__ == "__main__":

@@ -4,7 +4,8 @@ A scrape never waits on a vendor call: /metrics serves the exposition cache (ren
 state, in prometheus-client's text or OpenMetrics format as negotiated by ``choose_encoder``, gzipped when
 the client accepts it). Nor does it wait for a render while a body at most one poll old exists: it gets that
 body and a render of the new state starts in the background (``ExpositionCache.peek``, never stale beyond
-one poll). The body is written in slices of the cached bytes (``WRITE_CHUNK_BYTES``), never copied whole. TLS and basic auth follow the exporter-toolkit web config (bcrypt hashes), checked by
+one poll). The body is written in slices of the cached bytes (``WRITE_CHUNK_BYTES``), never copied whole.
+TLS and basic auth follow the exporter-toolkit web config (bcrypt hashes), checked by
 ``exporter.credentials.Authenticator``: off the event loop, a bounded number at once (503 beyond), a
 verified credential remembered so bcrypt's cost is paid once per credential, as exporter-toolkit does.
 Connections come through ``exporter.listener`` (the connection guard shared with the relay and remediation).
@@ -52,9 +53,9 @@ WRITE_CHUNK_BYTES = 128 * 1024
 """A /metrics body (9.5 MiB at 2,048 devices) is written in slices of the cached bytes this long, not whole:
 on Python before 3.12.9 aiohttp joins the headers and the body into one new buffer and asyncio copies what
 the socket does not take at once, so a whole-body write made body-sized allocations on every scrape, above
-glibc's mmap threshold (256 KiB in the images): fresh pages, page faults and munmap each time (plain p50
-6.0x nginx at 2,048 devices in the images' environment, 2.4x without; sliced: 2.0x both, with 3.5 ms of CPU
-per scrape instead of 13; benchmarks/exporter_scrape.py --mmap). aiohttp drains the transport after each
+glibc's mmap threshold (256 KiB in the images): fresh pages, page faults and munmap each time. Plain p50 at
+2,048 devices in the images' environment: 5.97x nginx whole, 1.13x sliced (without the setting 2.36x and
+1.11x); 13 ms of CPU per plain scrape whole, 2.8-3.5 ms sliced (benchmarks/exporter_scrape.py). aiohttp drains the transport after each
 slice over 64 KiB, so what the transport buffers for a slow client (its 64 KiB high-water mark plus one
 slice, plus growth slack) stays under the threshold and is carved from the heap. 128 KiB: 64 KiB cost ~10 %
 more CPU (twice the writes); 192 KiB saved nothing more."""
