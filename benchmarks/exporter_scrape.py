@@ -1,22 +1,33 @@
-"""Benchmark: the exporter's render cost, event-loop lag, scrape latency against nginx, idle CPU and RSS;
-node-exporter beside it. Prints figures; asserts nothing (speed is not a test). Run from the repository root:
+"""Benchmark: the exporter's render cost, its scrape latency curve against nginx serving the same bytes, its
+whole-process CPU per scrape, RSS over many scrapes; node-exporter beside it. Prints figures; asserts nothing
+(speed is not a test). Run from the repository root:
 
-    PYTHONPATH=$PWD .venv/bin/python benchmarks/exporter_scrape.py [--quick]
+    PYTHONPATH=$PWD .venv/bin/python benchmarks/exporter_scrape.py [--quick] [--sizes 8,64,512,2048,4096]
 
 1. Per-poll render CPU per series (in process, frozen clock), at 8 / 64 / 512 / 2,048 simulated devices,
    of the OpenMetrics body Prometheus negotiates: "render" is what the exporter does per poll (a
    FastEncoder writing the series straight from the samples, SeriesWriter); for comparison, building
-   prometheus-client families ("families") and writing them with the prefix-caching FastEncoder ("fam+enc",
-   the path before SeriesWriter) or with prometheus-client's encoder; gzip CPU at levels 1 / 6.
-   ``--render-only`` runs this section alone.
-2. At 512 devices, 5 s polling, the real server in a child process: gzip scrape p50/p99 (sequential, one
-   keep-alive connection; and 50 at a time) beside nginx serving the same bytes (plain and gzip_static);
-   the child's maximum event-loop lag (a 10 ms ticker) while it polls and serves; its CPU while scraped
-   every 15 s and while not scraped at all; its RSS before and after 10,000 scrapes.
-3. Debian's prometheus-node-exporter: scrape latency and CPU per series per scrape.
+   prometheus-client families ("families") and writing them with the prefix-caching FastEncoder ("fam+enc")
+   or with prometheus-client's encoder; gzip CPU at levels 1 / 6. ``--render-only`` runs this section alone.
+2. The scrape latency curve (``--sizes``): per size, the real server in a child process (5 s polls, as the
+   images run it: ``MALLOC_MMAP_THRESHOLD_=262144``) and nginx serving the exporter's own bytes (plain, and
+   its exact gzip body through ``gzip_static``), scraped sequentially on keep-alive connections in
+   interleaved rounds (exporter plain, nginx plain, exporter gzip, nginx gzip, ...), so machine noise hits
+   both alike; the ratios are within one run. Meanwhile a second scraper process scrapes the exporter every
+   second, offset in phase (an HA Prometheus pair: scrapes land between a poll and its render).
+3. Whole-process CPU per scrape of the child (utime + stime from /proc/<pid>/stat over many scrapes): the
+   serving cost with polling effectively off (a 1-hour poll interval: the body stays cached), and per poll
+   the simulator's own poll (never scraped) apart from the render + gzip (scraped: each poll renders).
+   At Prometheus' 15 s scrapes and 5 s polls a scrape costs one serve plus one render (the forecast).
+   Debian's prometheus-node-exporter beside it: whole-process CPU per scrape, the same way.
+4. ``--mmap``: at 2,048 devices, plain scrapes of two children, with and without ``MALLOC_MMAP_THRESHOLD_``,
+   interleaved with nginx.
+5. ``--rss N``: N scrapes at 512 devices paced at 200 a second (RSS printed every 10,000), the images'
+   malloc setting.
 
-nginx is a benchmark-only dependency (Debian ``nginx-light`` or ``nginx``; skipped with a note if absent).
-The machine may be shared: the figures are only comparable within one run (it interleaves the parts).
+``--root DIR`` benchmarks the exporter source in DIR instead (e.g. ``git archive`` of an older commit), for
+before/after figures from the same script. nginx is a benchmark-only dependency (Debian ``nginx-light``;
+sections needing it say so when absent). The machine may be shared: compare figures within one run.
 """
 
 from __future__ import annotations
@@ -35,14 +46,14 @@ import tempfile
 import time
 from pathlib import Path
 
-import aiohttp
-
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[1]  # the exporter source benchmarked (--root)
 PROM_ACCEPT = (
     "application/openmetrics-text;version=1.0.0,application/openmetrics-text;version=0.0.1;q=0.75,"
     "text/plain;version=0.0.4;q=0.5,*/*;q=0.1"
 )
 HEADERS = {"Accept": PROM_ACCEPT, "Accept-Encoding": "gzip"}
+PLAIN = {"Accept": PROM_ACCEPT, "Accept-Encoding": "identity"}
+IMAGE_ENV = {"MALLOC_MMAP_THRESHOLD_": "262144"}  # as deploy/Dockerfile sets it
 MODELS = [
     ("nvidia", "NVIDIA A100-SXM4-80GB"),
     ("nvidia", "NVIDIA GeForce RTX 4090"),
@@ -51,8 +62,8 @@ MODELS = [
 ]
 
 
-def fleet_yaml(n: int) -> str:
-    lines = ["seed: 1", "poll_interval: 5", "devices:"]
+def fleet_yaml(n: int, interval: float = 5.0) -> str:
+    lines = ["seed: 1", f"poll_interval: {interval:g}", "devices:"]
     for i, (vendor, model) in enumerate(MODELS):
         count = n // len(MODELS) + (1 if i < n % len(MODELS) else 0)
         lines.append(f'  - {{vendor: {vendor}, model: "{model}", count: {count}}}')
@@ -83,7 +94,9 @@ class SlowBackend:
         pass
 
 
-def serve_child(sim_config: str, slow: float, port_file: str, lag_file: str | None = None) -> None:
+def serve_child(
+    sim_config: str, slow: float, port_file: str, lag_file: str | None = None, polls_file: str | None = None
+) -> None:
     sys.path.insert(0, str(ROOT))
     from exporter.cli import Clocks, assemble
     from exporter.poller import PollSettings
@@ -96,6 +109,14 @@ def serve_child(sim_config: str, slow: float, port_file: str, lag_file: str | No
     if slow:
         asm.poller.add(SlowBackend(slow), PollSettings(interval=5, timeout=2 * slow))
     server = Server(asm.cache, asm.poller, WebSettings("127.0.0.1:0"), WebConfig(), clocks.wall)
+    if polls_file:
+        count = [0]
+
+        def counted() -> None:  # after warm(): how many polls completed, for CPU per poll
+            count[0] += 1
+            Path(polls_file).write_text(str(count[0]))
+
+        asm.poller.listeners.append(counted)
 
     async def ticker() -> None:
         """Event-loop lag: how late a 10 ms sleep wakes up; max and p99 (ms) are written to ``lag_file``."""
@@ -127,19 +148,27 @@ def serve_child(sim_config: str, slow: float, port_file: str, lag_file: str | No
 
 
 def start_child(
-    n: int, slow: float, tmp: Path, lag_file: Path | None = None
+    n: int,
+    slow: float,
+    tmp: Path,
+    lag_file: Path | None = None,
+    interval: float = 5.0,
+    env: dict[str, str] | None = None,
+    polls_file: Path | None = None,
 ) -> tuple[subprocess.Popen[bytes], int]:
-    cfg = tmp / f"fleet-{n}.yaml"
-    cfg.write_text(fleet_yaml(n))
-    port_file = tmp / f"port-{n}-{slow}"
-    port_file.unlink(missing_ok=True)
+    """The real server over ``n`` simulated devices in a child process; ``env`` is added to its
+    environment (None: the images' ``IMAGE_ENV``). Returns once the first poll landed."""
+    cfg = tmp / f"fleet-{n}-{interval:g}.yaml"
+    cfg.write_text(fleet_yaml(n, interval))
+    port_file = tmp / f"port-{n}-{slow}-{interval:g}-{time.monotonic_ns()}"
     proc = subprocess.Popen(
-        [sys.executable, __file__, "--child", str(cfg), "--slow", str(slow), "--port-file", str(port_file)]
-        + (["--lag-file", str(lag_file)] if lag_file else []),
-        # As the image runs it (deploy/Dockerfile): big bodies mmapped, not carved from the heap.
-        env={**os.environ, "PYTHONPATH": str(ROOT), "MALLOC_MMAP_THRESHOLD_": "262144"},
+        [sys.executable, __file__, "--root", str(ROOT), "--child", str(cfg), "--slow", str(slow)]
+        + ["--port-file", str(port_file)]
+        + (["--lag-file", str(lag_file)] if lag_file else [])
+        + (["--polls-file", str(polls_file)] if polls_file else []),
+        env={**os.environ, "PYTHONPATH": str(ROOT), **(IMAGE_ENV if env is None else env)},
     )
-    deadline = time.monotonic() + 60
+    deadline = time.monotonic() + 120
     while not port_file.exists() or not port_file.read_text():
         if time.monotonic() > deadline or proc.poll() is not None:
             raise RuntimeError("exporter child did not start")
@@ -157,39 +186,48 @@ def start_child(
     return proc, port
 
 
-def sequential(port: int, n: int, path: str = "/metrics") -> list[float]:
+def fetch(port: int, headers: dict[str, str], path: str = "/metrics") -> bytes:
+    conn = http.client.HTTPConnection("127.0.0.1", port)
+    conn.request("GET", path, headers=headers)
+    body = conn.getresponse().read()
+    conn.close()
+    return body
+
+
+def second_scraper(port: int, interval: float, offset: float) -> None:
+    """Child mode: scrape the exporter's gzip body every ``interval`` seconds, ``offset`` into each period
+    (the other Prometheus of an HA pair), until killed."""
+    conn = http.client.HTTPConnection("127.0.0.1", port)
+    t = time.monotonic() + offset
+    while True:
+        time.sleep(max(0.0, t - time.monotonic()))
+        conn.request("GET", "/metrics", headers=HEADERS)
+        conn.getresponse().read()
+        t += interval
+
+
+def start_second_scraper(port: int) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(
+        [sys.executable, __file__, "--root", str(ROOT), "--scrape-port", str(port)],
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+
+
+def sequential(
+    port: int, n: int, path: str = "/metrics", headers: dict[str, str] | None = None
+) -> list[float]:
+    """``n`` GETs one after the other on one keep-alive connection; seconds each."""
     conn = http.client.HTTPConnection("127.0.0.1", port)
     out = []
     for _ in range(n):
         t0 = time.perf_counter()
-        conn.request("GET", path, headers=HEADERS)
+        conn.request("GET", path, headers=headers or HEADERS)
         r = conn.getresponse()
         r.read()
         out.append(time.perf_counter() - t0)
         assert r.status == 200
     conn.close()
     return out
-
-
-async def _concurrent(port: int, total: int, width: int) -> list[float]:
-    out: list[float] = []
-    conn = aiohttp.TCPConnector(limit=width)
-    async with aiohttp.ClientSession(connector=conn, auto_decompress=False) as s:
-
-        async def one() -> None:
-            t0 = time.perf_counter()
-            async with s.get(f"http://127.0.0.1:{port}/metrics", headers=HEADERS) as r:
-                await r.read()
-                assert r.status == 200
-            out.append(time.perf_counter() - t0)
-
-        for _ in range(total // width):
-            await asyncio.gather(*(one() for _ in range(width)))
-    return out
-
-
-def concurrent(port: int, total: int, width: int) -> list[float]:
-    return asyncio.run(_concurrent(port, total, width))
 
 
 def pct(xs: list[float], p: float) -> float:
@@ -319,17 +357,19 @@ http {{
 """
 
 
-def start_nginx(tmp: Path, body: bytes) -> tuple[subprocess.Popen[bytes], int] | None:
+def start_nginx(tmp: Path, plain: bytes, zipped: bytes) -> tuple[subprocess.Popen[bytes], int] | None:
+    """nginx serving ``plain`` at /plain/metrics and, through ``gzip_static``, the exact bytes ``zipped``
+    (the exporter's own gzip body) at /gz/metrics to clients that accept gzip. None without nginx."""
     nginx = shutil.which("nginx") or ("/usr/sbin/nginx" if Path("/usr/sbin/nginx").exists() else None)
     if not nginx:
         return None
-    d = tmp / "nginx"
+    d = tmp / f"nginx-{time.monotonic_ns()}"
     (d / "www").mkdir(parents=True, exist_ok=True)
     for p in (tmp, d, d / "www"):
         p.chmod(0o755)  # nginx's workers run as an unprivileged user
     (d / "tmp").mkdir(exist_ok=True)
-    (d / "www" / "metrics").write_bytes(body)
-    (d / "www" / "metrics.gz").write_bytes(gzip.compress(body, compresslevel=9))
+    (d / "www" / "metrics").write_bytes(plain)
+    (d / "www" / "metrics.gz").write_bytes(zipped)
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
@@ -339,139 +379,280 @@ def start_nginx(tmp: Path, body: bytes) -> tuple[subprocess.Popen[bytes], int] |
     while True:
         try:
             socket.create_connection(("127.0.0.1", port), timeout=1).close()
-            return proc, port
+            break
         except OSError:
             if time.monotonic() > deadline or proc.poll() is not None:
                 return None
             time.sleep(0.05)
+    assert fetch(port, HEADERS, "/gz/metrics") == zipped and fetch(port, PLAIN, "/plain/metrics") == plain
+    return proc, port
+
+
+def interleaved(
+    targets: list[tuple[str, int, str, dict[str, str]]], counts: dict[str, int], rounds: int
+) -> dict[str, list[float]]:
+    """Each target (label, port, path, headers) scraped ``counts[label]`` times in all, split over
+    ``rounds`` rounds that take the targets in turn; seconds per scrape, per label."""
+    out: dict[str, list[float]] = {label: [] for label, *_ in targets}
+    for _ in range(rounds):
+        for label, port, path, headers in targets:
+            out[label] += sequential(port, max(1, counts[label] // rounds), path, headers)
+    return out
+
+
+def latency_curve(sizes: list[int], tmp: Path, quick: bool) -> None:
+    """Section 2: p50/p99 plain and gzip, exporter vs nginx, per size, with an HA pair's second scraper."""
+    print(
+        f"{'devices':>7} {'series':>7} {'plain KiB':>9} {'gzip KiB':>8} | {'plain p50/p99 ms':>17} "
+        f"{'nginx':>13} {'x p50/p99':>11} | {'gzip p50/p99 ms':>15} {'nginx':>13} {'x p50/p99':>11} | lag max"
+    )
+    for n in sizes:
+        lag_file = tmp / f"lag-{n}"
+        proc, port = start_child(n, 0.0, tmp, lag_file)
+        scraper = None
+        ng = None
+        try:
+            zipped = fetch(port, HEADERS)  # the variants Prometheus asks for, now kept warm
+            plain = fetch(port, PLAIN)
+            ng = start_nginx(tmp, plain, zipped)
+            if ng is None:
+                print("nginx not installed (apt-get install nginx-light): no latency curve")
+                return
+            scraper = start_second_scraper(port)
+            plain_n = max(100, min(1000, int(4e9 / len(plain))))
+            if quick:
+                plain_n = max(40, plain_n // 5)
+            gzip_n = 200 if quick else 1000
+            targets = [
+                ("x plain", port, "/metrics", PLAIN),
+                ("n plain", ng[1], "/plain/metrics", PLAIN),
+                ("x gzip", port, "/metrics", HEADERS),
+                ("n gzip", ng[1], "/gz/metrics", HEADERS),
+            ]
+            counts = {"x plain": plain_n, "n plain": plain_n, "x gzip": gzip_n, "n gzip": gzip_n}
+            lat = interleaved(targets, counts, 20)
+        finally:
+            if scraper is not None:
+                stop(scraper)
+            if ng is not None:
+                stop(ng[0])
+            stop(proc)
+
+        def cell(label: str, lat: dict[str, list[float]] = lat) -> str:
+            return f"{pct(lat[label], 50):.2f}/{pct(lat[label], 99):.2f}"
+
+        def ratio(x: str, ngx: str, lat: dict[str, list[float]] = lat) -> str:
+            p50 = pct(lat[x], 50) / pct(lat[ngx], 50)
+            return f"{p50:.2f}/{pct(lat[x], 99) / pct(lat[ngx], 99):.2f}"
+
+        worst = lag_file.read_text().split()[0] if lag_file.exists() else "?"
+        print(
+            f"{n:>7} {series_count(plain):>7} {len(plain) / 1024:>9.0f} {len(zipped) / 1024:>8.0f} | "
+            f"{cell('x plain'):>17} {cell('n plain'):>13} {ratio('x plain', 'n plain'):>11} | "
+            f"{cell('x gzip'):>15} {cell('n gzip'):>13} {ratio('x gzip', 'n gzip'):>11} | {worst} ms",
+            flush=True,
+        )
+
+
+def wait_polls(polls_file: Path, at_least: int) -> int:
+    while True:
+        text = polls_file.read_text() if polls_file.exists() else ""
+        if text and int(text) >= at_least:
+            return int(text)
+        time.sleep(0.02)
+
+
+def cpu_curve(sizes: list[int], tmp: Path, quick: bool) -> None:
+    """Section 3: whole-process CPU of the child per scrape (serving) and per poll (simulator apart from
+    render + gzip), and node-exporter's per scrape."""
+    window = 5 if quick else 10
+    print(
+        f"{'devices':>7} {'series':>7} | {'serve gzip us':>13} {'serve plain us':>14} | "
+        f"{'sim poll ms':>11} {'render+gzip ms':>14} | {'per scrape ms':>13} {'us/series':>9} | "
+        "gzip p50/p99 ms, no polls"
+    )
+    for n in sizes:
+        # Serving alone: one poll, then the body stays cached (next poll in an hour).
+        proc, port = start_child(n, 0.0, tmp, interval=3600)
+        try:
+            body = fetch(port, PLAIN)
+            fetch(port, HEADERS)
+            reqs = max(50, min(2000, int(2e9 / len(body))))
+            serve = {}
+            quiet: list[float] = []  # gzip latency with no poll or render running (compare section 2)
+            for label, headers in (("gzip", HEADERS), ("plain", PLAIN)):
+                c0 = cpu_seconds(proc.pid)
+                lat = sequential(port, reqs, "/metrics", headers)
+                serve[label] = (cpu_seconds(proc.pid) - c0) / reqs * 1e6
+                quiet = quiet or lat
+        finally:
+            stop(proc)
+        # Per poll, 1 s polls: never scraped (the simulator's poll alone), then scraped (poll + render).
+        polls_file = tmp / f"polls-{n}-{time.monotonic_ns()}"
+        proc, port = start_child(n, 0.0, tmp, interval=1, polls_file=polls_file)
+        try:
+            per_poll = {}
+            for label in ("idle", "scraped"):
+                if label == "scraped":
+                    fetch(port, HEADERS)  # Prometheus' variant: from now on every poll renders it
+                k0 = wait_polls(polls_file, 1)
+                c0 = cpu_seconds(proc.pid)
+                time.sleep(window)
+                k1 = int(polls_file.read_text())
+                c1 = cpu_seconds(proc.pid)
+                per_poll[label] = (c1 - c0) / max(1, k1 - k0) * 1000
+        finally:
+            stop(proc)
+        series = series_count(body)
+        render = per_poll["scraped"] - per_poll["idle"]
+        scrape_ms = serve["gzip"] / 1000 + render  # 15 s scrapes, 5 s polls: one render per scrape
+        print(
+            f"{n:>7} {series:>7} | {serve['gzip']:>13.0f} {serve['plain']:>14.0f} | {per_poll['idle']:>11.1f} "
+            f"{render:>14.1f} | {scrape_ms:>13.2f} {scrape_ms * 1000 / series:>9.2f} | "
+            f"{pct(quiet, 50):.2f}/{pct(quiet, 99):.2f}",
+            flush=True,
+        )
+    ne = shutil.which("prometheus-node-exporter")
+    if not ne:
+        print("prometheus-node-exporter not installed: no comparison")
+        return
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc2 = subprocess.Popen(
+        [ne, f"--web.listen-address=127.0.0.1:{port}"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                body = fetch(port, HEADERS)
+                break
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.1)
+        reqs = 200 if quick else 1000
+        c0 = cpu_seconds(proc2.pid)
+        seq = sequential(port, reqs)
+        cpu = (cpu_seconds(proc2.pid) - c0) / reqs
+        n = series_count(gzip.decompress(body) if body[:2] == b"\x1f\x8b" else body)
+        print(
+            f"node-exporter (whole process, gzip): {n} series, {cpu * 1e3:.2f} ms CPU per scrape "
+            f"({cpu * 1e6 / n:.2f} us per series), scrape p50 {pct(seq, 50):.2f} ms, p99 {pct(seq, 99):.2f} ms"
+        )
+    finally:
+        stop(proc2)  # type: ignore[arg-type]
+
+
+def mmap_compare(tmp: Path, quick: bool, n: int = 2048) -> None:
+    """Section 4: plain scrapes with and without the images' MALLOC_MMAP_THRESHOLD_, against nginx."""
+    with_env, p_with = start_child(n, 0.0, tmp)
+    without, p_without = start_child(n, 0.0, tmp, env={})
+    ng = None
+    try:
+        plain = fetch(p_with, PLAIN)
+        ng = start_nginx(tmp, plain, gzip.compress(plain, compresslevel=1))
+        if ng is None:
+            print("nginx not installed: no comparison")
+            return
+        reqs = 100 if quick else 400
+        lat = interleaved(
+            [
+                ("MALLOC_MMAP_THRESHOLD_=262144", p_with, "/metrics", PLAIN),
+                ("unset", p_without, "/metrics", PLAIN),
+                ("nginx", ng[1], "/plain/metrics", PLAIN),
+            ],
+            {"MALLOC_MMAP_THRESHOLD_=262144": reqs, "unset": reqs, "nginx": reqs},
+            20,
+        )
+    finally:
+        for proc in (with_env, without) + ((ng[0],) if ng else ()):
+            stop(proc)
+    base = pct(lat["nginx"], 50)
+    for label, xs in lat.items():
+        print(
+            f"{n} devices, plain ({len(plain) / 2**20:.1f} MiB), {label:>30}: p50 {pct(xs, 50):.2f} ms "
+            f"({pct(xs, 50) / base:.2f}x nginx), p99 {pct(xs, 99):.2f} ms"
+        )
+
+
+def rss_run(tmp: Path, scrapes: int, interval: float, n: int = 512, rate: float = 200.0) -> None:
+    """Section 5: RSS over ``scrapes`` gzip scrapes paced at ``rate`` a second, polls every ``interval`` s
+    (3600: the scrape path alone, the body cached)."""
+    proc, port = start_child(n, 0.0, tmp, interval=interval)
+    try:
+        conn = http.client.HTTPConnection("127.0.0.1", port)
+        print(
+            f"{n} devices, {rate:g} scrapes/s, {interval:g} s polls, {IMAGE_ENV}: "
+            f"RSS {rss_mib(proc.pid):.1f} MiB at 0",
+            flush=True,
+        )
+        t = time.monotonic()
+        for i in range(1, scrapes + 1):
+            time.sleep(max(0.0, t - time.monotonic()))
+            t += 1 / rate
+            conn.request("GET", "/metrics", headers=HEADERS)
+            conn.getresponse().read()
+            if i % 10000 == 0 or i == 1000:  # after 1,000: every cache filled, the baseline
+                print(f"  RSS {rss_mib(proc.pid):.1f} MiB after {i} scrapes", flush=True)
+        conn.close()
+    finally:
+        stop(proc)
 
 
 def main() -> None:
+    global ROOT
     ap = argparse.ArgumentParser()
     ap.add_argument("--child")
     ap.add_argument("--slow", type=float, default=0.0)
     ap.add_argument("--port-file")
     ap.add_argument("--lag-file")
+    ap.add_argument("--polls-file")
+    ap.add_argument("--scrape-port", type=int, help="child mode: the HA pair's second scraper")
+    ap.add_argument("--root", type=Path, default=ROOT, help="the exporter source to benchmark")
     ap.add_argument("--quick", action="store_true", help="fewer requests and shorter windows")
     ap.add_argument("--render-only", action="store_true", help="section 1 (render CPU) alone")
+    ap.add_argument("--sizes", default="8,64,512,2048,4096", help="device counts for sections 2 and 3")
+    ap.add_argument("--skip", default="", help="sections to skip, e.g. 1,3")
+    ap.add_argument("--mmap", action="store_true", help="section 4 (malloc setting at 2,048 devices)")
+    ap.add_argument("--rss", type=int, default=0, help="section 5: this many paced scrapes (e.g. 50000)")
+    ap.add_argument("--rss-poll-interval", type=float, default=5.0, help="section 5's poll interval (s)")
     ap.add_argument(
         "--every-breakdown", action="store_true", help="render with every breakdown on (nothing switched off)"
     )
     args = ap.parse_args()
+    ROOT = args.root.resolve()
     if args.child:
-        serve_child(args.child, args.slow, args.port_file, args.lag_file)
+        serve_child(args.child, args.slow, args.port_file, args.lag_file, args.polls_file)
         return
-    reqs = 200 if args.quick else 1000
-    idle = 20 if args.quick else 60
-    scrapes_rss = 2000 if args.quick else 10000
-    print("== 1. per-poll render CPU per series (us/series; families = samples -> metric families)")
-    render_costs((8, 64, 512, 2048), 2 if args.quick else 5, args.every_breakdown)
+    if args.scrape_port:
+        second_scraper(args.scrape_port, 1.0, 0.5)
+        return
+    skip = set(args.skip.split(","))
+    sizes = [int(x) for x in args.sizes.split(",")]
+    print(f"exporter source: {ROOT}")
+    if "1" not in skip:
+        print("== 1. per-poll render CPU per series (us/series; families = samples -> metric families)")
+        render_costs((8, 64, 512, 2048), 2 if args.quick else 5, args.every_breakdown)
     if args.render_only:
         return
     with tempfile.TemporaryDirectory() as d:
         tmp = Path(d)
-        lag_file = tmp / "lag"
-        print("\n== 2. 512 devices, 5 s polling, real server (child process)")
-        proc, port = start_child(512, 0.0, tmp, lag_file)
-        try:
-            conn = http.client.HTTPConnection("127.0.0.1", port)
-            conn.request("GET", "/metrics", headers=HEADERS)  # the one variant Prometheus asks for
-            plain = gzip.decompress(conn.getresponse().read())
-            conn.close()
-            ng = start_nginx(tmp, plain)
-            rows = []
-            for label, p, path in [
-                ("xpuwatch", port, "/metrics"),
-                *(
-                    [("nginx plain", ng[1], "/plain/metrics"), ("nginx gzip_static", ng[1], "/gz/metrics")]
-                    if ng
-                    else []
-                ),
-            ]:
-                seq = sequential(p, reqs, path)
-                rows.append((label, seq))
-            for label, seq in rows:
-                print(
-                    f"{label:>18}: gzip scrape p50 {pct(seq, 50):.2f} ms, p99 {pct(seq, 99):.2f} ms ({reqs} sequential)"
-                )
-            if not ng:
-                print("nginx not installed (apt-get install nginx-light): no comparison")
-            else:
-                base = next(s for lab, s in rows if lab == "nginx gzip_static")
-                print(f"xpuwatch p99 / nginx gzip_static p99 = {pct(rows[0][1], 99) / pct(base, 99):.2f}x")
-                ng[0].terminate()
-                ng[0].wait(10)
-            conc = concurrent(port, reqs, 50)
-            print(f"xpuwatch, 50 at a time: p50 {pct(conc, 50):.2f} ms, p99 {pct(conc, 99):.2f} ms")
-            rss0 = rss_mib(proc.pid)
-            sequential(port, scrapes_rss)
-            rss1 = rss_mib(proc.pid)
+        if "2" not in skip:
             print(
-                f"RSS {rss0:.1f} MiB -> {rss1:.1f} MiB after {scrapes_rss} scrapes ({rss1 - rss0:+.1f} MiB)"
+                "\n== 2. scrape latency (ms), exporter (x) vs nginx serving its bytes, interleaved; HA pair"
             )
-            worst, p99 = (float(x) for x in lag_file.read_text().split())
-            print(f"event-loop lag over the whole run: max {worst:.2f} ms, p99 {p99:.2f} ms")
-        finally:
-            stop(proc)
-        # Idle CPU in a child without the lag ticker: first never scraped (polls only, nothing rendered),
-        # then scraped every 15 s like Prometheus (two scrapes first, so the scrape forecast has a gap).
-        proc, port = start_child(512, 0.0, tmp)
-        try:
-            time.sleep(2)
-            c0, t0 = cpu_seconds(proc.pid), time.monotonic()
-            time.sleep(idle)
-            cpu = (cpu_seconds(proc.pid) - c0) / (time.monotonic() - t0) * 100
-            print(f"CPU, never scraped (polls only, nothing rendered), {idle} s: {cpu:.2f} % of one core")
-            sequential(port, 1)
-            time.sleep(15)
-            sequential(port, 1)
-            c0, t0 = cpu_seconds(proc.pid), time.monotonic()
-            end = t0 + max(idle, 45)
-            while True:
-                time.sleep(15.0)
-                sequential(port, 1)
-                if time.monotonic() >= end:
-                    break
-            scraped = (cpu_seconds(proc.pid) - c0) / (time.monotonic() - t0) * 100
-            print(f"CPU, scraped every 15 s (5 s polls), {max(idle, 45)} s: {scraped:.2f} % of one core")
-        finally:
-            stop(proc)
-
-        ne = shutil.which("prometheus-node-exporter")
-        if not ne:
-            print("\nprometheus-node-exporter not installed: no comparison")
-            return
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
-        proc2 = subprocess.Popen(
-            [ne, f"--web.listen-address=127.0.0.1:{port}"],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        try:
-            deadline = time.monotonic() + 30
-            while True:
-                try:
-                    conn = http.client.HTTPConnection("127.0.0.1", port)
-                    conn.request("GET", "/metrics")
-                    body = conn.getresponse().read()
-                    conn.close()
-                    break
-                except OSError:
-                    if time.monotonic() > deadline:
-                        raise
-                    time.sleep(0.1)
-            c0 = cpu_seconds(proc2.pid)
-            seq = sequential(port, reqs)
-            cpu = cpu_seconds(proc2.pid) - c0
-            n = series_count(gzip.decompress(body) if body[:2] == b"\x1f\x8b" else body)
-            print(
-                f"\n== 3. node-exporter (same machine): {n} series, scrape p50 {pct(seq, 50):.2f} ms, "
-                f"p99 {pct(seq, 99):.2f} ms; CPU {cpu * 1e6 / (reqs * n):.2f} us per series per scrape"
-            )
-        finally:
-            stop(proc2)  # type: ignore[arg-type]
+            latency_curve(sizes, tmp, args.quick)
+        if "3" not in skip:
+            print("\n== 3. whole-process CPU (serve: per scrape, body cached; sim/render: per poll)")
+            cpu_curve(sizes, tmp, args.quick)
+        if args.mmap:
+            print("\n== 4. plain scrapes with and without the images' malloc setting, interleaved")
+            mmap_compare(tmp, args.quick)
+        if args.rss:
+            print("\n== 5. RSS over paced scrapes")
+            rss_run(tmp, args.rss, args.rss_poll_interval)
 
 
 if __name__ == "__main__":

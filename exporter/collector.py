@@ -835,6 +835,11 @@ class Collector(_ClientCollector):
         status = self._status() if self._status is not None else None
         return (tuple(v.cache_key for v in views), attribution, self._attribution.up(), status)
 
+    def polls(self) -> int:
+        """How many polls have completed, over all backends (each one changes ``render_key``): a body
+        rendered after reading ``polls() == k`` holds the state of poll ``k`` or newer."""
+        return sum(v.generation for v in self._views(self._clock()))
+
     @property
     def defs(self) -> Mapping[str, C.MetricDef]:
         """The families it renders (the catalog's, less those the selection switches off), in order."""

@@ -1,13 +1,19 @@
 """Exposition cache: renders /metrics once per new poller state and serves the same bytes until it changes.
 
 A scrape computes the collector's ``render_key()`` (cheap: one tuple per backend plus the attribution) and,
-when it equals the cached key, gets the stored body without taking a lock (``peek``). Only on a change does
-it render again and gzip it if asked. After each poll the poller calls ``warm()``, which re-renders only the
-variants (format x gzip) that scrapers asked for within ``WARM_SECONDS``: nothing is rendered before the
-first scrape, and a variant nobody scrapes any more stops costing CPU. Of those, ``warm()`` renders a
-variant only when its next scrape is due before the next poll lands (``ScrapeForecast``): with 5 s polls
-and Prometheus' 15 s scrapes that is one render per scrape, not three. A scrape that comes earlier than
-forecast finds the state changed and renders on demand (off the event loop), so it is never served stale.
+when it equals the cached body's key, gets the stored body without taking a lock (``peek``). After each poll
+the poller calls ``warm()``, which re-renders only the variants (format x gzip) that scrapers asked for
+within ``WARM_SECONDS``: nothing is rendered before the first scrape, and a variant nobody scrapes any more
+stops costing CPU. Of those, ``warm()`` renders a variant only when its next scrape is due before the next
+poll lands (``ScrapeForecast``): with 5 s polls and Prometheus' 15 s scrapes that is one render per scrape,
+not three.
+
+Never stale beyond one poll, never waiting for a render: a scrape that lands after a poll made new samples
+visible but before its body is rendered (while ``warm()`` runs, or earlier than forecast, or after a change
+between polls such as pod attribution) is served the previous body, which holds the state of the poll
+before, and the server starts a render of the new state in the background (``Cached.behind``). A body whose
+state is two or more polls old (``Collector.polls()``) is never served: then, and for the first scrape of a
+variant, the scrape waits for a render (off the event loop).
 
 Rendering: prometheus-client's encoders (text 0.0.4 or OpenMetrics, chosen by ``choose_encoder`` from the
 Accept header) over the collector's families (``exporter.collector.families``) are the reference.
@@ -276,12 +282,26 @@ class Rendered:
     gzipped: bool
 
 
+@dataclass(frozen=True)
+class Cached:
+    """What ``peek`` found: ``rendered`` is served as it is. ``behind`` is True when it is the body of a
+    previous state (at most one poll old): the caller serves it and starts a render of the current state
+    (``get``) without waiting for it."""
+
+    rendered: Rendered
+    behind: bool
+
+
 class ExpositionCache:
-    """Caches rendered bodies per (render key, content type, gzip).
+    """Caches rendered bodies per variant (content type, gzip), each with the state it was rendered from.
 
     ``registry`` holds the collector and then (``standard``) the standard families: the reference body is
     prometheus-client's encoder over it. A FastEncoder renders the same body from ``collector.inputs()``
-    and the standard families' own ``collect()``."""
+    and the standard families' own ``collect()``.
+
+    Staleness bound: a body is served while it holds the state of the latest completed poll or of the one
+    before (``Collector.polls()``), never older; a scrape waits for a render only when no such body exists
+    (the first scrape of a variant, or one that was not rendered for two polls)."""
 
     def __init__(
         self, collector: Collector, standard: bool = False, update_period: float | None = None
@@ -298,29 +318,34 @@ class ExpositionCache:
         self.registry.register(collector)
         self.registry.register(self.standard)
         self._lock = threading.Lock()
-        # (key, bodies) swapped as one tuple so that peek() needs no lock.
-        self._state: tuple[object, dict[Variant, Rendered]] = (object(), {})
+        # variant -> (render key, polls read before rendering, body); the dict is replaced whole under the
+        # lock, never changed in place, so that peek() needs no lock.
+        self._bodies: dict[Variant, tuple[object, int, Rendered]] = {}
         self._encoders: dict[str, Callable[[Any], bytes]] = {}  # content type -> encoder (one per format)
         self._asked: dict[Variant, float] = {}  # variant -> monotonic time it was last asked for
         self._variants: set[Variant] = set()  # variants kept warm
         self.renders = 0  # how many times families were rendered (tests, benchmark)
         self.clock: Callable[[], float] = time.monotonic
 
-    def peek(self, accept: str, accept_encoding: str) -> Rendered | None:
-        """The cached body for these headers if the exporter's state has not changed, or if a render of the
-        new state is under way (then the latest rendered body is served rather than waiting), else None."""
+    def peek(self, accept: str, accept_encoding: str) -> Cached | None:
+        """The body to serve for these headers without rendering: the body of the current state, or (then
+        ``behind``) the body of a previous state at most one poll old; None when neither exists."""
         _, content_type = choose_encoder(accept)
-        key, bodies = self._state
         variant = (content_type, gzip_accepted(accept_encoding))
         now = self._asked[variant] = self.clock()
         self.forecast.asked(variant, now)
-        hit = bodies.get(variant)
-        if hit is not None and (self._lock.locked() or key == self.collector.render_key()):
-            return hit
+        entry = self._bodies.get(variant)
+        if entry is None:
+            return None
+        key, polls, rendered = entry
+        if key == self.collector.render_key():
+            return Cached(rendered, False)
+        if polls >= self.collector.polls() - 1:
+            return Cached(rendered, True)
         return None
 
     def get(self, accept: str, accept_encoding: str) -> Rendered:
-        """The body for these request headers, rendering only when the exporter's state changed."""
+        """The body of the current state for these request headers, rendering it if not cached."""
         encoder, content_type = choose_encoder(accept)
         variant = (content_type, gzip_accepted(accept_encoding))
         now = self._asked[variant] = self.clock()
@@ -329,20 +354,34 @@ class ExpositionCache:
             if content_type not in self._encoders:
                 self._encoders[content_type] = fast_encoder(encoder)
             self._variants.add(variant)
+            polls = self.collector.polls()  # read first: the body holds this poll's state or a newer one
             key = self.collector.render_key()
-            cached_key, bodies = self._state
-            bodies = dict(bodies) if key == cached_key else {}
-            hit = bodies.get(variant)
-            if hit is None:
-                hit = self._render(variant, bodies)
-            self._state = (key, bodies)
+            entry = self._bodies.get(variant)
+            if entry is not None and entry[0] == key:
+                return entry[2]
+            bodies = self._servable(polls)
+            hit = self._render(variant, key, polls, bodies)
+            self._bodies = bodies
             return hit
 
-    def _render(self, variant: Variant, bodies: dict[Variant, Rendered]) -> Rendered:
-        """Render one variant into ``bodies`` (reusing the plain body of the same format if present)."""
+    def _servable(self, polls: int) -> dict[Variant, tuple[object, int, Rendered]]:
+        """A copy of the cached bodies less those two or more polls older than ``polls`` (never served)."""
+        return {v: e for v, e in self._bodies.items() if e[1] >= polls - 1}
+
+    def _render(
+        self,
+        variant: Variant,
+        key: object,
+        polls: int,
+        bodies: dict[Variant, tuple[object, int, Rendered]],
+    ) -> Rendered:
+        """Render one variant of state ``key`` into ``bodies`` (reusing the plain body of the same format
+        and state if present)."""
         content_type, gz = variant
-        plain = bodies.get((content_type, False))
-        if plain is None:
+        plain_entry = bodies.get((content_type, False))
+        if plain_entry is not None and plain_entry[0] == key:
+            plain = plain_entry[2]
+        else:
             self.renders += 1
             # No cyclic GC during a render: the objects it makes (lines, per-family lists; for the reference
             # path ~10 objects per series) live exactly as long as the render, and collections in the
@@ -356,12 +395,12 @@ class ExpositionCache:
             finally:
                 if enabled:
                     gc.enable()
-            plain = bodies[(content_type, False)] = Rendered(body, content_type, False)
+            plain = Rendered(body, content_type, False)
+            bodies[(content_type, False)] = (key, polls, plain)
         if not gz:
             return plain
-        zipped = bodies[variant] = Rendered(
-            gzip.compress(plain.body, compresslevel=GZIP_LEVEL), content_type, True
-        )
+        zipped = Rendered(gzip.compress(plain.body, compresslevel=GZIP_LEVEL), content_type, True)
+        bodies[variant] = (key, polls, zipped)
         return zipped
 
     def _body(self, content_type: str) -> bytes:
@@ -373,11 +412,10 @@ class ExpositionCache:
     def warm(self) -> None:
         """Re-render the variants asked for within ``WARM_SECONDS`` whose next scrape is due before the
         next poll lands (called after each poll, from the poller's thread, never on the event loop);
-        nothing before the first scrape."""
+        nothing before the first scrape. Meanwhile scrapes get the previous bodies (``peek``)."""
         with self._lock:
+            polls = self.collector.polls()
             key = self.collector.render_key()
-            if key == self._state[0]:
-                return
             now = self.clock()
             for variant in [v for v in self._variants if now - self._asked.get(v, now) > WARM_SECONDS]:
                 self._variants.discard(variant)  # not scraped lately: rendered again only when asked
@@ -386,10 +424,9 @@ class ExpositionCache:
                 for v in self._variants
                 if self.update_period is None or self.forecast.due(v, now, self.update_period)
             )
-            if not due:
-                return  # the cached bodies stay, under their old key: a scrape now renders on demand
-            bodies: dict[Variant, Rendered] = {}
+            bodies = self._servable(polls)  # a variant not due keeps its body for one more poll
             for variant in due:
-                if variant not in bodies:
-                    self._render(variant, bodies)
-            self._state = (key, bodies)
+                entry = bodies.get(variant)
+                if entry is None or entry[0] != key:
+                    self._render(variant, key, polls, bodies)
+            self._bodies = bodies

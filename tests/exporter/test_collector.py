@@ -12,7 +12,7 @@ from prometheus_client.registry import CollectorRegistry
 from exporter import catalog as C
 from exporter.attribution import Attribution, Holder, StaticAttributionSource, slice_key
 from exporter.collector import Collector, families
-from exporter.exposition import ExpositionCache
+from exporter.exposition import Cached, ExpositionCache
 from exporter.poller import BackendView
 from exporter.selection import Selection
 from vendors.base import Device, DeviceSample, Slice, VendorMetric
@@ -303,13 +303,14 @@ def test_warm_prerenders_every_requested_variant() -> None:
     om = "application/openmetrics-text; version=1.0.0"
     assert cache.peek(om, "gzip") is None
     first = cache.get(om, "gzip")
-    assert cache.peek(om, "gzip") is first and cache.renders == 1
-    state["gen"] = 2
-    assert cache.peek(om, "gzip") is None  # state changed, nothing rendered yet
+    assert cache.peek(om, "gzip") == Cached(first, False) and cache.renders == 1
+    state["gen"] = 2  # one poll: the previous body is served (behind) until one of the new state exists
+    assert cache.peek(om, "gzip") == Cached(first, True) and cache.renders == 1
     cache.warm()
     assert cache.renders == 2
     again = cache.peek(om, "gzip")
-    assert again is not None and again.gzipped and again is not first
+    assert again is not None and not again.behind
+    assert again.rendered.gzipped and again.rendered is not first
     cache.warm()  # same state: no render
     assert cache.renders == 2
 

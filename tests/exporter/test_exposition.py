@@ -5,6 +5,7 @@ not handle go to the reference; only asked-for variants are rendered, and only w
 from __future__ import annotations
 
 import dataclasses
+import gzip
 import math
 import re
 from collections.abc import Callable, Iterator
@@ -24,12 +25,13 @@ from prometheus_client.registry import CollectorRegistry
 from prometheus_client.utils import floatToGoString
 
 from exporter import catalog as C
-from exporter.attribution import EMPTY, Attribution, Holder, MappingStatus, slice_key
+from exporter.attribution import EMPTY, Attribution, Holder, MappingStatus, StaticAttributionSource, slice_key
 from exporter.cgroup import ContainerRef
 from exporter.collector import Collector, RenderInputs, SeriesWriter, families, family
-from exporter.exposition import ExpositionCache, FastEncoder, ScrapeForecast, fast_encoder
-from exporter.poller import BackendView
+from exporter.exposition import Cached, ExpositionCache, FastEncoder, Rendered, ScrapeForecast, fast_encoder
+from exporter.poller import BackendPoller, BackendView, Poller, PollSettings
 from exporter.selection import Selection, known
+from tests.exporter.fakes import GoodBackend
 from vendors.base import Device, DeviceSample, Partition, ProcessMemory, Slice
 
 ACCEPTS = [
@@ -138,11 +140,21 @@ def test_families_the_fast_path_does_not_write_go_to_the_reference() -> None:
 
 
 class _Collector:
+    """A collector whose whole state is ``key``; ``poll(key)`` stands for one completed poll."""
+
     def __init__(self) -> None:
         self.key = 0
+        self.completed = 0
+
+    def poll(self, key: int) -> None:
+        self.key = key
+        self.completed += 1
 
     def render_key(self) -> int:
         return self.key
+
+    def polls(self) -> int:
+        return self.completed
 
     def collect(self) -> list[Metric]:
         return [GaugeMetricFamily("x_ratio", "x", value=float(self.key))]
@@ -157,12 +169,12 @@ def test_only_asked_variants_are_rendered_and_only_while_scraped() -> None:
     assert cache.renders == 0  # nothing rendered before the first scrape
     om = "application/openmetrics-text;version=1.0.0"
     assert cache.get(om, "gzip").gzipped and cache.renders == 1
-    col.key = 1
+    col.poll(1)
     cache.warm()  # the scraped variant is kept warm; text 0.0.4 was never asked for
     assert cache.renders == 2
     assert cache.peek(om, "gzip") is not None and cache.peek("", "") is None
     now[0] = 1000.0  # nobody scraped for longer than WARM_SECONDS
-    col.key = 2
+    col.poll(2)
     cache.warm()
     assert cache.renders == 2
     assert cache.get(om, "gzip").body and cache.renders == 3  # rendered again when asked
@@ -197,12 +209,12 @@ def test_warm_renders_only_before_a_forecast_scrape_and_an_early_scrape_is_never
 
     def scrape() -> bytes:
         hit = cache.peek(om, "")
-        return (hit or cache.get(om, "")).body
+        return hit.rendered.body if hit is not None else cache.get(om, "").body
 
     renders_at_poll = []
     for t in range(0, 91, 5):  # polls every 5 s, Prometheus scrapes every 15 s (at 0, 15, 30, ...)
         now[0] = float(t)
-        col.key = t
+        col.poll(t)
         before = cache.renders
         cache.warm()
         renders_at_poll.append(cache.renders - before)
@@ -214,12 +226,99 @@ def test_warm_renders_only_before_a_forecast_scrape_and_an_early_scrape_is_never
     assert renders_at_poll == [0, 1, 1, 1, 0, 0] + [1, 0, 0] * 4 + [1]
     # Each scrape found its body rendered ahead (renders = polls that rendered + the first scrape's).
     assert cache.renders == sum(renders_at_poll) + 1
-    # A scrape earlier than forecast (at 92, forecast 105) gets the newest state, rendered on demand.
+    # A scrape earlier than forecast (at 92, forecast 105) gets the body of the poll before (90), marked
+    # behind so that the server renders the newest state in the background; nothing rendered meanwhile.
     now[0] = 91.0
-    col.key = 91
+    col.poll(91)
     cache.warm()
     now[0] = 92.0
-    assert scrape().endswith(b"x_ratio 91.0\n# EOF\n")
+    before = cache.renders
+    early = cache.peek(om, "")
+    assert early is not None and early.behind and early.rendered.body.endswith(b"x_ratio 90.0\n# EOF\n")
+    assert cache.renders == before
+    assert cache.get(om, "").body.endswith(b"x_ratio 91.0\n# EOF\n")  # the background render
+    hit = cache.peek(om, "")
+    assert hit is not None and not hit.behind and hit.rendered.body.endswith(b"x_ratio 91.0\n# EOF\n")
+
+
+class _Readings(GoodBackend):
+    """GoodBackend whose utilization reads 0.01 x the poll number, so each poll's body is recognisable."""
+
+    def sample(self) -> list[DeviceSample]:
+        self.calls += 1
+        return [DeviceSample(d, utilization_ratio=self.calls / 100) for d in self.devices]
+
+
+def _polled(listeners: list[Callable[[], None]]) -> tuple[BackendPoller, ExpositionCache]:
+    """A real poller (polled by hand, on a frozen clock) feeding a real collector and cache; ``listeners``
+    run after each poll in the order given (the exporter registers ``cache.warm`` alone)."""
+    poller = Poller()
+    backend = poller.add(_Readings(n=1), PollSettings(interval=5.0), clock=lambda: 1.7e9)
+    collector = Collector("n1", poller.view, StaticAttributionSource(), lambda: 1.7e9)
+    cache = ExpositionCache(collector, update_period=5.0)
+    cache.clock = lambda: 100.0  # every scrape at one instant: no forecast, warm() renders every variant
+    poller.listeners.extend(listeners)
+    return backend, cache
+
+
+def _utilization(r: Rendered) -> str:
+    return re.findall(r"accelerator_utilization_ratio\{[^}]*\} (\S+)", r.body.decode())[0]
+
+
+def test_a_scrape_between_a_poll_and_its_warm_up_gets_the_previous_body_without_rendering() -> None:
+    """Fails before: peek() found the state changed and no lock held, so the scrape rendered in the
+    executor (gzip p99 2.4-55x nginx at 512-4,096 devices)."""
+    om = "application/openmetrics-text;version=1.0.0"
+    seen: list[tuple[Cached | None, int]] = []
+
+    def scrape_before_warm() -> None:  # a scrape landing after the poll published, before warm() ran
+        seen.append((cache.peek(om, "gzip"), cache.renders))
+
+    backend, cache = _polled([scrape_before_warm, lambda: cache.warm()])
+    backend.poll_once()
+    assert seen == [(None, 0)]  # no body yet: this scrape would render (the next test)
+    first = cache.get(om, "gzip")
+    assert cache.renders == 1
+    backend.poll_once()  # poll 2 published; the listener scrapes before warm() renders poll 2
+    hit, renders = seen[-1]
+    assert hit == Cached(first, True) and renders == 1
+    assert _utilization(Rendered(gzip.decompress(hit.rendered.body), om, False)) == "0.01"
+    assert cache.renders == 2  # then warm() rendered poll 2, and the next scrape gets it
+    now = cache.peek(om, "gzip")
+    assert now is not None and not now.behind
+    assert _utilization(Rendered(gzip.decompress(now.rendered.body), om, False)) == "0.02"
+
+
+def test_a_scrape_with_no_body_renders_and_a_body_two_polls_old_is_never_served() -> None:
+    """Fails before: peek() served any cached body while a render held the lock, however old it was."""
+    backend, cache = _polled([])  # no warm-up: only scrapes render
+    backend.poll_once()
+    assert cache.peek("", "") is None  # nothing rendered yet: the scrape waits for get()
+    assert _utilization(cache.get("", "")) == "0.01" and cache.renders == 1
+    backend.poll_once()
+    behind = cache.peek("", "")
+    assert behind is not None and behind.behind and _utilization(behind.rendered) == "0.01"
+    backend.poll_once()  # the body is now two polls old
+    assert cache.peek("", "") is None
+    with cache._lock:  # even while a render of the new state is under way
+        assert cache.peek("", "") is None
+    assert _utilization(cache.get("", "")) == "0.03" and cache.renders == 2
+    hit = cache.peek("", "")
+    assert hit is not None and not hit.behind and _utilization(hit.rendered) == "0.03"
+
+
+def test_warm_drops_bodies_two_polls_old_and_keeps_the_previous_one_for_a_variant_not_due() -> None:
+    backend, cache = _polled([])
+    backend.poll_once()
+    cache.get("", "")
+    cache._variants.clear()  # nobody asked lately: warm() renders nothing
+    backend.poll_once()
+    cache.warm()
+    hit = cache.peek("", "")
+    assert hit is not None and hit.behind and _utilization(hit.rendered) == "0.01"
+    backend.poll_once()
+    cache.warm()
+    assert cache._bodies == {} and cache.peek("", "") is None and cache.renders == 1
 
 
 # --- SeriesWriter: the exporter's own render path (straight from samples, no Metric objects) ---------------
