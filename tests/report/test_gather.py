@@ -8,7 +8,10 @@ for the figures: the same at 1 and at 4 queries in flight."""
 from __future__ import annotations
 
 import dataclasses
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -86,3 +89,19 @@ def test_figures_are_the_same_one_at_a_time_and_four_at_a_time(prometheus: str) 
     floats = [x for x in _leaves(one) if isinstance(x, float)]
     assert [x for x in _leaves(four) if isinstance(x, float)] == pytest.approx(floats, rel=1e-12, nan_ok=True)
     assert four.fleet.devices == 16 and four.usage and four.hoarders
+
+
+def test_report_cli_concurrency_option(tmp_path: Path) -> None:
+    standin = StandIn("hold", pause=0.05)
+    with serve(standin) as url:
+        cmd = [sys.executable, "-m", "exporter.entry", "report", "--prometheus", url, "--range", "1d"]
+        run = subprocess.run(
+            [*cmd, "--concurrency", "2", "-o", str(tmp_path / "r.html")],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+    assert run.returncode == 0, run.stderr
+    assert standin.most_in_flight == 2 and (tmp_path / "r.html").exists()
+    bad = subprocess.run([*cmd, "--concurrency", "0"], capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 2 and "--concurrency: '0' is not a whole number >= 1" in bad.stderr
