@@ -26,7 +26,7 @@ from alerts import queue
 from alerts.spec import Spec
 from exporter import catalog as c
 from report.chargeback import Usage
-from report.prom import Prometheus, ReportError, Series
+from report.prom import DEFAULT_CONCURRENCY, Prometheus, ReportError, Request, Series
 
 IDENT = "node, vendor, model, device, uuid"
 SLICE_IDENT = "node, vendor, model, device, uuid, slice_id, profile, slice_kind"
@@ -362,23 +362,30 @@ Answers = Mapping[str, Sequence[Series]]
 
 
 def collect(
-    prom: Prometheus, spec: Spec, w: Window, progress: Callable[[str], None] = lambda _: None
+    prom: Prometheus,
+    spec: Spec,
+    w: Window,
+    progress: Callable[[str], None] = lambda _: None,
+    concurrency: int = DEFAULT_CONCURRENCY,
 ) -> Answers:
-    """Run every query; ``progress(title)`` is called before each. Raises ReportError when Prometheus is
-    unreachable or holds no xpuwatch series in the window."""
-    out: dict[str, Sequence[Series]] = {}
-    for q in queries(spec, w):
-        progress(q.title)
-        out[q.key] = prom.query(q.expr, w.end)
-        if q.key == "devices" and not out[q.key]:
-            raise ReportError(
-                f"no xpuwatch series ({c.UP}{{{spec.exporter_job_selector}}}) in the {span(w.seconds)} "
-                f"before {_iso(w.end)} at {prom.url}: is this Prometheus scraping the exporter under that job?"
-            )
+    """Run every query, at most ``concurrency`` at a time (``prom.gather``); ``progress(title)`` is called as
+    each answer arrives. The device count goes first, alone: an empty Prometheus fails fast. Raises
+    ReportError when Prometheus is unreachable or holds no xpuwatch series in the window."""
     step = curve_step(w)
-    for key, expr in range_queries(spec).items():
-        progress(key.replace("_", " "))
-        out[key] = prom.query_range(expr, w.start + step, w.end, step)
+    requests = [Request(q.key, q.expr, w.end, title=q.title) for q in queries(spec, w)] + [
+        Request(key, expr, w.end, w.start + step, step, title=key.replace("_", " "))
+        for key, expr in range_queries(spec).items()
+    ]
+    first = [r for r in requests if r.key == "devices"]
+    out: dict[str, Sequence[Series]] = {}
+    out |= prom.gather(first, 1, lambda r: progress(r.title))
+    if not out["devices"]:
+        raise ReportError(
+            f"no xpuwatch series ({c.UP}{{{spec.exporter_job_selector}}}) in the {span(w.seconds)} "
+            f"before {_iso(w.end)} at {prom.url}: is this Prometheus scraping the exporter under that job?"
+        )
+    rest = [r for r in requests if r.key != "devices"]
+    out |= prom.gather(rest, concurrency, lambda r: progress(r.title))
     return out
 
 
@@ -498,7 +505,7 @@ def figures(answers: Answers, spec: Spec, w: Window) -> Baseline:
                 for k, n in _by(answers, "hoard_steps", "namespace", "owner").items()
                 if n
             ),
-            key=lambda h: -h.device_hours,
+            key=lambda h: (-h.device_hours, h.namespace, h.owner),  # ties in a fixed order
         )
     )
     held = _by(answers, "nb_held", "namespace", "pod", "owner")
@@ -509,7 +516,7 @@ def figures(answers: Answers, spec: Spec, w: Window) -> Baseline:
                 for k, n in _by(answers, "nb_idle", "namespace", "pod", "owner").items()
                 if n
             ),
-            key=lambda nb: -nb.idle_hours,
+            key=lambda nb: (-nb.idle_hours, nb.namespace, nb.pod, nb.owner),
         )
     )
     slice_ident = ("node", "device", "slice_id", "profile")

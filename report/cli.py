@@ -37,6 +37,13 @@ def positive(text: str) -> float:
     return value
 
 
+def count(text: str) -> int:
+    """A whole number >= 1 (argparse type)."""
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number >= 1")
+    return int(text)
+
+
 def zone(name: str) -> dt.tzinfo:
     """An IANA zone name -> tzinfo (argparse type): ``Asia/Shanghai``, ``UTC``."""
     try:
@@ -132,6 +139,13 @@ def add_commands(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-
         help="seconds per query, the whole answer included (default 120)",
     )
     p.add_argument(
+        "--concurrency",
+        type=count,
+        default=4,
+        metavar="N",
+        help="queries in flight at once (default 4; 1: one after another, for a Prometheus with no core to spare)",
+    )
+    p.add_argument(
         "--max-answer-mib",
         type=positive,
         default=64.0,
@@ -196,7 +210,7 @@ def run_report(args: argparse.Namespace) -> int:
 
     try:
         prom = Prometheus(args.prometheus, args.timeout, int(args.max_answer_mib * 2**20))
-        baselines = [figures(collect(prom, spec, w, progress), spec, w) for w in windows]
+        baselines = [figures(collect(prom, spec, w, progress, args.concurrency), spec, w) for w in windows]
     except ReportError as exc:
         bar.close()
         print(f"xpuwatch report: {exc}", file=sys.stderr)

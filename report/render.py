@@ -9,6 +9,7 @@ from __future__ import annotations
 import datetime as dt
 import io
 import math
+from collections.abc import Sequence
 from pathlib import Path
 
 import jinja2
@@ -19,11 +20,15 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
 from report import chargeback
-from report.baseline import Baseline, span
+from report.baseline import Baseline, SliceAdvice, span
 from report.compare import Change, Comparison, duration
 
 TEMPLATES = Path(__file__).parent / "templates"
 BAND_COLOR = "#2ca02c"
+TABLE_ROWS = 50
+"""Rows of a per-pod or per-slice table (idle notebooks, slice right-sizing), worst first; the rest are
+counted under it. A fleet of 16,384 devices has ~2,000 idle notebooks and ~1,000 slices: a page of 3,000 rows
+is not read (``Baseline`` keeps every one)."""
 
 
 def _svg(fig: plt.Figure) -> str:
@@ -242,6 +247,21 @@ def _pct(v: float) -> str:
     return "n/a" if math.isnan(v) else f"{v:.0%}"
 
 
+def worst_slices(slices: Sequence[SliceAdvice]) -> list[SliceAdvice]:
+    """Slices and partitions to resize first: every advice but "fits" (in the baseline's order), then those
+    that fit."""
+    return sorted(slices, key=lambda s: s.advice == "fits")
+
+
+def advice_counts(slices: Sequence[SliceAdvice]) -> str:
+    """``12 fits, 3 oversized``: how many of ``slices`` got each advice (its words before the colon)."""
+    counts: dict[str, int] = {}
+    for s in slices:
+        word = s.advice.split(":")[0]
+        counts[word] = counts.get(word, 0) + 1
+    return ", ".join(f"{n} {word}" for word, n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
+
+
 def html(b: Baseline, generated: float, tz: dt.tzinfo = dt.UTC, cmp: Comparison | None = None) -> str:
     """The page; times in ``tz`` (the reader's zone: ``--timezone``, else the system's). With ``cmp`` (``b``
     is its after window) a before/after section leads the page."""
@@ -262,6 +282,9 @@ def html(b: Baseline, generated: float, tz: dt.tzinfo = dt.UTC, cmp: Comparison 
         models=chargeback.by_model,
         total=chargeback.total,
         generated=generated,
+        rows=TABLE_ROWS,
+        worst_slices=worst_slices,
+        advice_counts=advice_counts,
         plots={
             "bars": pool_bars(b),
             "curves": pool_curves(b, tz),

@@ -5,7 +5,10 @@ HTTP API document describes it (https://prometheus.io/docs/prometheus/latest/que
 ``{"status": "success", "data": {"resultType": "vector", "result": [...]}}``), and misbehaves in the ways a
 real one can under a query over millions of series: ``mode="huge"`` streams a vector of ever more series
 (chunked, no Content-Length) up to ``limit`` bytes; ``mode="declared"`` announces a 10 GiB Content-Length;
-``mode="slow"`` sends the answer one byte every ``pause`` seconds, each byte well within any read timeout.
+``mode="slow"`` sends the answer one byte every ``pause`` seconds, each byte well within any read timeout;
+``mode="hold"`` answers a one-series vector (value: the ``query`` form field's length) after ``pause``
+seconds, counting the queries in flight at once (``most_in_flight``), as a busy Prometheus evaluating
+each query on a core of its own would; a query of ``refuse`` it answers 400 with a JSON error.
 """
 
 from __future__ import annotations
@@ -34,8 +37,30 @@ class StandIn:
     def __init__(self, mode: str, limit: int = 256 * 2**20, pause: float = 0.1) -> None:
         self.mode, self.limit, self.pause = mode, limit, pause
         self.sent = 0  # bytes of answer body written, all requests together
+        self.in_flight = self.most_in_flight = 0
+        self.queries: list[str] = []
+
+    async def hold(self, request: web.Request) -> web.Response:
+        form = await request.post()
+        query = str(form.get("query", ""))
+        self.queries.append(query)
+        self.in_flight += 1
+        self.most_in_flight = max(self.most_in_flight, self.in_flight)
+        try:
+            await asyncio.sleep(self.pause)
+        finally:
+            self.in_flight -= 1
+        if query == "refuse":
+            err = {"status": "error", "errorType": "bad_data", "error": "parse error at char 1"}
+            return web.json_response(err, status=400)
+        value = {"metric": {"q": query}, "value": [1700000000, str(len(query))]}
+        values = {"metric": {"q": query}, "values": [[1700000000, str(len(query))]]}
+        kind, one = ("matrix", values) if request.path.endswith("_range") else ("vector", value)
+        return web.json_response({"status": "success", "data": {"resultType": kind, "result": [one]}})
 
     async def answer(self, request: web.Request) -> web.StreamResponse:
+        if self.mode == "hold":
+            return await self.hold(request)
         await request.read()
         if self.mode == "declared":
             resp = web.StreamResponse(

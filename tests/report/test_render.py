@@ -11,10 +11,20 @@ from pathlib import Path
 import pytest
 
 from alerts.spec import load_spec
-from report.baseline import Baseline, DevicePoint, Hoarder, Window, figures, resource_name, span
+from report.baseline import (
+    Baseline,
+    DevicePoint,
+    Hoarder,
+    IdleNotebook,
+    SliceAdvice,
+    Window,
+    figures,
+    resource_name,
+    span,
+)
 from report.cli import system_zone, zone
 from report.prom import Series
-from report.render import html, overlaps, scatter, when
+from report.render import TABLE_ROWS, html, overlaps, scatter, when
 
 SHANGHAI = zoneinfo.ZoneInfo("Asia/Shanghai")
 END = 1_764_590_400  # 2025-12-01 12:00 UTC = 20:00 in Beijing
@@ -101,3 +111,28 @@ def test_overlapping_devices_are_counted_not_hidden_and_axes_are_percent() -> No
     assert "device memory used, % of capacity" in svg and "framebuffer" not in svg
     assert "Ascend910B (6)" in svg
     assert not any(math.isnan(x) for x, _, _ in overlaps(b)[("huawei", "Ascend910B")])
+
+
+def test_per_pod_and_per_slice_tables_show_the_worst_rows_and_count_the_rest() -> None:
+    """A fleet's page: 60 idle notebooks and 55 slices (the 5 to resize listed last by node) -> the 50 idlest
+    notebooks and the 5 slices to resize first, the rest counted under each table."""
+    nbs = tuple(
+        IdleNotebook("ml", f"jupyter-{i:02d}", "u", idle_hours=float(100 - i), held_hours=168.0)
+        for i in range(60)
+    )
+    fits = [SliceAdvice("n", "0", f"{i}", "1g.10gb", 0.5, 0.5, "fits") for i in range(50)]
+    bound = [SliceAdvice("z", "0", f"{i}", "1g.10gb", 0.96, 0.01, "memory-bound: more") for i in range(5)]
+    b = _baseline()
+    b = Baseline(**{**vars(b), "idle_notebooks": nbs, "slices": (*fits, *bound)})
+    page = html(b, END, dt.UTC)
+    table = page.split('id="notebooks"')[1].split("</table>")[0]
+    assert table.count("<tr>") == 1 + TABLE_ROWS == 51
+    assert "jupyter-49" in table and "jupyter-50" not in table
+    # the other 10 idled 50 + 49 + ... + 41 = 455 h
+    assert "The 50 idlest of 60 idle notebooks; the other 10 were idle 455.0 h in all." in page
+    slices = page.split('id="slices"')[1].split("</table>")[0]
+    assert slices.count("<tr>") == 51 and slices.count("memory-bound") == 5
+    assert slices.index("memory-bound") < slices.index("fits")
+    assert "50 of 55 slices and partitions, those to resize first; the other 5: 5 fits." in page
+    small = html(_baseline(), END, dt.UTC)
+    assert "notebooks-more" not in small and "slices-more" not in small
