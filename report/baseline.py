@@ -34,6 +34,11 @@ PART_IDENT = "node, device, parent_uuid, partition_id, compute_partition, memory
 GIB = 1024.0**3
 
 
+ENERGY_RATE_MIN_S = 300
+"""Shortest window for the energy counter's rate() (``Window.energy_window``): two samples at scrape intervals
+up to 2.5 minutes, whether range windows are closed (Prometheus 2) or left-open (Prometheus 3)."""
+
+
 @dataclass(frozen=True)
 class Window:
     """The report's time range: ``end`` Unix seconds, ``seconds`` long, subqueries every ``step`` seconds."""
@@ -53,6 +58,16 @@ class Window:
     @property
     def start(self) -> float:
         return self.end - self.seconds
+
+    @property
+    def energy_window(self) -> int:
+        """Seconds of the energy counter's ``rate()`` at each step: the step, at least ``ENERGY_RATE_MIN_S``.
+        rate() needs two samples in its window; a window of one step held one sample (or none) whenever the
+        step was shorter than twice the scrape interval (a 1-day report's 1-minute step over 1-minute
+        scrapes on Prometheus 3's left-open windows), and NVIDIA/AMD energy came out as 0 kWh. The longer
+        window averages the last 5 minutes: each step's joules are still rate x step, so a card's total
+        holds; a holder change moves up to 5 minutes of energy to its neighbour."""
+        return max(self.step, ENERGY_RATE_MIN_S)
 
 
 @dataclass(frozen=True)
@@ -234,7 +249,7 @@ def queries(spec: Spec, w: Window) -> tuple[Query, ...]:
             f"sum by ({team}) (sum_over_time(({share} and on (node, uuid) ({util} <= {u_max})){sub}))",
         ),
         charged("memory GiB-hours", "cb_mem", f"max by (node, uuid) ({used})"),
-        charged("energy", "cb_energy", f"max by (node, uuid) (rate({energy}[{w.step}s]))"),
+        charged("energy", "cb_energy", f"max by (node, uuid) (rate({energy}[{w.energy_window}s]))"),
         charged(
             "energy from power", "cb_power", f"max by (node, uuid) ({power} unless on (node, uuid) {energy})"
         ),

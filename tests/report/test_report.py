@@ -429,3 +429,31 @@ def test_report_cli_fails_with_one_line_on_a_huge_answer(tmp_path: Path) -> None
         timeout=60,
     )
     assert bad.returncode == 2 and "--max-answer-mib: '0' is not a number > 0" in bad.stderr
+
+
+@pytest.mark.slow
+def test_energy_is_charged_when_the_step_is_shorter_than_the_sample_spacing(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    """A 1-minute step over 2-minute samples: rate(energy[60s]) held one sample (or none) at each step, and
+    NVIDIA/AMD energy came out far below the model's (0 kWh on Prometheus 3's left-open windows with
+    1-minute scrapes at a 1-day report's default step). The window is now at least 5 minutes."""
+    spacing, devices, hours = 120, 8, 6
+    end = int(time.time()) // 300 * 300
+    start = end - hours * 3600 + spacing
+    with served(tmp_path_factory.mktemp("sparse"), history.openmetrics(devices, start, end, spacing)) as url:
+        w = Window(end=end - 600, seconds=hours * 3600 - 1800, step=60)  # inside the history on both sides
+        b = figures(collect(Prometheus(url), load_spec(), w), load_spec(), w)
+    fleet = history.fleet(devices)
+    got = sum(u.energy_kwh - u.energy_kwh_from_power for u in b.usage)
+    want = (
+        sum(
+            history.power_watts(d, t) * 60
+            for d in fleet
+            if d.holder is not None and d.vendor in history.ENERGY_COUNTER_VENDORS
+            for t in range(int(w.start) + 60, int(w.end) + 1, 60)
+        )
+        / 3.6e6
+    )
+    assert want > 0
+    assert got == pytest.approx(want, rel=0.05)
