@@ -50,20 +50,22 @@ def decode(body: bytes, max_depth: int = MAX_DEPTH) -> Any:
     return doc
 
 
+_CONTAINERS = (dict, list)  # the only containers json.loads makes
+
+
 def _depth(doc: Any, limit: int) -> int:
-    """Nesting depth of ``doc`` (a scalar is 0, ``[]`` is 1), counted without recursion; stops once it
-    exceeds ``limit``."""
-    deepest = 0
-    stack: list[tuple[Any, int]] = [(doc, 1)] if isinstance(doc, (dict, list)) else []
-    while stack:
-        node, depth = stack.pop()
-        deepest = max(deepest, depth)
-        if deepest > limit:
-            break
-        for child in node.values() if isinstance(node, dict) else node:
-            if isinstance(child, (dict, list)):
-                stack.append((child, depth + 1))
-    return deepest
+    """Nesting depth of ``doc`` (a scalar is 0, ``[]`` is 1), counted level by level without recursion;
+    stops once it exceeds ``limit``. Only containers are carried to the next level, filtered by a C-level
+    comprehension: an Alertmanager body (about 4 containers per alert) costs a few microseconds."""
+    level = [doc] if type(doc) in _CONTAINERS else []
+    depth = 0
+    while level and depth <= limit:
+        depth += 1
+        below: list[Any] = []
+        for node in level:
+            below += [c for c in (node.values() if type(node) is dict else node) if type(c) in _CONTAINERS]
+        level = below
+    return depth
 
 
 def _check_unicode(node: Any, where: str) -> None:

@@ -20,6 +20,10 @@ Status = Literal["firing", "resolved"]
 SUPPORTED_VERSIONS = ("4", "3")
 _ZERO_TIME_YEAR = 1  # Go's zero time "0001-01-01T00:00:00Z": Alertmanager sets it as endsAt of firing alerts
 _FRACTION = re.compile(r"(\.\d{6})\d+")
+_STR_ONLY = frozenset((str,))
+_ABSENT = object()
+# json.dumps(x, separators=(",", ":")) builds a new encoder per call; one shared encoder gives the same text.
+_COMPACT = json.JSONEncoder(separators=(",", ":")).encode
 
 
 class PayloadError(ValueError):
@@ -67,14 +71,16 @@ class Notification:
         startsAt) triples. A re-fire after a resolve has a new ``startsAt`` (Alertmanager starts a new alert),
         so it is a new episode even with the same fingerprint; a retry of the same notification is not."""
         triples = sorted(
-            f"{a.fingerprint}:{a.status}:{a.starts_at.isoformat() if a.starts_at else ''}"
-            for a in self.alerts
+            [
+                f"{a.fingerprint}:{a.status}:{a.starts_at.isoformat() if a.starts_at else ''}"
+                for a in self.alerts
+            ]
         )
-        return hashlib.sha256(json.dumps(triples, separators=(",", ":")).encode()).hexdigest()
+        return hashlib.sha256(_COMPACT(triples).encode()).hexdigest()
 
     def digest(self, episode: str | None = None) -> str:
         """Identity of this notification for deduplication: groupKey + its episode (see ``episode``)."""
-        raw = json.dumps([self.group_key, episode or self.episode()], separators=(",", ":"))
+        raw = _COMPACT([self.group_key, episode or self.episode()])
         return hashlib.sha256(raw.encode()).hexdigest()
 
 
@@ -109,7 +115,9 @@ def parse_payload(doc: Any) -> Notification:
     truncated = doc.get("truncatedAlerts", 0)
     if not isinstance(truncated, int) or isinstance(truncated, bool) or truncated < 0:
         raise PayloadError("'truncatedAlerts' must be a non-negative integer")
-    status = doc.get("status", "firing" if any(a.status == "firing" for a in alerts) else "resolved")
+    status: Any = doc.get("status", _ABSENT)
+    if status is _ABSENT:  # derived only when absent (an explicit null is refused below)
+        status = "firing" if any(a.status == "firing" for a in alerts) else "resolved"
     if status not in ("firing", "resolved"):
         raise PayloadError(f"'status' must be firing or resolved, got {status!r}")
     return Notification(
@@ -129,65 +137,75 @@ def parse_payload(doc: Any) -> Notification:
 _TIMES: dict[str, datetime] = {}
 
 
-def parse_time(value: str, where: str) -> datetime | None:
-    """RFC 3339 (nanosecond fractions allowed) -> aware datetime; Go's zero time -> None."""
+def parse_time(value: str, where: str, index: int | None = None) -> datetime | None:
+    """RFC 3339 (nanosecond fractions allowed) -> aware datetime; Go's zero time -> None. ``where`` names the
+    field in the error; with ``index`` it is a template (``alerts[{}].startsAt``) filled in only on error."""
     if value.startswith("0001-01-01T00:00:00"):  # Go's zero time, on every firing alert
         return None
-    try:
-        parsed = _TIMES.get(value) or datetime.fromisoformat(
-            _FRACTION.sub(r"\1", value.replace("Z", "+00:00"))
-        )
-    except ValueError:
-        raise PayloadError(f"{where}: not an RFC 3339 time: {value!r}") from None
-    if len(_TIMES) > 4096:  # the alerts of one group share startsAt values; keep the cache small
-        _TIMES.clear()
-    _TIMES[value] = parsed
-    if parsed.tzinfo is None:
-        parsed = parsed.replace(tzinfo=UTC)
+    parsed = _TIMES.get(value)
+    if parsed is None:
+        try:
+            parsed = datetime.fromisoformat(_FRACTION.sub(r"\1", value.replace("Z", "+00:00")))
+        except ValueError:
+            raise PayloadError(f"{_place(where, index)}: not an RFC 3339 time: {value!r}") from None
+        if parsed.tzinfo is None:
+            parsed = parsed.replace(tzinfo=UTC)
+        if len(_TIMES) > 4096:  # the alerts of one group share startsAt values; keep the cache small
+            _TIMES.clear()
+        _TIMES[value] = parsed
     return None if parsed.year == _ZERO_TIME_YEAR else parsed
 
 
+def _place(where: str, index: int | None) -> str:
+    """The name of a field for an error message: ``where`` as is, or with ``index`` filled in. Messages
+    are built only on error: a valid alert costs no string formatting."""
+    return where if index is None else where.format(index)
+
+
 def _parse_alert(index: int, raw: Any) -> Alert:
-    where = f"alerts[{index}]"
     if not isinstance(raw, dict):
-        raise PayloadError(f"{where} must be an object")
+        raise PayloadError(f"alerts[{index}] must be an object")
     status = raw.get("status")
-    if status not in ("firing", "resolved"):
-        raise PayloadError(f"{where}.status must be firing or resolved, got {status!r}")
-    labels = _str_map(raw.get("labels"), f"{where}.labels")
+    if status != "firing" and status != "resolved":
+        raise PayloadError(f"alerts[{index}].status must be firing or resolved, got {status!r}")
+    labels = _str_map(raw.get("labels"), "alerts[{}].labels", index)
     if not labels:
-        raise PayloadError(f"{where}.labels must be a non-empty object")
+        raise PayloadError(f"alerts[{index}].labels must be a non-empty object")
     starts = raw.get("startsAt")
     ends = raw.get("endsAt", "0001-01-01T00:00:00Z")
-    starts_at = parse_time(_str(starts, f"{where}.startsAt"), f"{where}.startsAt") if starts else None
-    ends_at = parse_time(_str(ends, f"{where}.endsAt"), f"{where}.endsAt") if ends else None
+    starts_at = (
+        parse_time(_str(starts, "alerts[{}].startsAt", index), "alerts[{}].startsAt", index)
+        if starts
+        else None
+    )
+    ends_at = parse_time(_str(ends, "alerts[{}].endsAt", index), "alerts[{}].endsAt", index) if ends else None
     fingerprint = raw.get("fingerprint")
     if fingerprint is None:
-        canon = json.dumps(sorted(labels.items()), separators=(",", ":"))
+        canon = _COMPACT(sorted(labels.items()))
         fingerprint = hashlib.sha256(canon.encode()).hexdigest()[:16]
     return Alert(
         status=status,
         labels=labels,
-        annotations=_str_map(raw.get("annotations", {}), f"{where}.annotations"),
+        annotations=_str_map(raw.get("annotations", {}), "alerts[{}].annotations", index),
         starts_at=starts_at,
         ends_at=None if status == "firing" else ends_at,
-        generator_url=_str(raw.get("generatorURL", ""), f"{where}.generatorURL"),
-        fingerprint=_str(fingerprint, f"{where}.fingerprint"),
+        generator_url=_str(raw.get("generatorURL", ""), "alerts[{}].generatorURL", index),
+        fingerprint=_str(fingerprint, "alerts[{}].fingerprint", index),
     )
 
 
-def _str(value: Any, where: str) -> str:
-    if not isinstance(value, str):
-        raise PayloadError(f"{where} must be a string")
+def _str(value: Any, where: str, index: int | None = None) -> str:
+    if type(value) is not str and not isinstance(value, str):
+        raise PayloadError(f"{_place(where, index)} must be a string")
     return value
 
 
-def _str_map(value: Any, where: str) -> dict[str, str]:
+def _str_map(value: Any, where: str, index: int | None = None) -> dict[str, str]:
     if value is None:
         value = {}
-    if not isinstance(value, dict):
-        raise PayloadError(f"{where} must be an object of string values")
-    for k, v in value.items():
-        if type(k) is not str or type(v) is not str:
-            raise PayloadError(f"{where} must be an object of string values")
+    # Keys and values checked by type at C speed (a set of the types seen), not one by one in Python.
+    if not isinstance(value, dict) or not _STR_ONLY.issuperset(map(type, value.values())):
+        raise PayloadError(f"{_place(where, index)} must be an object of string values")
+    if not _STR_ONLY.issuperset(map(type, value)):  # keys: always str from JSON, checked for dict callers
+        raise PayloadError(f"{_place(where, index)} must be an object of string values")
     return value
