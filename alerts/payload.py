@@ -24,6 +24,15 @@ room for any hand-made payload and stays far below Python's recursion limit (1,0
 _SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
 
 
+# decode() refuses an integer of over this many digits (json.loads, sys.int_info.default_max_str_digits).
+MAX_INT_DIGITS = 4300
+# For ``surely_within``: every byte but the opening brackets and the digits, deleted in one C pass.
+_NOT_BRACKET_OR_DIGIT = bytes(c for c in range(256) if c not in b"[{0123456789")
+# For ``surely_within``: digits to "0", everything else to " ", so that a long digit run is a substring search.
+_DIGITS_AS_ZERO = bytes(48 if 48 <= c <= 57 else 32 for c in range(256))
+_LONG_RUN = b"0" * (MAX_INT_DIGITS + 1)
+
+
 class BodyError(ValueError):
     """The body is not a JSON document within the bounds; the message says why (sent back with 400)."""
 
@@ -48,6 +57,25 @@ def decode(body: bytes, max_depth: int = MAX_DEPTH) -> Any:
         except UnicodeEncodeError:
             _check_unicode(doc, "body")  # says where
     return doc
+
+
+def surely_within(body: bytes, containers: int, chain: int, max_depth: int = MAX_DEPTH) -> bool:
+    """True when ``body``, already accepted by a typed decoder (msgspec, alerts/relay/webhook.py), is
+    certainly within ``decode``'s two bounds that such a decoder does not see, because it skips the members
+    it does not know without building them: nesting (at most ``max_depth``) and integer size (at most
+    ``MAX_INT_DIGITS`` digits). False means "maybe not": run ``decode`` for the answer.
+
+    ``containers``: objects and arrays the typed decoder built (the body itself included); ``chain``: the
+    most of them on one path from the body down to a skipped member. Every object or array opens with one
+    ``[`` or ``{`` byte, so the skipped ones number at most the count of those bytes (strings included) less
+    ``containers``, and the deepest path has at most ``chain`` + that many. An integer of over
+    ``MAX_INT_DIGITS`` digits is that many digit bytes in a row. Costs one C pass over the body (0.8 us per
+    KB here); the run search only for bodies of over ``MAX_INT_DIGITS`` digits in all."""
+    kept = body.translate(None, _NOT_BRACKET_OR_DIGIT)
+    brackets = kept.count(b"[") + kept.count(b"{")
+    if chain + brackets - containers > max_depth:
+        return False
+    return len(kept) - brackets <= MAX_INT_DIGITS or _LONG_RUN not in body.translate(_DIGITS_AS_ZERO)
 
 
 _CONTAINERS = (dict, list)  # the only containers json.loads makes
