@@ -80,12 +80,17 @@ class Notification:
         """Which alert episodes this notification reports: a hash of the sorted (fingerprint, status,
         startsAt) triples. A re-fire after a resolve has a new ``startsAt`` (Alertmanager starts a new alert),
         so it is a new episode even with the same fingerprint; a retry of the same notification is not."""
-        triples = sorted(
-            [
-                f"{a.fingerprint}:{a.status}:{a.starts_at.isoformat() if a.starts_at else ''}"
-                for a in self.alerts
-            ]
-        )
+        # isoformat() once per distinct startsAt: the alerts of one flush mostly share it, and parse_time hands
+        # equal texts the same object (keyed by identity: equal instants in other offsets print otherwise).
+        iso: dict[int, str] = {}
+        triples = []
+        for a in self.alerts:
+            starts = a.starts_at
+            text = "" if starts is None else iso.get(id(starts))
+            if text is None:
+                text = iso[id(starts)] = starts.isoformat()  # type: ignore[union-attr]
+            triples.append(f"{a.fingerprint}:{a.status}:{text}")
+        triples.sort()
         return hashlib.sha256(_COMPACT(triples).encode()).hexdigest()
 
     def digest(self, episode: str | None = None) -> str:

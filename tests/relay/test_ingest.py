@@ -171,6 +171,11 @@ def test_digest_and_episode_are_the_formulas_stored_outboxes_hold():
 
     doc = big_group(10, group="g")
     doc["groupKey"] = '{}:{node="g", quote="\\"é"}'
+    doc["alerts"][1]["startsAt"] = (
+        "2024-05-01T12:00:00+02:00"  # the same instant as the others, printed otherwise
+    )
+    doc["alerts"][2]["startsAt"] = "2024-05-01T10:00:00.123456789Z"
+    del doc["alerts"][3]["startsAt"]
     n = parse_payload(doc)
     triples = sorted(
         f"{a.fingerprint}:{a.status}:{a.starts_at.isoformat() if a.starts_at else ''}" for a in n.alerts
