@@ -41,8 +41,14 @@ def decode(body: bytes, max_depth: int = MAX_DEPTH) -> Any:
     """Parse ``body`` (UTF-8 JSON). Raises BodyError: not JSON; nested deeper than ``max_depth``; a string
     (key or value) holding a lone surrogate, with where it is (``body.alerts[0].labels key``)."""
     try:
-        doc = json.loads(body)
-    except ValueError as exc:  # not UTF-8, not JSON, or an integer of over 4,300 digits (sys.int_info)
+        # Strict UTF-8 first (RFC 8259 8.1): json.loads(bytes) decodes with "surrogatepass", which let a lone
+        # surrogate sent as raw bytes (ED A0 80) through where the escape "\ud800" was refused.
+        text = body.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise BodyError(f"body is not UTF-8: {exc}") from None
+    try:
+        doc = json.loads(text)
+    except ValueError as exc:  # not JSON, or an integer of over 4,300 digits (sys.int_info)
         raise BodyError(f"body is not JSON: {exc}") from None
     except RecursionError:  # deeper than the decoder's stack allows: certainly deeper than max_depth
         raise BodyError(f"body is nested deeper than {max_depth} levels") from None
