@@ -1,9 +1,16 @@
 """Relay benchmark: ingest against its floor, and burst delivery against each bot's rate-limit floor.
 
 Ingest: notifications answered 200 per second (each committed to the outbox before the answer), for 1- and
-10-alert notifications, next to the FLOOR measured in the same run: a minimal aiohttp handler that commits the
-same body to SQLite with the same durability (WAL, ``synchronous=FULL``, one transaction per request) and
-answers. Rounds alternate floor and relay; medians are printed.
+10-alert notifications, next to the FLOOR measured in the same run: a bare aiohttp handler (``--serve-floor``)
+that commits the body to SQLite with the same durability (WAL, ``synchronous=FULL``, the answer only after
+the commit) and GROUP-COMMITS as the relay does (one writer thread stores every body that arrived during the
+previous transaction in the next one). Client and servers are separate processes: this process drives
+``CONCURRENCY`` connections (aiohttp, that many requests in flight) against the floor, then against
+``xpuwatch relay`` as deployed (its own process, default flags); the first ``CONCURRENCY`` requests of each
+run are a warm-up. Each round runs every server once, the order rotated every round; medians are printed,
+with each server's CPU per notification (all its threads, /proc/PID/task/*/schedstat), steadier than the wall
+time on a shared machine. ``--baseline DIR`` adds the relay from another source tree (``git archive COMMIT |
+tar -x -C DIR``) to the same rounds: before and after in one run.
 
 Burst: 2,000 alerts in 200 groups to each fake bot (tests/relay/fakebots.py), windows shrunk to finish in
 seconds: WeCom and DingTalk (20/min) by --scale (100x: 20 per 0.6 s), Feishu (5/s and 100/min) by --feishu-scale
@@ -21,6 +28,7 @@ arrives (alerts/relay/limiter.py says why), so each slot pays about one round tr
 per window: the figure that shrinking a window exaggerates.
 
     PYTHONPATH=$PWD python benchmarks/relay_throughput.py [--scale 100] [--feishu-scale 10] [--rounds 3]
+    PYTHONPATH=$PWD python benchmarks/relay_throughput.py --skip-burst --rounds 7 [--baseline /tmp/base]
     PYTHONPATH=$PWD python benchmarks/relay_throughput.py --skip-ingest --runs 3 [--bots feishu]
     PYTHONPATH=$PWD python benchmarks/relay_throughput.py --skip-ingest --real [--bots feishu,wecom,dingtalk]
     PYTHONPATH=$PWD python benchmarks/relay_throughput.py --skip-ingest --real --bots feishu --groups 95
@@ -30,16 +38,20 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import logging
 import os
+import queue
 import re
+import socket
 import sqlite3
 import statistics
 import sys
 import tempfile
 import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import aiohttp
@@ -55,6 +67,7 @@ from tests.relay.harness import TOKEN, settings_for, start_relay
 from tests.relay.test_delivery import big_group
 
 CONCURRENCY = 20  # Alertmanager flushes groups concurrently
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def burst(groups: int, per_group: int, tag: str = "g") -> list[bytes]:
@@ -79,84 +92,178 @@ def minimum_seconds(limits: tuple[RateLimit, ...], messages: int) -> float:
     return now
 
 
-async def post_all(url: str, docs: list[bytes]) -> float:
-    """Seconds to get every doc answered 200, ``CONCURRENCY`` in flight."""
-    sem = asyncio.Semaphore(CONCURRENCY)
+async def post_all(url: str, docs: list[bytes], concurrency: int = CONCURRENCY) -> float:
+    """Seconds to get every doc answered 200, ``concurrency`` in flight."""
+    sem = asyncio.Semaphore(concurrency)
     headers = {"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json"}
-    async with aiohttp.ClientSession() as s:
+    connector = aiohttp.TCPConnector(limit=concurrency)
+    async with aiohttp.ClientSession(connector=connector) as s:
 
         async def one(doc: bytes) -> None:
             async with sem, s.post(url, data=doc, headers=headers) as r:
                 await r.read()
-                assert r.status == 200, r.status
+                assert r.status == 200, (r.status, await r.text())
 
         t0 = time.perf_counter()
         await asyncio.gather(*(one(d) for d in docs))
         return time.perf_counter() - t0
 
 
-async def serve(app: web.Application) -> tuple[web.AppRunner, str]:
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-    return runner, f"http://127.0.0.1:{port}"
-
-
-async def floor_ingest(tmp: Path, docs: list[bytes]) -> float:
-    """The floor: read the body, commit it to SQLite (WAL, synchronous=FULL) off the loop, answer 200."""
-    db = sqlite3.connect(str(tmp / "floor.sqlite"), isolation_level=None, check_same_thread=False)
+def serve_floor(db_path: str) -> None:
+    """The floor, run in its own process (``--serve-floor PATH``): a bare aiohttp handler that reads the body
+    and commits it to SQLite with the relay's durability (WAL, ``synchronous=FULL``, the answer only after
+    the commit), with GROUP COMMIT: one writer thread takes every body that arrived while the previous
+    transaction ran and stores them in one transaction (one fsync), then resolves each request's future."""
+    db = sqlite3.connect(db_path, isolation_level=None, check_same_thread=False)
     db.execute("PRAGMA journal_mode=WAL")
     db.execute("PRAGMA synchronous=FULL")
     db.execute("CREATE TABLE IF NOT EXISTS n (id INTEGER PRIMARY KEY, body BLOB)")
-    lock = threading.Lock()
+    waiting: queue.SimpleQueue[tuple[bytes, asyncio.Future[None]]] = queue.SimpleQueue()
 
-    def commit(body: bytes) -> None:
-        with lock:
+    def done(futures: list[asyncio.Future[None]]) -> None:
+        for f in futures:
+            f.set_result(None)
+
+    def writer(loop: asyncio.AbstractEventLoop) -> None:
+        while True:
+            batch = [waiting.get()]
+            while len(batch) < 256:
+                try:
+                    batch.append(waiting.get_nowait())
+                except queue.Empty:
+                    break
             db.execute("BEGIN IMMEDIATE")
-            db.execute("INSERT INTO n (body) VALUES (?)", (body,))
+            db.executemany("INSERT INTO n (body) VALUES (?)", [(b,) for b, _ in batch])
             db.execute("COMMIT")
+            loop.call_soon_threadsafe(done, [f for _, f in batch])
 
     async def handler(request: web.Request) -> web.Response:
         body = await request.read()
-        await asyncio.to_thread(commit, body)
+        future = asyncio.get_running_loop().create_future()
+        waiting.put((body, future))
+        await future
         return web.json_response({"status": "queued"})
 
-    app = web.Application()
-    app.router.add_post("/alertmanager/{channel}", handler)
-    runner, base = await serve(app)
-    try:
-        return await post_all(f"{base}/alertmanager/ch", docs)
-    finally:
-        await runner.cleanup()
-        db.close()
+    async def main() -> None:
+        threading.Thread(target=writer, args=(asyncio.get_running_loop(),), daemon=True).start()
+        app = web.Application()
+        app.router.add_post("/alertmanager/{channel}", handler)
+        runner = web.AppRunner(app)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        print(f"floor listening on 127.0.0.1:{port}", flush=True)
+        await asyncio.Event().wait()
+
+    asyncio.run(main())
 
 
-async def relay_ingest(tmp: Path, docs: list[bytes]) -> float:
-    """The relay with a bot that never answers (delivery cannot compete): auth, validation, dedup, commit."""
-    fake = FakeWeCom(stall_after=0)
-    await fake.start()
-    h = await start_relay(
-        settings_for(tmp, {"ch": {"type": "wecom", "url": fake.url(), "max_parts": 10}}),
+async def started(
+    argv: list[str], env: dict[str, str] | None = None, cwd: Path | None = None
+) -> tuple[asyncio.subprocess.Process, str]:
+    """Start a server process and read its "... listening on HOST:PORT" line: (process, base URL)."""
+    proc = await asyncio.create_subprocess_exec(
+        *argv, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL, env=env, cwd=cwd
     )
+    assert proc.stdout is not None
+    async with asyncio.timeout(30):
+        while True:
+            line = (await proc.stdout.readline()).decode()
+            if not line:
+                raise RuntimeError(f"{argv[0]} exited before listening")
+            if m := re.search(r"listening on (\S+):(\d+)", line):
+                return proc, f"http://{m[1]}:{m[2]}"
+
+
+async def stopped(proc: asyncio.subprocess.Process) -> None:
+    proc.terminate()
+    async with asyncio.timeout(30):
+        await proc.wait()
+
+
+@dataclass(frozen=True)
+class Round:
+    """One server's run over the docs: wall seconds until the last 200, and the CPU seconds (user + system,
+    all threads) the server process spent meanwhile (/proc/PID/stat), which a busy shared machine disturbs
+    less than the wall time."""
+
+    seconds: float
+    cpu: float
+
+
+def cpu_seconds(pid: int) -> float:
+    """CPU seconds all threads of process ``pid`` have run so far (Linux /proc/PID/task/*/schedstat, in
+    nanoseconds: the clock-tick counts of /proc/PID/stat are too coarse for a few hundred requests)."""
+    total = 0
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        with contextlib.suppress(FileNotFoundError):  # a thread that ended meanwhile
+            total += int((task / "schedstat").read_text().split()[0])
+    return total / 1e9
+
+
+async def measured(proc: asyncio.subprocess.Process, url: str, docs: list[bytes]) -> Round:
+    await post_all(url, docs[:CONCURRENCY])  # warm-up (connections, first render): not counted
+    cpu = cpu_seconds(proc.pid)
+    seconds = await post_all(url, docs[CONCURRENCY:])
+    return Round(seconds, cpu_seconds(proc.pid) - cpu)
+
+
+async def floor_ingest(tmp: Path, docs: list[bytes]) -> Round:
+    """The floor process answering every doc (client here, server in its own process)."""
+    proc, base = await started([sys.executable, __file__, "--serve-floor", str(tmp / "floor.sqlite")])
     try:
-        return await post_all(f"{h.url}/alertmanager/ch", docs)
+        return await measured(proc, f"{base}/alertmanager/ch", docs)
     finally:
-        fake.release()
-        await h.close()
-        await fake.stop()
+        await stopped(proc)
 
 
-async def ingest(groups: int, per_group: int, rounds: int) -> tuple[float, float]:
-    """Median seconds for ``groups`` notifications: (floor, relay)."""
-    floor, relay = [], []
-    for r in range(rounds):
-        docs = burst(groups, per_group, tag=f"r{r}-")
-        with tempfile.TemporaryDirectory() as a, tempfile.TemporaryDirectory() as b:
-            floor.append(await floor_ingest(Path(a), docs))
-            relay.append(await relay_ingest(Path(b), docs))
-    return statistics.median(floor), statistics.median(relay)
+async def relay_ingest(tmp: Path, docs: list[bytes], bot: str, tree: Path | None = None) -> Round:
+    """``xpuwatch relay`` in its own process (default flags: info logging) answering every doc: auth,
+    validation, dedup, commit. Its bot is a socket that never answers (delivery cannot compete): the sender
+    renders one notification, sends it and waits. ``tree``: run the relay's code from that source tree (an
+    export of another commit, for a before/after in the same run) instead of this one."""
+    cfg = {
+        "outbox": str(tmp / "outbox.sqlite"),
+        "auth": {"bearer_token_env": "RELAY_TOKEN"},
+        "request_timeout_seconds": 300,
+        "channels": {"ch": {"type": "wecom", "webhook_url_env": "URL_CH", "max_parts": 10}},
+    }
+    (tmp / "relay.yaml").write_text(json.dumps(cfg))  # JSON is YAML
+    env = {**os.environ, "RELAY_TOKEN": TOKEN, "URL_CH": bot}
+    if tree is not None:  # `python -m` puts the working directory first on sys.path, ahead of the install
+        env["PYTHONPATH"] = str(tree)
+    argv = [sys.executable, "-m", "exporter.entry", "relay", "--config", str(tmp / "relay.yaml")]
+    proc, base = await started([*argv, "--web.listen-address", "127.0.0.1:0"], env, tree or ROOT)
+    try:
+        return await measured(proc, f"{base}/alertmanager/ch", docs)
+    finally:
+        await stopped(proc)
+
+
+async def ingest(
+    groups: int, per_group: int, rounds: int, baseline: Path | None = None
+) -> dict[str, list[Round]]:
+    """``groups`` notifications per round (the first ``CONCURRENCY`` a warm-up) to each server: "floor",
+    "relay" and, with ``baseline``, "baseline" (the relay from that tree). Each round runs them one after
+    the other, the order rotated every round, so a drift in the machine's load hits all alike."""
+    sink = socket.create_server(("127.0.0.1", 0), backlog=128)  # accepts (in the kernel), never answers
+    bot = f"http://127.0.0.1:{sink.getsockname()[1]}/cgi-bin/webhook/send?key=bench"
+    names = ["floor", "relay"] + (["baseline"] if baseline is not None else [])
+    runs: dict[str, list[Round]] = {name: [] for name in names}
+    try:
+        for r in range(rounds):
+            docs = burst(groups, per_group, tag=f"r{r}-")
+            for name in names[r % len(names) :] + names[: r % len(names)]:
+                with tempfile.TemporaryDirectory() as tmp:
+                    if name == "floor":
+                        runs[name].append(await floor_ingest(Path(tmp), docs))
+                    else:
+                        tree = baseline if name == "baseline" else None
+                        runs[name].append(await relay_ingest(Path(tmp), docs, bot, tree))
+    finally:
+        sink.close()
+    return runs
 
 
 def scaled(limits: tuple[RateLimit, ...], scale: float) -> tuple[RateLimit, ...]:
@@ -215,13 +322,27 @@ async def main(args: argparse.Namespace) -> None:
         print(
             "== ingest: Alertmanager -> relay -> SQLite outbox (200 only after commit), vs the floor, same run"
         )
-        for groups, per in ((1000, 1), (300, 10)):
-            floor, relay = await ingest(groups, per, args.rounds)
+        for groups, per in ((1000 + CONCURRENCY, 1), (300 + CONCURRENCY, 10)):
+            runs = await ingest(groups, per, args.rounds, args.baseline)
+            n = groups - CONCURRENCY
+            floor = runs.pop("floor")
+            f = statistics.median(x.seconds for x in floor)
+            fc = statistics.median(x.cpu for x in floor)
             print(
-                f"{per:>2}-alert notifications x{groups}: relay {groups / relay:.0f}/s ({relay * 1000 / groups:.2f} "
-                f"ms each), floor {groups / floor:.0f}/s ({floor * 1000 / groups:.2f} ms each): relay/floor "
-                f"x{relay / floor:.2f} (median of {args.rounds} alternating rounds, {CONCURRENCY} in flight)"
+                f"{per:>2}-alert notifications x{n}, {CONCURRENCY} in flight, medians of {args.rounds} rounds: "
+                f"group-commit floor {n / f:.0f}/s ({f * 1000 / n:.3f} ms each, server CPU {fc * 1e6 / n:.0f} us "
+                f"each); load average {os.getloadavg()[0]:.1f}",
+                flush=True,
             )
+            for name, rounds in runs.items():
+                r = statistics.median(x.seconds for x in rounds)
+                rc = statistics.median(x.cpu for x in rounds)
+                ratios = ", ".join(f"{b.seconds / a.seconds:.2f}" for a, b in zip(floor, rounds, strict=True))
+                print(
+                    f"   {name:>8}: {n / r:.0f}/s ({r * 1000 / n:.3f} ms each): x{r / f:.2f} the floor (per round "
+                    f"{ratios}); server CPU {rc * 1e6 / n:.0f} us each (x{rc / max(fc, 1e-9):.2f})",
+                    flush=True,
+                )
     if args.skip_burst:
         return
     kinds = [k.strip() for k in args.bots.split(",") if k.strip()]
@@ -256,7 +377,17 @@ if __name__ == "__main__":
     parser.add_argument(
         "--groups", type=int, help="groups of 10 alerts per burst (default 200; --real: per bot)"
     )
+    parser.add_argument(
+        "--baseline",
+        type=Path,
+        help="also measure the relay from this source tree (e.g. `git archive HEAD~3 | tar -x -C DIR`)",
+    )
     parser.add_argument("--skip-ingest", action="store_true")
     parser.add_argument("--skip-burst", action="store_true")
+    parser.add_argument("--serve-floor", metavar="PATH", help=argparse.SUPPRESS)  # the floor's own process
     logging.basicConfig(level=logging.CRITICAL)
-    asyncio.run(main(parser.parse_args()))
+    parsed = parser.parse_args()
+    if parsed.serve_floor:
+        serve_floor(parsed.serve_floor)
+    else:
+        asyncio.run(main(parsed))

@@ -330,9 +330,10 @@ class ConnectionGuard:
         """A prometheus-client collector of this guard's figures (see ``GuardCollector``)."""
         return GuardCollector(self)
 
-    def access_log_class(self, delegate: bool) -> type[AbstractAccessLogger]:
+    def access_log_class(self, delegate: bool, from_status: int = 0) -> type[AbstractAccessLogger]:
         """An aiohttp access-logger class that tells this guard when an answer is written; with
-        ``delegate`` it also writes aiohttp's usual access line (when its logger is enabled for INFO)."""
+        ``delegate`` it also writes aiohttp's usual access line (when its logger is enabled for INFO) for
+        answers with a status of at least ``from_status``, and for every answer when it is enabled for DEBUG."""
         guard = self
 
         class Answered(AccessLogger):
@@ -342,7 +343,11 @@ class ConnectionGuard:
 
             def log(self, request: web.BaseRequest, response: web.StreamResponse, time: float) -> None:
                 guard.answered(request.protocol)
-                if delegate and self.logger.isEnabledFor(logging.INFO):
+                if (
+                    delegate
+                    and self.logger.isEnabledFor(logging.INFO)
+                    and (response.status >= from_status or self.logger.isEnabledFor(logging.DEBUG))
+                ):
                     super().log(request, response, time)
 
         return Answered
@@ -582,6 +587,12 @@ async def read_body(request: web.BaseRequest, limit: int, timeout: float | None 
     """The request body: at most ``limit`` bytes (else BodyTooLarge), complete within ``timeout`` seconds
     (default ``BODY_TIMEOUT_SECONDS``; else TimeoutError). The connection guard times out headers only, so
     this bounds how long a client sending its body slowly holds a busy connection."""
+    content = request.content
+    if content.is_eof():  # the whole body has arrived (a webhook usually has, with its headers): no timer
+        whole = content.read_nowait(-1)
+        if len(whole) > limit:
+            raise BodyTooLarge(f"body exceeds {limit} bytes")
+        return whole
     body = bytearray()
     async with asyncio.timeout(BODY_TIMEOUT_SECONDS if timeout is None else timeout):
         async for chunk in request.content.iter_chunked(65536):
@@ -606,15 +617,17 @@ async def listen(
     guard: ConnectionGuard,
     ssl_context: ssl.SSLContext | None = None,
     access_log: bool = True,
+    access_log_from: int = 0,
     **runner_kw: Any,
 ) -> Listening:
     """Start ``app`` on host:port (port 0 picks one) through ``guard``. ``access_log``: write aiohttp's
-    access lines (logger ``aiohttp.access``, INFO). Raises OSError when it cannot listen (the runner is
-    cleaned up first)."""
+    access lines (logger ``aiohttp.access``, INFO), for answers with a status of at least
+    ``access_log_from`` (every answer when that logger is enabled for DEBUG). Raises OSError when it cannot
+    listen (the runner is cleaned up first)."""
     runner = web.AppRunner(
         app,
         access_log=logging.getLogger("aiohttp.access"),
-        access_log_class=guard.access_log_class(delegate=access_log),
+        access_log_class=guard.access_log_class(delegate=access_log, from_status=access_log_from),
         keepalive_timeout=guard.keepalive_timeout,
         **runner_kw,
     )

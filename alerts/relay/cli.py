@@ -72,7 +72,10 @@ def run(args: argparse.Namespace) -> int:
 async def _serve(relay: Any, host: str, port: int) -> None:
     guard = ConnectionGuard()  # exporter.listener: the connection limits shared by all three services
     relay.metrics.registry.register(guard.collector())
-    listening = await listen(build_app(relay), host, port, guard)
+    # Access lines for refused requests (4xx, 5xx) only; accepted notifications are counted by metric
+    # (xpuwatch_relay_notifications_received_total) and a line each cost about as much CPU as storing the
+    # notification (docs/relay.md "Tests and benchmark"). --log.level=debug writes one for every request.
+    listening = await listen(build_app(relay), host, port, guard, access_log_from=400)
     # One parseable line so supervisors and tests can find the port when 0 was asked for.
     print("relay listening on {}:{}".format(*listening.address), flush=True)
     stop = asyncio.Event()

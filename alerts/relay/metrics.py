@@ -27,6 +27,7 @@ QUEUE_DEPTH = "xpuwatch_relay_queue_depth"
 OUTBOX_ERRORS = "xpuwatch_relay_outbox_errors_total"
 OLDEST_AGE = "xpuwatch_relay_oldest_pending_age_seconds"
 OUTBOX_UP = "xpuwatch_relay_outbox_up"
+INGEST_COMMITS = "xpuwatch_relay_ingest_commits_total"
 
 
 class RelayMetrics:
@@ -34,6 +35,7 @@ class RelayMetrics:
 
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         self.registry = registry or CollectorRegistry()
+        self._accepted: dict[str, tuple[Counter, Counter]] = {}
         r = self.registry
 
         def counter(name: str, doc: str, labels: tuple[str, ...]) -> Counter:
@@ -77,11 +79,28 @@ class RelayMetrics:
         self.summarised = counter(
             SUMMARISED, "Alerts summarised as 'N more alerts' instead of listed.", ("channel",)
         )
+        self.ingest_commits = Counter(
+            INGEST_COMMITS.removesuffix("_total"),
+            "Outbox transactions that stored incoming notifications (committed or failed); concurrent webhooks"
+            " share one (group commit), so received notifications / commits is the mean batch.",
+            registry=r,
+        )
         self.outbox_errors = Counter(
             OUTBOX_ERRORS.removesuffix("_total"),
             "Outbox reads or writes that failed in the sender (disk full, corrupt pages, I/O errors).",
             registry=r,
         )
+
+    def accepted(self, channel: str) -> tuple[Counter, Counter]:
+        """The ``received`` and ``alerts_received`` children of ``channel``, looked up once per channel (the
+        relay counts every accepted webhook)."""
+        children = self._accepted.get(channel)
+        if children is None:
+            children = self._accepted[channel] = (
+                self.received.labels(channel),
+                self.alerts_received.labels(channel),
+            )
+        return children
 
     def prime(self, channels: Iterable[str]) -> None:
         """Export zeros for every configured channel, so rate() and alerts see the series from the start."""

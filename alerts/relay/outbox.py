@@ -266,18 +266,17 @@ class Outbox:
 
     @staticmethod
     def _insert(db: sqlite3.Connection, it: Incoming) -> Enqueued:
-        seen = db.execute(
-            "SELECT 1 FROM notifications WHERE channel = ? AND digest = ? AND received_at >= ? LIMIT 1",
-            (it.channel, it.digest, it.now - it.window),
-        ).fetchone()
-        if seen:
-            return Enqueued(duplicate=True)
-        nid = db.execute(
+        # One statement: the dedup look-up (index notifications_digest) and the insert, one round each way.
+        cur = db.execute(
             "INSERT INTO notifications (channel, group_key, digest, alerts, received_at, bot, episode, payload,"
-            " state) VALUES (?,?,?,?,?,?,?,?,'pending')",
-            (it.channel, it.group_key, it.digest, it.alerts, it.now, it.bot, it.episode, it.payload),
-        ).lastrowid
-        return Enqueued(duplicate=False, id=nid)
+            " state) SELECT ?,?,?,?,?,?,?,?,'pending' WHERE NOT EXISTS (SELECT 1 FROM notifications"
+            " WHERE channel = ? AND digest = ? AND received_at >= ?)",
+            (it.channel, it.group_key, it.digest, it.alerts, it.now, it.bot, it.episode, it.payload,
+             it.channel, it.digest, it.now - it.window),
+        )  # fmt: skip
+        if cur.rowcount == 0:
+            return Enqueued(duplicate=True)
+        return Enqueued(duplicate=False, id=cur.lastrowid)
 
     def unrendered(self, bot: str, limit: int = 64) -> list[Unrendered]:
         """The oldest notifications of ``bot`` still to be rendered, oldest first."""

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import hashlib
 import logging
 import sqlite3
@@ -43,7 +44,13 @@ CONNECT_SHARE = 0.5
 
 def bot_id(channel: Channel) -> str:
     """Channels posting to the same webhook URL share one bot: one queue and one rate limiter."""
-    return hashlib.sha256(channel.webhook_url.encode()).hexdigest()[:16]
+    return _url_id(channel.webhook_url)
+
+
+@functools.lru_cache(maxsize=1024)
+def _url_id(url: str) -> str:
+    """16 hex digits of the URL's SHA-256 (asked on every webhook: cached, the URLs are few)."""
+    return hashlib.sha256(url.encode()).hexdigest()[:16]
 
 
 def backoff(attempts: int, retry: Retry) -> float:

@@ -5,8 +5,11 @@ the sender renders it into messages at delivery time (ingest does no templating)
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
+import queue
 import sqlite3
+import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -29,44 +32,112 @@ from exporter.listener import BodyTooLarge, read_body
 log = logging.getLogger(__name__)
 
 
-class Committer:
-    """Group commit: requests arriving while a transaction runs are stored together in the next one, so
-    concurrent webhooks share one fsync. Each caller still gets its answer only after its commit."""
+_Staged = list[tuple[Incoming, "asyncio.Future[Enqueued]"]]
 
-    def __init__(self, outbox: Outbox, max_batch: int = 256) -> None:
+
+class Committer:
+    """Group commit: one writer thread stores every notification that arrived while the previous transaction
+    ran in the next one (``Outbox.enqueue_many``: one fsync for the batch), so concurrent webhooks share a
+    commit and the next commit starts the moment the previous one ends, while the event loop answers. Each
+    caller gets its result only after its own transaction committed; when a transaction fails, every caller
+    of that batch gets the error (and answers 503) and nothing committed before is touched.
+
+    The loop hands requests to the writer once per loop iteration (all those validated in it, as one list)
+    and the writer wakes the loop once per transaction: two thread hand-offs per batch, not per request.
+    ``commits`` counts the transactions (committed or failed), for the ingest metric and tests; ``waiting``
+    the requests submitted and not answered yet."""
+
+    def __init__(
+        self, outbox: Outbox, max_batch: int = 256, on_commit: Callable[[int], None] | None = None
+    ) -> None:
         self._outbox = outbox
         self._max_batch = max_batch
-        self._queue: asyncio.Queue[tuple[Incoming, asyncio.Future[Enqueued]]] | None = None
-        self._task: asyncio.Task[None] | None = None
+        self._on_commit = on_commit
+        self._staged: _Staged = []
+        self._waiting: queue.SimpleQueue[_Staged | None] = queue.SimpleQueue()
+        self._thread: threading.Thread | None = None
+        self.commits = 0
+        self.waiting = 0
 
     async def submit(self, item: Incoming) -> Enqueued:
-        if self._queue is None:
-            self._queue = asyncio.Queue()
-            self._task = asyncio.create_task(self._run(self._queue), name="relay-outbox-committer")
-        future: asyncio.Future[Enqueued] = asyncio.get_running_loop().create_future()
-        await self._queue.put((item, future))
-        return await future
+        """Store ``item``; returns once its transaction committed. Raises the transaction's sqlite3.Error or
+        OSError."""
+        loop = asyncio.get_running_loop()
+        if self._thread is None:
+            self._thread = threading.Thread(
+                target=self._run, args=(loop,), name="relay-outbox-writer", daemon=True
+            )
+            self._thread.start()
+        future: asyncio.Future[Enqueued] = loop.create_future()
+        self._staged.append((item, future))
+        if len(self._staged) == 1:
+            loop.call_soon(self._hand_over)
+        self.waiting += 1
+        try:
+            return await future
+        finally:
+            self.waiting -= 1
+
+    def _hand_over(self) -> None:
+        staged, self._staged = self._staged, []
+        self._waiting.put(staged)
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
+        """Let the writer finish what it holds (callers already waiting get their answers), then end it."""
+        if self._thread is not None:
+            if self._staged:
+                self._hand_over()
+            self._waiting.put(None)
+            await asyncio.to_thread(self._thread.join)
+            self._thread = None
 
-    async def _run(self, queue: asyncio.Queue[tuple[Incoming, asyncio.Future[Enqueued]]]) -> None:
-        while True:
-            batch = [await queue.get()]
-            while not queue.empty() and len(batch) < self._max_batch:
-                batch.append(queue.get_nowait())
+    def _run(self, loop: asyncio.AbstractEventLoop) -> None:
+        waiting, stopping = self._waiting, False
+        while not stopping:
+            first = waiting.get()
+            if first is None:
+                break
+            batch = list(first)
+            while len(batch) < self._max_batch:
+                try:
+                    more = waiting.get_nowait()
+                except queue.Empty:
+                    break
+                if more is None:
+                    stopping = True
+                    break
+                batch += more
+            futures = [f for _, f in batch]
             try:
-                results = await asyncio.to_thread(self._outbox.enqueue_many, [item for item, _ in batch])
+                results: list[Enqueued] | BaseException = self._outbox.enqueue_many(
+                    [item for item, _ in batch]
+                )
             except Exception as exc:  # every caller of the failed batch answers 503
-                for _, future in batch:
-                    if not future.done():
-                        future.set_exception(exc)
-                continue
-            for (_, future), result in zip(batch, results, strict=True):
-                if not future.done():
-                    future.set_result(result)
+                results = exc
+            self.commits += 1
+            try:  # one wake-up of the event loop per batch, not per request
+                loop.call_soon_threadsafe(_settle, futures, results, len(batch), self._on_commit)
+            except RuntimeError:  # the loop is closed: nobody is waiting any more
+                return
+
+
+def _settle(
+    futures: list[asyncio.Future[Enqueued]],
+    results: list[Enqueued] | BaseException,
+    size: int,
+    on_commit: Callable[[int], None] | None,
+) -> None:
+    """On the event loop: hand each caller of one batch its result (or the batch's error)."""
+    if on_commit is not None:
+        on_commit(size)
+    if isinstance(results, BaseException):
+        for future in futures:
+            if not future.done():
+                future.set_exception(results)
+        return
+    for future, result in zip(futures, results, strict=True):
+        if not future.done():
+            future.set_result(result)
 
 
 @dataclass
@@ -83,7 +154,7 @@ class Relay:
     committer: Committer = field(init=False)
 
     def __post_init__(self) -> None:
-        self.committer = Committer(self.outbox)
+        self.committer = Committer(self.outbox, on_commit=lambda _size: self.metrics.ingest_commits.inc())
 
 
 RELAY_KEY: web.AppKey[Relay] = web.AppKey("relay", Relay)
@@ -192,6 +263,11 @@ class _Checker:
 _CHECKER: web.AppKey[_Checker] = web.AppKey("checker", _Checker)
 
 
+# The two answers to a good webhook, encoded once (web.json_response would encode them per request).
+_QUEUED = json.dumps({"status": "queued", "stored": 1})
+_DUPLICATE = json.dumps({"status": "duplicate", "stored": 0})
+
+
 def _error(status: int, reason: str) -> web.Response:
     return web.json_response({"status": "error", "error": reason}, status=status)
 
@@ -249,11 +325,12 @@ async def _receive(request: web.Request) -> web.Response:
         return _error(503, f"could not store the notification in the outbox: {exc}")
     if result.duplicate:
         metrics.deduplicated.labels(name).inc()
-        return web.json_response({"status": "duplicate", "stored": 0})
-    metrics.received.labels(name).inc()
-    metrics.alerts_received.labels(name).inc(len(notification.alerts))
+        return web.Response(text=_DUPLICATE, content_type="application/json")
+    received, alerts_received = metrics.accepted(name)
+    received.inc()
+    alerts_received.inc(len(notification.alerts))
     relay.sender.notify(incoming.bot)
-    return web.json_response({"status": "queued", "stored": 1})
+    return web.Response(text=_QUEUED, content_type="application/json")
 
 
 async def _metrics(request: web.Request) -> web.Response:

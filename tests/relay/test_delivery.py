@@ -528,6 +528,21 @@ async def test_lone_surrogate_is_400_with_the_reason(tmp_path, bots):
     assert metric_value(text, m.REJECTED, reason="malformed") == 1
 
 
+async def test_a_lone_surrogate_in_raw_bytes_is_400_too(tmp_path, bots):
+    """The escape "\\ud800" was refused, but the same surrogate sent as raw UTF-8-style bytes (ED A0 80) got
+    through json.loads(bytes), which decodes with "surrogatepass": 200, then a body no bot accepts."""
+    wecom, feishu = bots
+    raw = json.dumps(payload()).replace('"alertname"', '"alertname' + chr(0xD800) + '"', 1)
+    raw = raw.encode("utf-8", "surrogatepass")
+    assert b"\xed\xa0\x80" in raw
+    h = await relay_for(tmp_path, wecom, feishu)
+    try:
+        status, body = await h.post("oncall-wecom", raw)
+    finally:
+        await h.close()
+    assert status == 400 and body["error"].startswith("body is not UTF-8")
+
+
 async def test_nesting_bombs_and_huge_numbers_are_400_with_the_reason(tmp_path, bots):
     """Fails on main: the 200 KB bomb and the 33-level body gave 500 (RecursionError / accepted), the
     5,000-digit integer 500 (ValueError)."""

@@ -45,7 +45,7 @@ def test_captured_firing_payload() -> None:
     ("body", "reason"),
     [
         (b"", "body is not JSON"),
-        (b"\xff\xfe", "body is not JSON"),
+        (b"\xff\xfe", "body is not UTF-8"),
         (b"[]", "body: expected a JSON object"),
         (b'{"version": "3", "alerts": []}', 'version: expected "4"'),
         (b'{"version": "4"}', "alerts: expected a list"),
