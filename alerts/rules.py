@@ -31,6 +31,11 @@ from exporter import catalog as c
 from remediation import telemetry as remediation_metrics
 
 GROUP_RECORDING = "xpuwatch.recording"
+# Records no alert reads, in groups of their own (Prometheus and vmalert evaluate groups concurrently, so no
+# group holds every record's cost): per-node dashboard aggregates and per-team chargeback.
+GROUP_RECORDING_NODE = "xpuwatch.recording.node"
+GROUP_RECORDING_TEAM = "xpuwatch.recording.team"
+RECORDING_GROUPS = (GROUP_RECORDING, GROUP_RECORDING_NODE, GROUP_RECORDING_TEAM)
 GROUP_HARDWARE = "xpuwatch.hardware"
 GROUP_PERFORMANCE = "xpuwatch.performance"
 GROUP_META = "xpuwatch.meta"
@@ -90,6 +95,10 @@ class Records:
     node_devices: str
     instance_node: str
     ecc_uncorrected: str
+    # Series of each watched hardware signal per device (label ``metric``), recorded in the hardware group just
+    # before AcceleratorTelemetryMissing reads an hour of it: one series per device and signal instead of an
+    # hour of every raw sensor, subsystem and ECC type series.
+    telemetry_series: str
     # Pre-aggregated for the fleet dashboards (per pool and per node): a refresh reads a few series per
     # node instead of every device's (docs/dashboards.md, benchmarks/dashboard_queries.py).
     pool_devices: str
@@ -150,6 +159,7 @@ def records(spec: Spec) -> Records:
         node_devices=f"node:{c.UP}:count",
         instance_node=f"instance_node:{c.UP}:count",
         ecc_uncorrected=f"device:{c.ECC_ERRORS.removesuffix('_total')}:uncorrected_increase_{spec.rec('ecc_status_window')}",
+        telemetry_series="device:accelerator_telemetry_series:count",
         pool_devices=f"vendor_model:{c.UP}:count",
         node_p95_avg=f"node:{c.UTILIZATION}_p95_{spec.rec('p95_window')}:avg",
         node_p95_min=f"node:{c.UTILIZATION}_p95_{spec.rec('p95_window')}:min",
@@ -242,7 +252,7 @@ def recording_rules(spec: Spec) -> tuple[RecordingRule, ...]:
         RecordingRule(name, expr)
         for name, expr in queue.recording_rules(spec, recorded(spec, r.utilization_p95))
     ]
-    return tuple(out) + dashboard_rules(spec)
+    return tuple(out)
 
 
 def card_max(spec: Spec, metric: str) -> str:
@@ -292,7 +302,6 @@ def dashboard_rules(spec: Spec) -> tuple[RecordingRule, ...]:
         RecordingRule(r.node_power, f"sum by ({node}) ({card_max(spec, c.POWER)})"),
         RecordingRule(r.node_memory_used, f"sum by ({node}) ({card_max(spec, c.MEMORY_USED)})"),
         RecordingRule(r.node_memory_total, f"sum by ({node}) ({card_max(spec, c.MEMORY_TOTAL)})"),
-        *chargeback_rules(spec),
     )
 
 
@@ -481,21 +490,48 @@ def thermal_throttling(a: AlertSpec, spec: Spec) -> Body:
     )
 
 
-def telemetry_missing(a: AlertSpec, spec: Spec) -> Body:
-    lb = a.value("lookback")
-    parts = []
+def _telemetry_metrics(a: AlertSpec) -> tuple[str, ...]:
+    """The catalog names of ``a``'s ``metrics`` (catalog constant names); SpecError names a bad one."""
+    names = []
     for const in a.value("metrics"):
         name = getattr(c, const, None)
         if not isinstance(name, str) or name not in {m.name for m in c.catalog()}:
             raise SpecError(
                 f"alerts.{a.name}.metrics: {const!r} is not a metric constant of exporter/catalog.py"
             )
-        parts.append(
-            f"label_replace(\n  count by ({DEVICE_ID}) (max_over_time({series(spec, name)}[{lb}]))\n"
-            f'    unless {_ON_DEV} {series(spec, name)},\n  "metric", "{name}", "", ""\n)'
-        )
+        names.append(name)
+    return tuple(names)
+
+
+def telemetry_records(spec: Spec) -> tuple[RecordingRule, ...]:
+    """The per-device count of each watched hardware signal's series (``metric`` label: the family),
+    recorded at the head of the hardware group so AcceleratorTelemetryMissing, evaluated after it in the
+    same group at the same timestamp, reads this evaluation's value (no staleness). None when the alert is
+    disabled."""
+    a = spec.alert("AcceleratorTelemetryMissing")
+    if a.name in spec.disabled_alerts:
+        return ()
+    parts = [
+        f'label_replace(count by ({DEVICE_ID}) ({series(spec, name)}), "metric", "{name}", "", "")'
+        for name in _telemetry_metrics(a)
+    ]
+    return (RecordingRule(records(spec).telemetry_series, "\nor\n".join(parts)),)
+
+
+def telemetry_missing(a: AlertSpec, spec: Spec) -> Body:
+    """A signal a device reported within the lookback and reports no more, while the device answers.
+
+    Reads the ``telemetry_series`` record (one series per device and signal, written just before in the same
+    group) instead of an hour of every raw series: the value is the most series of the signal the device had
+    at once within the lookback (before: the distinct series seen, the same for a device whose sensors,
+    subsystems and ECC types are reported together). The record has history only from when the rules were
+    loaded, so a signal lost before that does not fire."""
+    lb = a.value("lookback")
+    _telemetry_metrics(a)
+    rec = recorded(spec, records(spec).telemetry_series)
     return (
-        "(\n" + "\nor\n".join(parts) + f"\n)\nand {_ON_DEV} ({series(spec, c.UP)} == 1)",
+        f"(\n  max_over_time({rec}[{lb}])\n    unless on ({CLUSTER}, node, uuid, metric) {rec}\n)\n"
+        f"and {_ON_DEV} ({series(spec, c.UP)} == 1)",
         "{{ $labels.metric }} missing on {{ $labels.node }} device {{ $labels.device }}",
         f"{_DEV} answers but stopped reporting {{{{ $labels.metric }}}} ({{{{ $value }}}} series seen in the last {lb}, none now).",
     )
@@ -893,7 +929,12 @@ def alerting_rule(a: AlertSpec, spec: Spec) -> AlertingRule:
 
 
 def build_groups(spec: Spec) -> tuple[RuleGroup, ...]:
-    """Recording, hardware, performance and meta groups, alerts in spec order (less ``disabled_alerts``). Raises RuleBuildError on a
+    """Recording (device records the alerts read; node and team aggregates in groups of their own), hardware (headed by the telemetry presence record its
+    TelemetryMissing reads), performance and meta groups, alerts in spec order (less ``disabled_alerts``).
+
+    Prometheus and vmalert evaluate groups concurrently and the rules of one group in order, so an alert
+    reading a record of another group sees the value of that group's last evaluation (at most one
+    interval old); records an alert needs fresh sit before it in its own group. Raises RuleBuildError on a
     mismatch between spec and builder, or when a spec category contradicts the builder's group."""
     names = {a.name for a in spec.alerts}
     if names != set(ALERTS):
@@ -914,7 +955,9 @@ def build_groups(spec: Spec) -> tuple[RuleGroup, ...]:
             by_group[group].append(alerting_rule(a, spec))
     return (
         RuleGroup(GROUP_RECORDING, tuple(recording_rules(spec))),
-        RuleGroup(GROUP_HARDWARE, tuple(by_group[GROUP_HARDWARE])),
+        RuleGroup(GROUP_RECORDING_NODE, dashboard_rules(spec)),
+        RuleGroup(GROUP_RECORDING_TEAM, chargeback_rules(spec)),
+        RuleGroup(GROUP_HARDWARE, telemetry_records(spec) + tuple(by_group[GROUP_HARDWARE])),
         RuleGroup(GROUP_PERFORMANCE, tuple(by_group[GROUP_PERFORMANCE])),
         RuleGroup(GROUP_META, tuple(by_group[GROUP_META])),
     )
