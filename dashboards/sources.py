@@ -122,6 +122,21 @@ def any_of(*metrics: str) -> str:
     return "|".join(metrics)
 
 
+# Device tables list at most this many rows, worst first: at 16,384 devices a condition can hold for
+# thousands of devices, more than anyone reads in a table and more than the browser renders quickly; the
+# alerts still name every device, and the stat panels beside the tables count them all.
+TABLE_ROWS = 50
+
+
+def worst(expr: str, first: str = "topk") -> str:
+    """``expr`` limited to the ``TABLE_ROWS`` series of highest (``topk``) or lowest (``bottomk``) value.
+
+    >>> worst("m == 0")
+    'topk(50, m == 0)'
+    """
+    return f"{first}({TABLE_ROWS}, {expr})"
+
+
 DEVICE_ID = "cluster, node, vendor, model, device, uuid"
 SLICE_ID = "cluster, node, vendor, model, device, uuid, slice_id, profile, slice_kind"
 POOL = "cluster, vendor, model"

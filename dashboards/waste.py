@@ -15,7 +15,7 @@ from alerts.queue import QUEUE
 from dashboards.board import Board
 from dashboards.layout import Row
 from dashboards.panel import Panel, Query, Threshold
-from dashboards.sources import ON_DEVICE, RECORDS, SLICE_ID, SPEC, selector
+from dashboards.sources import ON_DEVICE, RECORDS, SLICE_ID, SPEC, TABLE_ROWS, selector, worst
 from exporter import catalog as c
 
 UID = "xpuwatch-waste"
@@ -55,10 +55,13 @@ idle_notebooks = Panel(
     "table",
     (
         Query(
-            held_by(
-                f"{selector(c.UTILIZATION)} <= {IDLE_UTIL}\n  and {ON_DEVICE}\n"
-                f"  {selector(c.MEMORY_USED)} >= {CONTEXT_BYTES}",
-                'workload_kind="notebook"',
+            worst(
+                held_by(
+                    f"{selector(c.UTILIZATION)} <= {IDLE_UTIL}\n  and {ON_DEVICE}\n"
+                    f"  {selector(c.MEMORY_USED)} >= {CONTEXT_BYTES}",
+                    'workload_kind="notebook"',
+                ),
+                "bottomk",
             ),
             instant=True,
             table=True,
@@ -66,7 +69,8 @@ idle_notebooks = Panel(
     ),
     f"Notebooks holding device memory (at least {CONTEXT_BYTES // 2**20} MiB, more than an initialised "
     f"context) at utilization of at most {IDLE_UTIL:.0%}, now. AcceleratorIdleNotebook fires when this "
-    f"lasts {_notebook.for_}; the remediation controller then reclaims the notebook.",
+    f"lasts {_notebook.for_}; the remediation controller then reclaims the notebook. The {TABLE_ROWS} least "
+    "used are listed.",
     unit="percentunit",
     width=24,
     height=6,
@@ -78,16 +82,19 @@ hoarders = Panel(
     "table",
     (
         Query(
-            held_by(
-                f"{selector(c.MEMORY_USED)} >= {CONTEXT_BYTES}\n  and {ON_DEVICE}\n"
-                f"  {selector(RECORDS.utilization_p95)} < {LOW_P95}"
+            worst(
+                held_by(
+                    f"{selector(c.MEMORY_USED)} >= {CONTEXT_BYTES}\n  and {ON_DEVICE}\n"
+                    f"  {selector(RECORDS.utilization_p95)} < {LOW_P95}"
+                )
             ),
             instant=True,
             table=True,
         ),
     ),
     "Holders of devices that keep memory allocated while their 95th-percentile utilization over the last "
-    "hour stays below the AcceleratorLowUtilization threshold: capacity others queue for.",
+    "hour stays below the AcceleratorLowUtilization threshold: capacity others queue for. The "
+    f"{TABLE_ROWS} holding the most memory are listed.",
     unit="bytes",
     width=12,
     height=8,
@@ -103,16 +110,20 @@ starved = Panel(
     "table",
     (
         Query(
-            held_by(
-                f"{selector(c.POWER)} / ({selector(c.POWER_LIMIT)} > 0) < {STARVED}",
-                SPEC.alert("AcceleratorPowerStarved").value("workload_selector"),
+            worst(
+                held_by(
+                    f"{selector(c.POWER)} / ({selector(c.POWER_LIMIT)} > 0) < {STARVED}",
+                    SPEC.alert("AcceleratorPowerStarved").value("workload_selector"),
+                ),
+                "bottomk",
             ),
             instant=True,
             table=True,
         ),
     ),
     "Held devices drawing less than the AcceleratorPowerStarved share of their power limit: the task is "
-    "not fed (data loading, CPU preprocessing). Notebooks are listed under idle notebooks instead.",
+    "not fed (data loading, CPU preprocessing). Notebooks are listed under idle notebooks instead. The "
+    f"{TABLE_ROWS} most starved are listed.",
     unit="percentunit",
     width=12,
     height=8,
