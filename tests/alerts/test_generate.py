@@ -191,6 +191,7 @@ def test_prometheusrule_holds_the_same_groups() -> None:
         "xpuwatch.recording.node",
         "xpuwatch.recording.team",
         "xpuwatch.hardware",
+        "xpuwatch.performance.device",
         "xpuwatch.performance",
         "xpuwatch.meta",
     ]
