@@ -123,6 +123,9 @@ class Records:
     node_power: str
     node_memory_used: str
     node_memory_total: str
+    # Holders per device (containers with accelerator_allocated == 1), at the head of the team group: the
+    # four chargeback records divide by it instead of counting the holders of every device four times.
+    device_holders: str
     team_cards: str
     team_idle_cards: str
     team_memory: str
@@ -180,6 +183,7 @@ def records(spec: Spec) -> Records:
         node_power=f"node:{c.POWER}:sum",
         node_memory_used=f"node:{c.MEMORY_USED}:sum",
         node_memory_total=f"node:{c.MEMORY_TOTAL}:sum",
+        device_holders=f"device:{c.ALLOCATED}:holders",
         team_cards=f"namespace_owner:{c.ALLOCATED}:cards",
         team_idle_cards=f"namespace_owner:{c.ALLOCATED}:idle_cards",
         team_memory=f"namespace_owner:{c.MEMORY_USED}:held",
@@ -191,7 +195,10 @@ def _pct(ratio: float) -> str:
     return f"{ratio:.0%}"
 
 
-def _bottleneck(level_on: str, mem: str, compute: str, spec: Spec) -> dict[str, str]:
+def _bottleneck(level_on: str, mem: str, compute: str, classified: str, spec: Spec) -> dict[str, str]:
+    """The four class expressions, in evaluation order. ``classified`` is the class record narrowed to
+    memory|compute: balanced reads the two classes just recorded before it in the same group instead of
+    joining memory and compute over every device twice more (same series, same evaluation timestamp)."""
     mh, cl = spec.rec("bottleneck_memory_high"), spec.rec("bottleneck_compute_low")
     ch, ml = spec.rec("bottleneck_compute_high"), spec.rec("bottleneck_memory_low")
     memory = f"({mem} > {mh}) and {level_on} ({compute} < {cl})"
@@ -199,10 +206,7 @@ def _bottleneck(level_on: str, mem: str, compute: str, spec: Spec) -> dict[str, 
     return {
         "memory": f"clamp({memory}, 1, 1)",
         "compute": f"clamp({comp}, 1, 1)",
-        "balanced": (
-            f"clamp(\n  {mem} and {level_on} {compute}\n  unless {level_on} ({memory})\n"
-            f"  unless {level_on} ({comp}),\n  1, 1\n)"
-        ),
+        "balanced": f"clamp(\n  {mem} and {level_on} {compute}\n  unless {level_on} {classified},\n  1, 1\n)",
         "unknown": f"clamp({mem} unless {level_on} {compute}, 1, 1)",
     }
 
@@ -235,10 +239,14 @@ def recording_rules(spec: Spec) -> tuple[RecordingRule, ...]:
         RecordingRule(r.slice_memory_used, f"{s(c.SLICE_MEMORY_USED)} / ({s(c.SLICE_MEMORY_LIMIT)} > 0)"),
         RecordingRule(r.slice_compute, f"{s(c.SLICE_SM_ACTIVE)} or {_ON_SLICE} {s(c.SLICE_UTILIZATION)}"),
     ]
-    for cls, expr in _bottleneck(_ON_DEV, recorded(spec, r.memory_used), s(c.SM_ACTIVE), spec).items():
+    device_classes = recorded(spec, r.device_bottleneck, _eq("bottleneck", "memory|compute", "=~"))
+    for cls, expr in _bottleneck(
+        _ON_DEV, recorded(spec, r.memory_used), s(c.SM_ACTIVE), device_classes, spec
+    ).items():
         out.append(RecordingRule(r.device_bottleneck, expr, MappingProxyType({"bottleneck": cls})))
     slice_mem, slice_compute = recorded(spec, r.slice_memory_used), recorded(spec, r.slice_compute)
-    for cls, expr in _bottleneck(_ON_SLICE, slice_mem, slice_compute, spec).items():
+    slice_classes = recorded(spec, r.slice_bottleneck, _eq("bottleneck", "memory|compute", "=~"))
+    for cls, expr in _bottleneck(_ON_SLICE, slice_mem, slice_compute, slice_classes, spec).items():
         out.append(RecordingRule(r.slice_bottleneck, expr, MappingProxyType({"bottleneck": cls})))
     out += [
         RecordingRule(
@@ -320,7 +328,7 @@ def chargeback_rules(spec: Spec) -> tuple[RecordingRule, ...]:
     r, w = records(spec), spec.rec("dashboard_window")
     team = f"{CLUSTER}, namespace, owner, vendor, model"
     alloc = f"({series(spec, c.ALLOCATED)} == 1)"
-    share = f"{alloc}\n  / {_ON_DEV} group_left ()\ncount by ({CLUSTER}, node, uuid) {alloc}"
+    share = f"{alloc}\n  / {_ON_DEV} group_left ()\n{recorded(spec, r.device_holders)}"
     u_max = spec.alert("AcceleratorIdleNotebook").value("utilization_max")
     energy = series(spec, c.ENERGY)
     power = f"rate({energy}[{w}])\nor {_ON_DEV}\n  {series(spec, c.POWER)}"
@@ -329,6 +337,7 @@ def chargeback_rules(spec: Spec) -> tuple[RecordingRule, ...]:
         return f"sum by ({team}) (\n  ({share})\n  * {_ON_DEV} group_left ()\nmax by ({CLUSTER}, node, uuid) ({device})\n)"
 
     return (
+        RecordingRule(r.device_holders, f"count by ({CLUSTER}, node, uuid) {alloc}"),
         RecordingRule(r.team_cards, f"sum by ({team}) (\n{share}\n)"),
         RecordingRule(
             r.team_idle_cards,
