@@ -27,6 +27,7 @@ LOW_P95 = float(SPEC.alert("AcceleratorLowUtilization").value("threshold"))
 STARVED = float(SPEC.alert("AcceleratorPowerStarved").value("threshold"))
 
 HOLDER = ("cluster", "node", "vendor", "model", "namespace")
+TEAM_VARS = ("cluster", "vendor", "model", "namespace")  # the chargeback records keep no node label
 _HIDE = {"id": "organize", "options": {"excludeByName": {"Time": True, "__name__": True}}}
 
 
@@ -38,14 +39,6 @@ def held_by(device_expr: str, extra: str = "") -> str:
     """``device_expr`` (one value per device) repeated for each holder of the device, with the holder's
     labels (namespace, pod, container, workload_kind, owner) and the device's value."""
     return f"max by (cluster, node, uuid) (\n  {device_expr}\n)\n  + {ON_DEVICE} group_right\n0 * {_holders(extra)}"
-
-
-def _split(device_expr: str) -> str:
-    """Per holder: the device value divided evenly among all the device's holders (in any namespace)."""
-    return (
-        f"max by (cluster, node, uuid) ({device_expr})\n  * {ON_DEVICE} group_right ()\n{_holders()}\n"
-        f"  / {ON_DEVICE} group_left\ncount by (cluster, node, uuid) ({selector(c.ALLOCATED)} == 1)"
-    )
 
 
 _table = {"cellOptions": {"type": "color-text"}}
@@ -237,13 +230,14 @@ memory_by_namespace = Panel(
     "bargauge",
     (
         Query(
-            f"sum by (cluster, namespace, owner) ({_split(selector(c.MEMORY_USED))})",
+            f"sum by (cluster, namespace, owner) ({selector(RECORDS.team_memory, TEAM_VARS)})",
             "{{namespace}} {{owner}}",
             instant=True,
         ),
     ),
     "Device memory in use on the devices each namespace/owner holds; a shared device's memory is split "
-    "evenly among its holders.",
+    "evenly among its holders. Read from the chargeback record (per namespace, owner, vendor and model: the "
+    "node variable does not apply), not joined over every device at each refresh.",
     unit="bytes",
     width=24,
     height=8,

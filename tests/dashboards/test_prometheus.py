@@ -417,6 +417,9 @@ def test_memory_of_shared_devices_is_split_not_double_counted(
     per_owner = _result(prom, variables, "xpuwatch-waste", "Device memory held by namespace and owner")
     held = prom.query(f"sum(max by (node, uuid) ({c.MEMORY_USED}) and on (node, uuid) ({c.ALLOCATED} == 1))")
     (total,) = held["data"]["result"]
-    assert sum(float(r["value"][1]) for r in per_owner) == pytest.approx(float(total["value"][1]), rel=1e-9)
+    # The panel reads the chargeback record (evaluated up to one interval before this query, the sim's memory
+    # moving a little every poll: 0.02 % apart seen); counting the shared vGPU card twice would add a whole
+    # card's used memory (several % of the fleet's).
+    assert sum(float(r["value"][1]) for r in per_owner) == pytest.approx(float(total["value"][1]), rel=5e-3)
     vision = [r for r in per_owner if r["metric"]["namespace"] == "vision"]
     assert len(vision) == 1  # two pods sharing the vGPU card: one namespace row holding the whole card
