@@ -8,6 +8,7 @@ PCIe/NVLink errors. Each panel reads the series the hardware alerts of alerts/sp
 
 from __future__ import annotations
 
+from alerts.rules import counted_since
 from dashboards.board import Board
 from dashboards.layout import Row
 from dashboards.panel import Panel, Query, Threshold
@@ -21,11 +22,10 @@ CRITICAL = float(SPEC.alert("AcceleratorTemperatureCritical").value("core_celsiu
 WINDOW = SPEC.rec("dashboard_window")
 _HIDE = {"id": "organize", "options": {"excludeByName": {"Time": True, "__name__": True}}}
 # Fault counters are seeded at 0 for every code a driver knows (11 XIDs per NVIDIA card), so an increase()
-# over the range reads every sample of thousands of zero series (323 ms for 0 rows at 2,048 devices on a
-# 2 min history, and it grows with the range); two instant reads (now, and at the range's start) give the
-# exact event count instead, not extrapolated.
-_FAULTS = f"({selector(c.FAULT_EVENTS)} > 0)"
-_FAULTS_BEFORE = f"({selector(c.FAULT_EVENTS)} offset $__range)"
+# over the range read every sample of thousands of zero series (323 ms for 0 rows at 2,048 devices on a
+# 2 min history, growing with the range); the record of the counters that are not 0 holds the few that
+# ever counted, and two instant reads of it (now, and at the range's start) give the exact event count.
+_FAULTS = selector(RECORDS.faults_nonzero)
 
 lost_count = Panel(
     "Lost devices",
@@ -153,14 +153,15 @@ faults = Panel(
     "table",
     (
         Query(
-            f"sum by ({DEVICE_ID}, code) (\n  {_FAULTS} - {_FAULTS_BEFORE} >= 0\n  or\n  {_FAULTS}\n) > 0",
+            f"sum by ({DEVICE_ID}, code) (\n{counted_since(_FAULTS, '$__range')}\n) > 0",
             instant=True,
             table=True,
         ),
     ),
     "Driver fault events in the selected time range by device and vendor code (NVIDIA XID, Ascend error "
-    "code): the counter now less its value at the start of the range (all of it where the series is newer "
-    "than the range or its counter restarted since); codes that did not occur are hidden.",
+    "code): the counter now less its value at the start of the range (all of it where it counted its first "
+    "event within the range or restarted since), read from the record of the counters that are not 0; "
+    "codes that did not occur are hidden.",
     width=12,
     height=8,
     decimals=0,
