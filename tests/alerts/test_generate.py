@@ -231,6 +231,18 @@ def test_telemetry_missing_reads_an_hour_of_one_series_per_device_and_signal() -
         assert family not in alert.expr
 
 
+def test_fault_codes_fold_case_only_where_a_code_has_letters() -> None:
+    """NVIDIA XIDs are digits: a plain alternation (a set lookup in Prometheus and VictoriaMetrics); Ascend
+    hex codes keep (?i) so a lower-case code from the tool still matches."""
+    spec = load_spec()
+    groups = {g.name: g for g in build_groups(spec)}
+    (critical,) = [
+        r for r in groups["xpuwatch.hardware"].rules if getattr(r, "alert", "") == "AcceleratorFaultCritical"
+    ]
+    assert 'vendor="nvidia", code=~"48|62|' in critical.expr
+    assert 'vendor="huawei", code=~"(?i)80E3A201|' in critical.expr
+
+
 def test_every_alert_has_a_runbook_page() -> None:
     for name in ALERTS:
         page = ROOT / "docs" / "runbooks" / f"{name}.md"
