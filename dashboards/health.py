@@ -12,7 +12,17 @@ from alerts.rules import counted_since
 from dashboards.board import Board
 from dashboards.layout import Row
 from dashboards.panel import Panel, Query, Threshold
-from dashboards.sources import DEVICE_ID, NODE_VARS, RECORDS, SPEC, TABLE_ROWS, selector, worst
+from dashboards.sources import (
+    DEVICE_ID,
+    NODE_VARS,
+    RECORDS,
+    SPEC,
+    TABLE_ROWS,
+    TOP_NODES,
+    selector,
+    top_nodes,
+    worst,
+)
 from exporter import catalog as c
 
 UID = "xpuwatch-health"
@@ -137,12 +147,12 @@ ecc_rate = Panel(
     "timeseries",
     (
         Query(
-            selector(RECORDS.node_ecc, NODE_VARS),
+            top_nodes(selector(RECORDS.node_ecc, NODE_VARS), "type"),
             "{{cluster}} {{node}} {{type}}",
         ),
     ),
-    f"ECC errors in the last {WINDOW} per node and type (corrected, uncorrected), recorded per node; the "
-    "device dashboard shows each card.",
+    f"ECC errors in the last {WINDOW} per node and type (corrected, uncorrected), recorded per node, for the "
+    f"{TOP_NODES} nodes with the most of each type at each moment; the device dashboard shows each card.",
     width=12,
     height=8,
     min=0,
@@ -188,11 +198,12 @@ temperature = Panel(
     "timeseries",
     (
         Query(
-            selector(RECORDS.node_temperature, NODE_VARS),
+            top_nodes(selector(RECORDS.node_temperature, NODE_VARS), "sensor"),
             "{{cluster}} {{node}} {{sensor}}",
         ),
     ),
-    f"Hottest device per node and sensor (recorded per node; the device dashboard shows each card). Lines: {HOT:.0f} °C (AcceleratorTemperatureHigh) and "
+    f"Hottest device per node and sensor, for the {TOP_NODES} hottest nodes per sensor at each moment "
+    f"(recorded per node; the device dashboard shows each card). Lines: {HOT:.0f} °C (AcceleratorTemperatureHigh) and "
     f"{CRITICAL:.0f} °C (AcceleratorTemperatureCritical, core sensor).",
     unit="celsius",
     thresholds=(Threshold(None, "green"), Threshold(HOT, "orange"), Threshold(CRITICAL, "red")),
@@ -246,16 +257,16 @@ links = Panel(
     "timeseries",
     (
         Query(
-            selector(RECORDS.node_pcie_replays, NODE_VARS),
+            top_nodes(selector(RECORDS.node_pcie_replays, NODE_VARS)),
             "{{cluster}} {{node}} PCIe replays",
         ),
         Query(
-            selector(RECORDS.node_link_errors, NODE_VARS),
+            top_nodes(selector(RECORDS.node_link_errors, NODE_VARS)),
             "{{cluster}} {{node}} link errors",
         ),
     ),
-    f"PCIe replays and interconnect (NVLink) errors in the last {WINDOW} per node (recorded per node; the "
-    "device dashboard shows each card and link).",
+    f"PCIe replays and interconnect (NVLink) errors in the last {WINDOW} per node, for the {TOP_NODES} nodes "
+    "with the most of each at each moment (recorded per node; the device dashboard shows each card and link).",
     width=12,
     height=8,
     min=0,
