@@ -31,8 +31,19 @@ from exporter import catalog as c
 from remediation import telemetry as remediation_metrics
 
 GROUP_RECORDING = "xpuwatch.recording"
+# Records no alert reads, in groups of their own (Prometheus and vmalert evaluate groups concurrently, so no
+# group holds every record's cost): per-node dashboard aggregates and per-team chargeback.
+GROUP_RECORDING_NODE = "xpuwatch.recording.node"
+GROUP_RECORDING_TEAM = "xpuwatch.recording.team"
+RECORDING_GROUPS = (GROUP_RECORDING, GROUP_RECORDING_NODE, GROUP_RECORDING_TEAM)
 GROUP_HARDWARE = "xpuwatch.hardware"
 GROUP_PERFORMANCE = "xpuwatch.performance"
+# The per-card utilization findings: in a badly used fleet they hold an alert for a large share of the cards
+# at once, and an alert's state costs more than its query (every label and annotation template expanded,
+# ALERTS written, per active alert and evaluation: 163 ms for 295 alerts against a 12 ms query at 2,048
+# devices), so they get a group of their own, evaluated concurrently with the other findings.
+GROUP_PERFORMANCE_DEVICE = "xpuwatch.performance.device"
+PERFORMANCE_GROUPS = (GROUP_PERFORMANCE_DEVICE, GROUP_PERFORMANCE)
 GROUP_META = "xpuwatch.meta"
 
 # The label that tells clusters apart: the external label a Prometheus adds on remote_write/federation, or a
@@ -90,6 +101,10 @@ class Records:
     node_devices: str
     instance_node: str
     ecc_uncorrected: str
+    # Series of each watched hardware signal per device (label ``metric``), recorded in the hardware group just
+    # before AcceleratorTelemetryMissing reads an hour of it: one series per device and signal instead of an
+    # hour of every raw sensor, subsystem and ECC type series.
+    telemetry_series: str
     # Pre-aggregated for the fleet dashboards (per pool and per node): a refresh reads a few series per
     # node instead of every device's (docs/dashboards.md, benchmarks/dashboard_queries.py).
     pool_devices: str
@@ -100,6 +115,9 @@ class Records:
     node_throttled: str
     node_throttled_devices: str
     node_ecc: str
+    # The fault counters that are not 0 (the exporter seeds every code a driver knows at 0: 11 per NVIDIA
+    # card), in the node group before node_faults: it and the faults table read the few that ever counted.
+    faults_nonzero: str
     node_faults: str
     node_pcie_replays: str
     node_link_errors: str
@@ -108,6 +126,9 @@ class Records:
     node_power: str
     node_memory_used: str
     node_memory_total: str
+    # Holders per device (containers with accelerator_allocated == 1), at the head of the team group: the
+    # four chargeback records divide by it instead of counting the holders of every device four times.
+    device_holders: str
     team_cards: str
     team_idle_cards: str
     team_memory: str
@@ -150,6 +171,7 @@ def records(spec: Spec) -> Records:
         node_devices=f"node:{c.UP}:count",
         instance_node=f"instance_node:{c.UP}:count",
         ecc_uncorrected=f"device:{c.ECC_ERRORS.removesuffix('_total')}:uncorrected_increase_{spec.rec('ecc_status_window')}",
+        telemetry_series="device:accelerator_telemetry_series:count",
         pool_devices=f"vendor_model:{c.UP}:count",
         node_p95_avg=f"node:{c.UTILIZATION}_p95_{spec.rec('p95_window')}:avg",
         node_p95_min=f"node:{c.UTILIZATION}_p95_{spec.rec('p95_window')}:min",
@@ -158,12 +180,14 @@ def records(spec: Spec) -> Records:
         node_throttled=f"node:{c.CLOCK_THROTTLED}:count",
         node_throttled_devices=f"node:{c.CLOCK_THROTTLED}:devices",
         node_ecc=f"node:{c.ECC_ERRORS.removesuffix('_total')}:increase_{w}",
+        faults_nonzero=f"device:{c.FAULT_EVENTS}:nonzero",
         node_faults=f"node:{c.FAULT_EVENTS.removesuffix('_total')}:increase_{w}",
         node_pcie_replays=f"node:{c.PCIE_REPLAY.removesuffix('_total')}:increase_{w}",
         node_link_errors=f"node:{c.LINK_ERRORS.removesuffix('_total')}:increase_{w}",
         node_power=f"node:{c.POWER}:sum",
         node_memory_used=f"node:{c.MEMORY_USED}:sum",
         node_memory_total=f"node:{c.MEMORY_TOTAL}:sum",
+        device_holders=f"device:{c.ALLOCATED}:holders",
         team_cards=f"namespace_owner:{c.ALLOCATED}:cards",
         team_idle_cards=f"namespace_owner:{c.ALLOCATED}:idle_cards",
         team_memory=f"namespace_owner:{c.MEMORY_USED}:held",
@@ -175,7 +199,10 @@ def _pct(ratio: float) -> str:
     return f"{ratio:.0%}"
 
 
-def _bottleneck(level_on: str, mem: str, compute: str, spec: Spec) -> dict[str, str]:
+def _bottleneck(level_on: str, mem: str, compute: str, classified: str, spec: Spec) -> dict[str, str]:
+    """The four class expressions, in evaluation order. ``classified`` is the class record narrowed to
+    memory|compute: balanced reads the two classes just recorded before it in the same group instead of
+    joining memory and compute over every device twice more (same series, same evaluation timestamp)."""
     mh, cl = spec.rec("bottleneck_memory_high"), spec.rec("bottleneck_compute_low")
     ch, ml = spec.rec("bottleneck_compute_high"), spec.rec("bottleneck_memory_low")
     memory = f"({mem} > {mh}) and {level_on} ({compute} < {cl})"
@@ -183,10 +210,7 @@ def _bottleneck(level_on: str, mem: str, compute: str, spec: Spec) -> dict[str, 
     return {
         "memory": f"clamp({memory}, 1, 1)",
         "compute": f"clamp({comp}, 1, 1)",
-        "balanced": (
-            f"clamp(\n  {mem} and {level_on} {compute}\n  unless {level_on} ({memory})\n"
-            f"  unless {level_on} ({comp}),\n  1, 1\n)"
-        ),
+        "balanced": f"clamp(\n  {mem} and {level_on} {compute}\n  unless {level_on} {classified},\n  1, 1\n)",
         "unknown": f"clamp({mem} unless {level_on} {compute}, 1, 1)",
     }
 
@@ -219,10 +243,14 @@ def recording_rules(spec: Spec) -> tuple[RecordingRule, ...]:
         RecordingRule(r.slice_memory_used, f"{s(c.SLICE_MEMORY_USED)} / ({s(c.SLICE_MEMORY_LIMIT)} > 0)"),
         RecordingRule(r.slice_compute, f"{s(c.SLICE_SM_ACTIVE)} or {_ON_SLICE} {s(c.SLICE_UTILIZATION)}"),
     ]
-    for cls, expr in _bottleneck(_ON_DEV, recorded(spec, r.memory_used), s(c.SM_ACTIVE), spec).items():
+    device_classes = recorded(spec, r.device_bottleneck, _eq("bottleneck", "memory|compute", "=~"))
+    for cls, expr in _bottleneck(
+        _ON_DEV, recorded(spec, r.memory_used), s(c.SM_ACTIVE), device_classes, spec
+    ).items():
         out.append(RecordingRule(r.device_bottleneck, expr, MappingProxyType({"bottleneck": cls})))
     slice_mem, slice_compute = recorded(spec, r.slice_memory_used), recorded(spec, r.slice_compute)
-    for cls, expr in _bottleneck(_ON_SLICE, slice_mem, slice_compute, spec).items():
+    slice_classes = recorded(spec, r.slice_bottleneck, _eq("bottleneck", "memory|compute", "=~"))
+    for cls, expr in _bottleneck(_ON_SLICE, slice_mem, slice_compute, slice_classes, spec).items():
         out.append(RecordingRule(r.slice_bottleneck, expr, MappingProxyType({"bottleneck": cls})))
     out += [
         RecordingRule(
@@ -242,7 +270,7 @@ def recording_rules(spec: Spec) -> tuple[RecordingRule, ...]:
         RecordingRule(name, expr)
         for name, expr in queue.recording_rules(spec, recorded(spec, r.utilization_p95))
     ]
-    return tuple(out) + dashboard_rules(spec)
+    return tuple(out)
 
 
 def card_max(spec: Spec, metric: str) -> str:
@@ -261,6 +289,15 @@ def card_max(spec: Spec, metric: str) -> str:
         f'{value} * {_ON_DEV} group_left (card) label_replace({info}, "card", "$1", "parent_uuid", "(.*)")'
     )
     return f"max by ({CLUSTER}, node, card) (\n  {own}\n  or\n  {shared}\n)"
+
+
+def counted_since(nonzero: str, window: str) -> str:
+    """Events of a counter recorded only while not 0 (``nonzero``, a selector) in the last ``window``: its
+    value less its value ``window`` ago, or all of it where it has no value then. Exact, not extrapolated:
+    a counter starts at 0, so a series that appeared within the window counted all its events in it
+    (after a counter restart, the events since). Until the record has ``window`` of history, every counter
+    counts whole."""
+    return f"{nonzero} - {nonzero} offset {window} >= 0\nor\n{nonzero}"
 
 
 def dashboard_rules(spec: Spec) -> tuple[RecordingRule, ...]:
@@ -286,13 +323,16 @@ def dashboard_rules(spec: Spec) -> tuple[RecordingRule, ...]:
             f"sum by ({node}) (max by ({node}, uuid) ({series(spec, c.CLOCK_THROTTLED, NOT_IDLE)}))",
         ),
         RecordingRule(r.node_ecc, increase(c.ECC_ERRORS, f"{node}, type")),
-        RecordingRule(r.node_faults, increase(c.FAULT_EVENTS, f"{node}, vendor, code")),
+        RecordingRule(r.faults_nonzero, f"{series(spec, c.FAULT_EVENTS)} > 0"),
+        RecordingRule(
+            r.node_faults,
+            f"sum by ({node}, vendor, code) (\n{counted_since(recorded(spec, r.faults_nonzero), w)}\n)",
+        ),
         RecordingRule(r.node_pcie_replays, increase(c.PCIE_REPLAY, node)),
         RecordingRule(r.node_link_errors, increase(c.LINK_ERRORS, node)),
         RecordingRule(r.node_power, f"sum by ({node}) ({card_max(spec, c.POWER)})"),
         RecordingRule(r.node_memory_used, f"sum by ({node}) ({card_max(spec, c.MEMORY_USED)})"),
         RecordingRule(r.node_memory_total, f"sum by ({node}) ({card_max(spec, c.MEMORY_TOTAL)})"),
-        *chargeback_rules(spec),
     )
 
 
@@ -305,7 +345,7 @@ def chargeback_rules(spec: Spec) -> tuple[RecordingRule, ...]:
     r, w = records(spec), spec.rec("dashboard_window")
     team = f"{CLUSTER}, namespace, owner, vendor, model"
     alloc = f"({series(spec, c.ALLOCATED)} == 1)"
-    share = f"{alloc}\n  / {_ON_DEV} group_left ()\ncount by ({CLUSTER}, node, uuid) {alloc}"
+    share = f"{alloc}\n  / {_ON_DEV} group_left ()\n{recorded(spec, r.device_holders)}"
     u_max = spec.alert("AcceleratorIdleNotebook").value("utilization_max")
     energy = series(spec, c.ENERGY)
     power = f"rate({energy}[{w}])\nor {_ON_DEV}\n  {series(spec, c.POWER)}"
@@ -314,6 +354,7 @@ def chargeback_rules(spec: Spec) -> tuple[RecordingRule, ...]:
         return f"sum by ({team}) (\n  ({share})\n  * {_ON_DEV} group_left ()\nmax by ({CLUSTER}, node, uuid) ({device})\n)"
 
     return (
+        RecordingRule(r.device_holders, f"count by ({CLUSTER}, node, uuid) {alloc}"),
         RecordingRule(r.team_cards, f"sum by ({team}) (\n{share}\n)"),
         RecordingRule(
             r.team_idle_cards,
@@ -333,7 +374,12 @@ def _codes_expr(a: AlertSpec, spec: Spec) -> str:
     codes: Mapping[str, Mapping[str, str]] = a.value("codes")
     parts = []
     for vendor, table in codes.items():
-        matchers = f"{_eq('vendor', vendor)}, {_eq('code', '(?i)' + '|'.join(map(str, table)), '=~')}"
+        # Case-insensitive only where a code has letters (Ascend hex codes): digits have no case, and a
+        # plain alternation of literals is a set lookup in Prometheus and VictoriaMetrics, where (?i)
+        # matches the regex against every value (fleet-bench: FaultCritical 1,280 ms at 8,192 devices).
+        alternation = "|".join(map(str, table))
+        fold = "(?i)" if any(ch.isalpha() for ch in alternation) else ""
+        matchers = f"{_eq('vendor', vendor)}, {_eq('code', fold + alternation, '=~')}"
         parts.append(f"increase({series(spec, c.FAULT_EVENTS, matchers)}[{a.value('window')}]) > 0")
     return "\nor\n".join(parts)
 
@@ -481,21 +527,48 @@ def thermal_throttling(a: AlertSpec, spec: Spec) -> Body:
     )
 
 
-def telemetry_missing(a: AlertSpec, spec: Spec) -> Body:
-    lb = a.value("lookback")
-    parts = []
+def _telemetry_metrics(a: AlertSpec) -> tuple[str, ...]:
+    """The catalog names of ``a``'s ``metrics`` (catalog constant names); SpecError names a bad one."""
+    names = []
     for const in a.value("metrics"):
         name = getattr(c, const, None)
         if not isinstance(name, str) or name not in {m.name for m in c.catalog()}:
             raise SpecError(
                 f"alerts.{a.name}.metrics: {const!r} is not a metric constant of exporter/catalog.py"
             )
-        parts.append(
-            f"label_replace(\n  count by ({DEVICE_ID}) (max_over_time({series(spec, name)}[{lb}]))\n"
-            f'    unless {_ON_DEV} {series(spec, name)},\n  "metric", "{name}", "", ""\n)'
-        )
+        names.append(name)
+    return tuple(names)
+
+
+def telemetry_records(spec: Spec) -> tuple[RecordingRule, ...]:
+    """The per-device count of each watched hardware signal's series (``metric`` label: the family),
+    recorded at the head of the hardware group so AcceleratorTelemetryMissing, evaluated after it in the
+    same group at the same timestamp, reads this evaluation's value (no staleness). None when the alert is
+    disabled."""
+    a = spec.alert("AcceleratorTelemetryMissing")
+    if a.name in spec.disabled_alerts:
+        return ()
+    parts = [
+        f'label_replace(count by ({DEVICE_ID}) ({series(spec, name)}), "metric", "{name}", "", "")'
+        for name in _telemetry_metrics(a)
+    ]
+    return (RecordingRule(records(spec).telemetry_series, "\nor\n".join(parts)),)
+
+
+def telemetry_missing(a: AlertSpec, spec: Spec) -> Body:
+    """A signal a device reported within the lookback and reports no more, while the device answers.
+
+    Reads the ``telemetry_series`` record (one series per device and signal, written just before in the same
+    group) instead of an hour of every raw series: the value is the most series of the signal the device had
+    at once within the lookback (before: the distinct series seen, the same for a device whose sensors,
+    subsystems and ECC types are reported together). The record has history only from when the rules were
+    loaded, so a signal lost before that does not fire."""
+    lb = a.value("lookback")
+    _telemetry_metrics(a)
+    rec = recorded(spec, records(spec).telemetry_series)
     return (
-        "(\n" + "\nor\n".join(parts) + f"\n)\nand {_ON_DEV} ({series(spec, c.UP)} == 1)",
+        f"(\n  max_over_time({rec}[{lb}])\n    unless on ({CLUSTER}, node, uuid, metric) {rec}\n)\n"
+        f"and {_ON_DEV} ({series(spec, c.UP)} == 1)",
         "{{ $labels.metric }} missing on {{ $labels.node }} device {{ $labels.device }}",
         f"{_DEV} answers but stopped reporting {{{{ $labels.metric }}}} ({{{{ $value }}}} series seen in the last {lb}, none now).",
     )
@@ -841,10 +914,10 @@ ALERTS: Mapping[str, tuple[str, Callable[[AlertSpec, Spec], Body]]] = MappingPro
         "XpuwatchBackendDown": (GROUP_HARDWARE, backend_down),
         "XpuwatchBackendEmpty": (GROUP_HARDWARE, backend_empty),
         "XpuwatchFieldsUnread": (GROUP_HARDWARE, fields_unread),
-        "AcceleratorLowUtilization": (GROUP_PERFORMANCE, low_utilization),
-        "AcceleratorLowSmOccupancy": (GROUP_PERFORMANCE, low_sm_occupancy),
-        "AcceleratorMemoryNearFull": (GROUP_PERFORMANCE, memory_near_full),
-        "AcceleratorPowerStarved": (GROUP_PERFORMANCE, power_starved),
+        "AcceleratorLowUtilization": (GROUP_PERFORMANCE_DEVICE, low_utilization),
+        "AcceleratorLowSmOccupancy": (GROUP_PERFORMANCE_DEVICE, low_sm_occupancy),
+        "AcceleratorMemoryNearFull": (GROUP_PERFORMANCE_DEVICE, memory_near_full),
+        "AcceleratorPowerStarved": (GROUP_PERFORMANCE_DEVICE, power_starved),
         "AcceleratorIdleNotebook": (GROUP_PERFORMANCE, idle_notebook),
         "AcceleratorContainerMemoryHog": (GROUP_PERFORMANCE, container_memory_hog),
         "AcceleratorSliceMemoryBound": (GROUP_PERFORMANCE, slice_memory_bound),
@@ -893,7 +966,12 @@ def alerting_rule(a: AlertSpec, spec: Spec) -> AlertingRule:
 
 
 def build_groups(spec: Spec) -> tuple[RuleGroup, ...]:
-    """Recording, hardware, performance and meta groups, alerts in spec order (less ``disabled_alerts``). Raises RuleBuildError on a
+    """Recording (device records the alerts read; node and team aggregates in groups of their own), hardware (headed by the telemetry presence record its
+    TelemetryMissing reads), performance and meta groups, alerts in spec order (less ``disabled_alerts``).
+
+    Prometheus and vmalert evaluate groups concurrently and the rules of one group in order, so an alert
+    reading a record of another group sees the value of that group's last evaluation (at most one
+    interval old); records an alert needs fresh sit before it in its own group. Raises RuleBuildError on a
     mismatch between spec and builder, or when a spec category contradicts the builder's group."""
     names = {a.name for a in spec.alerts}
     if names != set(ALERTS):
@@ -903,18 +981,22 @@ def build_groups(spec: Spec) -> tuple[RuleGroup, ...]:
         )
     by_group: dict[str, list[RecordingRule | AlertingRule]] = {
         GROUP_HARDWARE: [],
+        GROUP_PERFORMANCE_DEVICE: [],
         GROUP_PERFORMANCE: [],
         GROUP_META: [],
     }
     for a in spec.alerts:
         group = ALERTS[a.name][0]
-        if group != f"xpuwatch.{a.category}":
+        if group.split(".")[:2] != ["xpuwatch", a.category]:
             raise RuleBuildError(f"{a.name}: category {a.category} but built in group {group}")
         if a.name not in spec.disabled_alerts:
             by_group[group].append(alerting_rule(a, spec))
     return (
         RuleGroup(GROUP_RECORDING, tuple(recording_rules(spec))),
-        RuleGroup(GROUP_HARDWARE, tuple(by_group[GROUP_HARDWARE])),
+        RuleGroup(GROUP_RECORDING_NODE, dashboard_rules(spec)),
+        RuleGroup(GROUP_RECORDING_TEAM, chargeback_rules(spec)),
+        RuleGroup(GROUP_HARDWARE, telemetry_records(spec) + tuple(by_group[GROUP_HARDWARE])),
+        RuleGroup(GROUP_PERFORMANCE_DEVICE, tuple(by_group[GROUP_PERFORMANCE_DEVICE])),
         RuleGroup(GROUP_PERFORMANCE, tuple(by_group[GROUP_PERFORMANCE])),
         RuleGroup(GROUP_META, tuple(by_group[GROUP_META])),
     )

@@ -13,7 +13,10 @@ warm-up long, so a 6 h range costs what a fresh server's does: the step count (1
 6 h of samples. It prints the sum of the median times per dashboard
 refresh, the slowest queries with the series each returns, and each rule group's evaluation time
 (Prometheus' own ``prometheus_rule_group_last_duration_seconds``, read from its /metrics every 5 s of the
-warm-up, the most seen) as a share of the interval. Nothing is asserted.
+warm-up: the last, the most and the mean seen) as a share of the interval, with the sum of its rules'
+expressions run alone as instant queries (the PromQL cost, steadier on a busy machine than evaluation times,
+which add alert state and appends), and the slowest rules with their query time and active alerts. Nothing
+is asserted.
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ from tests.dashboards.test_prometheus import Prom, _dashboards, _get, _targets, 
 MODELS = ("NVIDIA A100-SXM4-80GB", "NVIDIA GeForce RTX 4090", "AMD Instinct MI250X", "Ascend910B")
 PROFILES = ("training", "inference", "idle_notebook", "memory_bound", "compute_bound", "starved", "idle")
 SCRAPE, EVALUATION, WARMUP_S, RUNS = "5s", "15s", 75, 5
+SLOW_RULES = 15  # rules listed, slowest first
 RANGE_S = 6 * 3600  # Grafana's default time range: now-6h
 STEP_S = 20  # Grafana's $__interval for 6 h on a half-width panel (~1,080 points), rounded as Grafana rounds
 
@@ -66,6 +70,17 @@ def scenario(per_model: int, poll_interval: float = 5) -> dict[str, object]:
     return {"seed": 1, "poll_interval": poll_interval, "devices": devices, "timeline": timeline}
 
 
+def query_time(prom: Prom, expr: str, repeats: int = 3) -> float:
+    """Median seconds of ``expr`` as one instant query: what a rule's expression costs without the alert
+    state, template expansion and sample appends the rule evaluation adds."""
+    runs = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        prom.query(expr)
+        runs.append(time.perf_counter() - start)
+    return statistics.median(runs)
+
+
 def own(base: str, name: str) -> dict[str, float]:
     """``name``'s samples on a server's own /metrics, by label set (the test Prometheus does not scrape
     itself, so its self-metrics are read here)."""
@@ -95,6 +110,7 @@ def main(args: list[str]) -> None:
     repeats = int(args[4]) if len(args) > 4 else RUNS
     groups: dict[str, float] = {}  # the most seen
     last: dict[str, float] = {}  # the last seen (steady state)
+    seen: dict[str, list[float]] = {}  # every sample, for the mean
     with (
         tempfile.TemporaryDirectory() as tmp,
         stack(Path(tmp), scenario(devices // 4, float(scrape.removesuffix("s"))), scrape, evaluation) as prom,
@@ -105,10 +121,24 @@ def main(args: list[str]) -> None:
                 group = re.sub(r'.*rule_group="[^"]*;([^"]*)".*', r"\1", labels)
                 groups[group] = max(groups.get(group, 0.0), seconds)
                 last[group] = seconds
+                seen.setdefault(group, []).append(seconds)
         rules = _get(f"{prom.base}/api/v1/rules")["data"]["groups"]
-        slow_rules = sorted(
-            ((r["evaluationTime"], r["name"]) for g in rules for r in g["rules"]), reverse=True
-        )[:5]
+        # Every rule's expression alone, as an instant query: the PromQL cost of the group, steadier on a
+        # busy machine than the evaluation times (which also hold alert state and appends).
+        bare = {
+            (g["name"], r["name"], i): query_time(prom, r["query"])
+            for g in rules
+            for i, r in enumerate(g["rules"])
+        }
+        alone = {g["name"]: sum(v for k, v in bare.items() if k[0] == g["name"]) for g in rules}
+        slowest = sorted(
+            ((g["name"], i, r) for g in rules for i, r in enumerate(g["rules"])),
+            key=lambda x: -x[2]["evaluationTime"],
+        )
+        slow_rules = [
+            (r["evaluationTime"], r["name"], len(r.get("alerts", ())), bare[(name, r["name"], i)])
+            for name, i, r in slowest[:SLOW_RULES]
+        ]
         builtins = grafana_builtins(float(scrape.removesuffix("s")))
         variables = {d["uid"]: {**values, **builtins} for d, values in resolved(prom)}
         head = own(prom.base, "prometheus_tsdb_head_series")[""]
@@ -136,15 +166,20 @@ def main(args: list[str]) -> None:
     for median, t, series in sorted(timings, key=lambda x: x[0], reverse=True)[:8]:
         print(f"  {median * 1000:7.1f} ms  {series:5d} series  {t.dashboard}: {t.panel} [{t.ref}]")
     interval = float(evaluation.removesuffix("s"))
-    print(f"rule groups (evaluation time at the end of the warm-up / the most seen, interval {evaluation}):")
+    print(
+        f"rule groups (evaluation time at the end of the warm-up / the most seen / the mean of the samples every"
+        f" 5 s in its second half, interval {evaluation}; its rules' expressions alone as instant queries):"
+    )
     for group, seconds in sorted(groups.items()):
+        mean = statistics.mean(seen[group][len(seen[group]) // 2 :])  # the second half: past start-up
         print(
             f"  {group}: {last[group] * 1000:.0f} ms = {last[group] / interval:.1%} of the interval"
-            f" (most {seconds * 1000:.0f} ms = {seconds / interval:.1%})"
+            f" (most {seconds * 1000:.0f} ms = {seconds / interval:.1%}; mean {mean * 1000:.0f} ms ="
+            f" {mean / interval:.1%}); expressions alone {alone.get(group, 0.0) * 1000:.0f} ms"
         )
-    print("slowest rules (last evaluation):")
-    for seconds, name in slow_rules:
-        print(f"  {seconds * 1000:7.1f} ms  {name}")
+    print("slowest rules (last evaluation; the expression alone as an instant query; active alerts):")
+    for seconds, name, active, bare in slow_rules:
+        print(f"  {seconds * 1000:7.1f} ms  (query {bare * 1000:6.1f} ms, {active:5d} alerts)  {name}")
 
 
 if __name__ == "__main__":

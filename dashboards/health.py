@@ -8,10 +8,21 @@ PCIe/NVLink errors. Each panel reads the series the hardware alerts of alerts/sp
 
 from __future__ import annotations
 
+from alerts.rules import counted_since
 from dashboards.board import Board
 from dashboards.layout import Row
 from dashboards.panel import Panel, Query, Threshold
-from dashboards.sources import DEVICE_ID, NODE_VARS, RECORDS, SPEC, selector
+from dashboards.sources import (
+    DEVICE_ID,
+    NODE_VARS,
+    RECORDS,
+    SPEC,
+    TABLE_ROWS,
+    TOP_NODES,
+    selector,
+    top_nodes,
+    worst,
+)
 from exporter import catalog as c
 
 UID = "xpuwatch-health"
@@ -20,6 +31,11 @@ HOT = float(SPEC.alert("AcceleratorTemperatureHigh").value("core_celsius"))
 CRITICAL = float(SPEC.alert("AcceleratorTemperatureCritical").value("core_celsius"))
 WINDOW = SPEC.rec("dashboard_window")
 _HIDE = {"id": "organize", "options": {"excludeByName": {"Time": True, "__name__": True}}}
+# Fault counters are seeded at 0 for every code a driver knows (11 XIDs per NVIDIA card), so an increase()
+# over the range read every sample of thousands of zero series (323 ms for 0 rows at 2,048 devices on a
+# 2 min history, growing with the range); the record of the counters that are not 0 holds the few that
+# ever counted, and two instant reads of it (now, and at the range's start) give the exact event count.
+_FAULTS = selector(RECORDS.faults_nonzero)
 
 lost_count = Panel(
     "Lost devices",
@@ -74,8 +90,9 @@ throttled_count = Panel(
 lost = Panel(
     "Devices lost",
     "table",
-    (Query(f"{selector(c.UP)} == 0", instant=True, table=True),),
-    "Each device known but not answering (lost, fallen off the bus, timed out), with its identity labels.",
+    (Query(worst(f"{selector(c.UP)} == 0"), instant=True, table=True),),
+    "Each device known but not answering (lost, fallen off the bus, timed out), with its identity labels "
+    f"({TABLE_ROWS} at most; the stat counts them all).",
     width=12,
     height=6,
     transformations=(_HIDE,),
@@ -84,8 +101,8 @@ lost = Panel(
 failing = Panel(
     "Health checks failing",
     "table",
-    (Query(f"{selector(c.HEALTH)} == 0", instant=True, table=True),),
-    "Each device subsystem whose vendor health check fails.",
+    (Query(worst(f"{selector(c.HEALTH)} == 0"), instant=True, table=True),),
+    f"Each device subsystem whose vendor health check fails ({TABLE_ROWS} at most; the stat counts them all).",
     width=12,
     height=6,
     transformations=(_HIDE,),
@@ -113,10 +130,10 @@ health = Panel(
 ecc_status = Panel(
     f"Uncorrectable ECC errors, last {SPEC.rec('ecc_status_window')}",
     "table",
-    (Query(f"{selector(RECORDS.ecc_uncorrected)} != 0", instant=True, table=True),),
+    (Query(worst(f"{selector(RECORDS.ecc_uncorrected)} != 0"), instant=True, table=True),),
     "Devices with uncorrected ECC errors within the window (recording rule), and with -1 those that report no "
-    "ECC counters (not 0: not reported is not healthy); clean devices are left out so the table stays short "
-    "on a large fleet.",
+    "ECC counters (not 0: not reported is not healthy); clean devices are left out and at most "
+    f"{TABLE_ROWS} rows shown, most errors first, so the table stays short on a large fleet.",
     width=12,
     height=8,
     decimals=0,
@@ -130,12 +147,12 @@ ecc_rate = Panel(
     "timeseries",
     (
         Query(
-            selector(RECORDS.node_ecc, NODE_VARS),
+            top_nodes(selector(RECORDS.node_ecc, NODE_VARS), "type"),
             "{{cluster}} {{node}} {{type}}",
         ),
     ),
-    f"ECC errors in the last {WINDOW} per node and type (corrected, uncorrected), recorded per node; the "
-    "device dashboard shows each card.",
+    f"ECC errors in the last {WINDOW} per node and type (corrected, uncorrected), recorded per node, for the "
+    f"{TOP_NODES} nodes with the most of each type at each moment; the device dashboard shows each card.",
     width=12,
     height=8,
     min=0,
@@ -146,13 +163,15 @@ faults = Panel(
     "table",
     (
         Query(
-            f"sum by ({DEVICE_ID}, code) (increase({selector(c.FAULT_EVENTS)}[$__range])) > 0",
+            f"sum by ({DEVICE_ID}, code) (\n{counted_since(_FAULTS, '$__range')}\n) > 0",
             instant=True,
             table=True,
         ),
     ),
     "Driver fault events in the selected time range by device and vendor code (NVIDIA XID, Ascend error "
-    "code); codes that did not occur are hidden.",
+    "code): the counter now less its value at the start of the range (all of it where it counted its first "
+    "event within the range or restarted since), read from the record of the counters that are not 0; "
+    "codes that did not occur are hidden.",
     width=12,
     height=8,
     decimals=0,
@@ -179,11 +198,12 @@ temperature = Panel(
     "timeseries",
     (
         Query(
-            selector(RECORDS.node_temperature, NODE_VARS),
+            top_nodes(selector(RECORDS.node_temperature, NODE_VARS), "sensor"),
             "{{cluster}} {{node}} {{sensor}}",
         ),
     ),
-    f"Hottest device per node and sensor (recorded per node; the device dashboard shows each card). Lines: {HOT:.0f} °C (AcceleratorTemperatureHigh) and "
+    f"Hottest device per node and sensor, for the {TOP_NODES} hottest nodes per sensor at each moment "
+    f"(recorded per node; the device dashboard shows each card). Lines: {HOT:.0f} °C (AcceleratorTemperatureHigh) and "
     f"{CRITICAL:.0f} °C (AcceleratorTemperatureCritical, core sensor).",
     unit="celsius",
     thresholds=(Threshold(None, "green"), Threshold(HOT, "orange"), Threshold(CRITICAL, "red")),
@@ -237,16 +257,16 @@ links = Panel(
     "timeseries",
     (
         Query(
-            selector(RECORDS.node_pcie_replays, NODE_VARS),
+            top_nodes(selector(RECORDS.node_pcie_replays, NODE_VARS)),
             "{{cluster}} {{node}} PCIe replays",
         ),
         Query(
-            selector(RECORDS.node_link_errors, NODE_VARS),
+            top_nodes(selector(RECORDS.node_link_errors, NODE_VARS)),
             "{{cluster}} {{node}} link errors",
         ),
     ),
-    f"PCIe replays and interconnect (NVLink) errors in the last {WINDOW} per node (recorded per node; the "
-    "device dashboard shows each card and link).",
+    f"PCIe replays and interconnect (NVLink) errors in the last {WINDOW} per node, for the {TOP_NODES} nodes "
+    "with the most of each at each moment (recorded per node; the device dashboard shows each card and link).",
     width=12,
     height=8,
     min=0,

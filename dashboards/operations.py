@@ -199,24 +199,44 @@ disrupted = Panel(
 )
 
 exporters = Panel(
-    "Exporters and backends up",
+    "Exporters and backends down",
     "timeseries",
     (
-        Query(f'{UP_TARGET}{{{SPEC.exporter_job_selector}, cluster=~"$cluster"}}', "scrape {{instance}}"),
-        Query(selector(c.BACKEND_UP, CLUSTER), "{{instance}} {{backend}}"),
-        Query(selector(c.POD_MAPPING_UP, CLUSTER), "{{instance}} pod mapping"),
+        Query(
+            f'sum by (cluster) (1 - {UP_TARGET}{{{SPEC.exporter_job_selector}, cluster=~"$cluster"}})',
+            "{{cluster}} exporter scrapes failing",
+        ),
+        Query(
+            f"sum by (cluster, backend) (1 - {selector(c.BACKEND_UP, CLUSTER)})",
+            "{{cluster}} {{backend}} down",
+        ),
+        Query(
+            f"sum by (cluster) (1 - {selector(c.POD_MAPPING_UP, CLUSTER)})", "{{cluster}} pod mappings down"
+        ),
     ),
-    "Scrape success of every exporter target, the exporter's backends, and its kubelet pod mapping (1 = up).",
+    "Exporter targets whose scrape fails, exporter backends failing their polls (per backend) and kubelet pod "
+    "mappings down, counted per cluster (0 = all up). One line per cluster, not per node: a fleet of 2,048 "
+    "nodes drew 6,000 lines of 1,081 points here; XpuwatchExporterDown and XpuwatchBackendDown name the "
+    "instance.",
     width=12,
     min=0,
-    max=1,
 )
 
 poll = Panel(
     "Backend poll duration",
     "timeseries",
-    (Query(selector(c.BACKEND_POLL_DURATION, CLUSTER), "{{instance}} {{backend}}"),),
-    "Duration of each backend's last completed poll.",
+    (
+        Query(
+            f"max by (cluster, backend) ({selector(c.BACKEND_POLL_DURATION, CLUSTER)})",
+            "{{cluster}} {{backend}} slowest",
+        ),
+        Query(
+            f"avg by (cluster, backend) ({selector(c.BACKEND_POLL_DURATION, CLUSTER)})",
+            "{{cluster}} {{backend}} mean",
+        ),
+    ),
+    "Duration of each backend's last completed poll: the slowest and the mean over the exporters of each "
+    "cluster (one line each per backend, not per node).",
     unit="s",
     width=12,
     min=0,

@@ -15,7 +15,7 @@ from alerts.queue import QUEUE
 from dashboards.board import Board
 from dashboards.layout import Row
 from dashboards.panel import Panel, Query, Threshold
-from dashboards.sources import ON_DEVICE, RECORDS, SLICE_ID, SPEC, selector
+from dashboards.sources import ON_DEVICE, RECORDS, SLICE_ID, SPEC, TABLE_ROWS, selector, worst
 from exporter import catalog as c
 
 UID = "xpuwatch-waste"
@@ -27,6 +27,7 @@ LOW_P95 = float(SPEC.alert("AcceleratorLowUtilization").value("threshold"))
 STARVED = float(SPEC.alert("AcceleratorPowerStarved").value("threshold"))
 
 HOLDER = ("cluster", "node", "vendor", "model", "namespace")
+TEAM_VARS = ("cluster", "vendor", "model", "namespace")  # the chargeback records keep no node label
 _HIDE = {"id": "organize", "options": {"excludeByName": {"Time": True, "__name__": True}}}
 
 
@@ -40,14 +41,6 @@ def held_by(device_expr: str, extra: str = "") -> str:
     return f"max by (cluster, node, uuid) (\n  {device_expr}\n)\n  + {ON_DEVICE} group_right\n0 * {_holders(extra)}"
 
 
-def _split(device_expr: str) -> str:
-    """Per holder: the device value divided evenly among all the device's holders (in any namespace)."""
-    return (
-        f"max by (cluster, node, uuid) ({device_expr})\n  * {ON_DEVICE} group_right ()\n{_holders()}\n"
-        f"  / {ON_DEVICE} group_left\ncount by (cluster, node, uuid) ({selector(c.ALLOCATED)} == 1)"
-    )
-
-
 _table = {"cellOptions": {"type": "color-text"}}
 
 idle_notebooks = Panel(
@@ -55,10 +48,13 @@ idle_notebooks = Panel(
     "table",
     (
         Query(
-            held_by(
-                f"{selector(c.UTILIZATION)} <= {IDLE_UTIL}\n  and {ON_DEVICE}\n"
-                f"  {selector(c.MEMORY_USED)} >= {CONTEXT_BYTES}",
-                'workload_kind="notebook"',
+            worst(
+                held_by(
+                    f"{selector(c.UTILIZATION)} <= {IDLE_UTIL}\n  and {ON_DEVICE}\n"
+                    f"  {selector(c.MEMORY_USED)} >= {CONTEXT_BYTES}",
+                    'workload_kind="notebook"',
+                ),
+                "bottomk",
             ),
             instant=True,
             table=True,
@@ -66,7 +62,8 @@ idle_notebooks = Panel(
     ),
     f"Notebooks holding device memory (at least {CONTEXT_BYTES // 2**20} MiB, more than an initialised "
     f"context) at utilization of at most {IDLE_UTIL:.0%}, now. AcceleratorIdleNotebook fires when this "
-    f"lasts {_notebook.for_}; the remediation controller then reclaims the notebook.",
+    f"lasts {_notebook.for_}; the remediation controller then reclaims the notebook. The {TABLE_ROWS} least "
+    "used are listed.",
     unit="percentunit",
     width=24,
     height=6,
@@ -78,16 +75,19 @@ hoarders = Panel(
     "table",
     (
         Query(
-            held_by(
-                f"{selector(c.MEMORY_USED)} >= {CONTEXT_BYTES}\n  and {ON_DEVICE}\n"
-                f"  {selector(RECORDS.utilization_p95)} < {LOW_P95}"
+            worst(
+                held_by(
+                    f"{selector(c.MEMORY_USED)} >= {CONTEXT_BYTES}\n  and {ON_DEVICE}\n"
+                    f"  {selector(RECORDS.utilization_p95)} < {LOW_P95}"
+                )
             ),
             instant=True,
             table=True,
         ),
     ),
     "Holders of devices that keep memory allocated while their 95th-percentile utilization over the last "
-    "hour stays below the AcceleratorLowUtilization threshold: capacity others queue for.",
+    "hour stays below the AcceleratorLowUtilization threshold: capacity others queue for. The "
+    f"{TABLE_ROWS} holding the most memory are listed.",
     unit="bytes",
     width=12,
     height=8,
@@ -103,16 +103,20 @@ starved = Panel(
     "table",
     (
         Query(
-            held_by(
-                f"{selector(c.POWER)} / ({selector(c.POWER_LIMIT)} > 0) < {STARVED}",
-                SPEC.alert("AcceleratorPowerStarved").value("workload_selector"),
+            worst(
+                held_by(
+                    f"{selector(c.POWER)} / ({selector(c.POWER_LIMIT)} > 0) < {STARVED}",
+                    SPEC.alert("AcceleratorPowerStarved").value("workload_selector"),
+                ),
+                "bottomk",
             ),
             instant=True,
             table=True,
         ),
     ),
     "Held devices drawing less than the AcceleratorPowerStarved share of their power limit: the task is "
-    "not fed (data loading, CPU preprocessing). Notebooks are listed under idle notebooks instead.",
+    "not fed (data loading, CPU preprocessing). Notebooks are listed under idle notebooks instead. The "
+    f"{TABLE_ROWS} most starved are listed.",
     unit="percentunit",
     width=12,
     height=8,
@@ -226,13 +230,14 @@ memory_by_namespace = Panel(
     "bargauge",
     (
         Query(
-            f"sum by (cluster, namespace, owner) ({_split(selector(c.MEMORY_USED))})",
+            f"sum by (cluster, namespace, owner) ({selector(RECORDS.team_memory, TEAM_VARS)})",
             "{{namespace}} {{owner}}",
             instant=True,
         ),
     ),
     "Device memory in use on the devices each namespace/owner holds; a shared device's memory is split "
-    "evenly among its holders.",
+    "evenly among its holders. Read from the chargeback record (per namespace, owner, vendor and model: the "
+    "node variable does not apply), not joined over every device at each refresh.",
     unit="bytes",
     width=24,
     height=8,

@@ -54,6 +54,7 @@ def rule_readers(rules: Mapping[str, Any]) -> list[Reader]:
     """Readers of a Prometheus rules document (``{groups: [{rules: [{record|alert, expr}]}]}``), in file
     order; a rule reading a recorded series inherits what that recording reads (records come first)."""
     recorded: dict[str, Reader] = {}
+    labelled: dict[str, tuple[str, ...]] = {}  # record -> the families it names in a `metric` label
     out: list[Reader] = []
     for group in rules.get("groups") or ():
         for rule in group.get("rules") or ():
@@ -66,20 +67,26 @@ def rule_readers(rules: Mapping[str, Any]) -> list[Reader]:
                     labels = _merge(labels, r.labels)
             kind = "record" if "record" in rule else "alert"
             name = str(rule.get("record") or rule.get("alert"))
-            absent = tuple(f for f in fams if kind == "alert" and _fires_when_absent(expr, f))
-            reader = Reader(kind, name, tuple(fams), labels, absent)
+            absent = [f for f in fams if kind == "alert" and _fires_when_absent(expr, f)]
+            for record, named in labelled.items():
+                if kind == "alert" and _fires_when_absent(expr, record):
+                    absent += [f for f in named if f not in absent]
+            reader = Reader(kind, name, tuple(fams), labels, tuple(absent))
             if kind == "record":
                 recorded[name] = reader
+                labelled[name] = tuple(f for f in fams if f'"metric", "{f}"' in expr)
             out.append(reader)
     return out
 
 
-def _fires_when_absent(expr: str, family: str) -> bool:
-    """Whether ``expr`` fires when ``family`` disappears: the generated absence pattern
-    ``max_over_time(F{...}[window])) unless on (...) F{...}``."""
-    f = re.escape(family)
+def _fires_when_absent(expr: str, series: str) -> bool:
+    """Whether ``expr`` fires when ``series`` disappears: the generated absence pattern
+    ``max_over_time(S{...}[window]) unless on (...) S{...}``. ``series`` is a family, or a record that
+    counts families under a ``metric`` label (``label_replace(count by (...) (F), "metric", "F", "", "")``,
+    the telemetry presence record): then each family it names fires when absent."""
+    f = re.escape(series)
     return (
-        re.search(rf"max_over_time\({f}\{{[^}}]*\}}\[[^\]]+\]\)\)\s*unless on \([^)]*\)\s*{f}\b", expr)
+        re.search(rf"max_over_time\({f}(\{{[^}}]*\}})?\[[^\]]+\]\)+\s*unless on \([^)]*\)\s*{f}\b", expr)
         is not None
     )
 

@@ -15,7 +15,7 @@ from alerts import queue
 from alerts.alertmanager import Endpoints, build_config
 from alerts.cli import DEFAULT_OUT, render_all, stale_files
 from alerts.relay import metrics as relay_metrics
-from alerts.rules import ALERTS, AlertingRule, build_groups, records
+from alerts.rules import ALERTS, RECORDING_GROUPS, AlertingRule, RecordingRule, build_groups, records
 from alerts.spec import ACTIONS, CATEGORIES, DEFAULT_SPEC_PATH, SEVERITIES, SpecError, load_spec, parse_spec
 from exporter import catalog
 from remediation import telemetry
@@ -188,10 +188,59 @@ def test_prometheusrule_holds_the_same_groups() -> None:
     assert pr["spec"]["groups"] == rules["groups"]
     assert [g["name"] for g in rules["groups"]] == [
         "xpuwatch.recording",
+        "xpuwatch.recording.node",
+        "xpuwatch.recording.team",
         "xpuwatch.hardware",
+        "xpuwatch.performance.device",
         "xpuwatch.performance",
         "xpuwatch.meta",
     ]
+
+
+def test_records_an_alert_reads_come_before_it_or_from_the_device_recording_group() -> None:
+    """Prometheus and vmalert evaluate groups concurrently and one group's rules in order: an alert reads a
+    record of its own group fresh only when the record comes first, and a record of another group at most
+    one interval old, which is accepted for the device records of ``xpuwatch.recording`` (docs/alerts.md)
+    and nowhere else: no alert reads the node or team aggregates."""
+    groups = build_groups(load_spec())
+    names = {g.name: {r.record for r in g.rules if isinstance(r, RecordingRule)} for g in groups}
+    for g in groups:
+        seen: set[str] = set()
+        for rule in g.rules:
+            if isinstance(rule, RecordingRule):
+                seen.add(rule.record)
+                continue
+            read = set(re.findall(r"\b[a-z_]+:[a-z0-9_]+:[a-z0-9_]+\b", rule.expr))
+            assert read <= seen | names[RECORDING_GROUPS[0]], (rule.alert, read - seen)
+
+
+def test_telemetry_missing_reads_an_hour_of_one_series_per_device_and_signal() -> None:
+    """The hour it looks back over is of the presence record written just before it in the hardware group
+    (one series per device and signal), not of every raw sensor, subsystem and ECC series (at 2,048
+    devices: 324 ms an evaluation, the costliest rule, before)."""
+    spec = load_spec()
+    (hardware,) = [g for g in build_groups(spec) if g.name == "xpuwatch.hardware"]
+    first = hardware.rules[0]
+    assert isinstance(first, RecordingRule) and first.record == records(spec).telemetry_series
+    (alert,) = [
+        r for r in hardware.rules if isinstance(r, AlertingRule) and r.alert == "AcceleratorTelemetryMissing"
+    ]
+    assert re.findall(r"max_over_time\((\S+?)\[1h\]\)", alert.expr) == [records(spec).telemetry_series]
+    for family in (catalog.TEMPERATURE, catalog.ECC_ERRORS, catalog.HEALTH):
+        assert f'"metric", "{family}"' in first.expr
+        assert family not in alert.expr
+
+
+def test_fault_codes_fold_case_only_where_a_code_has_letters() -> None:
+    """NVIDIA XIDs are digits: a plain alternation (a set lookup in Prometheus and VictoriaMetrics); Ascend
+    hex codes keep (?i) so a lower-case code from the tool still matches."""
+    spec = load_spec()
+    groups = {g.name: g for g in build_groups(spec)}
+    (critical,) = [
+        r for r in groups["xpuwatch.hardware"].rules if getattr(r, "alert", "") == "AcceleratorFaultCritical"
+    ]
+    assert 'vendor="nvidia", code=~"48|62|' in critical.expr
+    assert 'vendor="huawei", code=~"(?i)80E3A201|' in critical.expr
 
 
 def test_every_alert_has_a_runbook_page() -> None:

@@ -333,8 +333,9 @@ def test_fault_scenario_shows_on_the_health_dashboard(
     assert rows("Devices lost", "vendor", "device") == [("huawei", "3-0", "0")]
     assert rows("Devices with uncorrectable ECC in the last 1h") == [("1",)]
     assert rows("Health checks failing", "vendor", "device", "subsystem") == [("nvidia", "1", "memory", "0")]
-    faults = [r[:3] for r in rows("Driver faults by code", "vendor", "device", "code")]
-    assert faults == [("nvidia", "1", "48"), ("nvidia", "2", "13")]  # values: increase() extrapolates
+    # exact event counts (the counter less its value at the range's start), not increase()'s extrapolation
+    faults = rows("Driver faults by code", "vendor", "device", "code")
+    assert faults == [("nvidia", "1", "48", "1"), ("nvidia", "2", "13", "1")]
     assert rows("Devices throttling for heat or power") == [("1",)]  # the overheating RTX 4090
 
 
@@ -416,6 +417,9 @@ def test_memory_of_shared_devices_is_split_not_double_counted(
     per_owner = _result(prom, variables, "xpuwatch-waste", "Device memory held by namespace and owner")
     held = prom.query(f"sum(max by (node, uuid) ({c.MEMORY_USED}) and on (node, uuid) ({c.ALLOCATED} == 1))")
     (total,) = held["data"]["result"]
-    assert sum(float(r["value"][1]) for r in per_owner) == pytest.approx(float(total["value"][1]), rel=1e-9)
+    # The panel reads the chargeback record (evaluated up to one interval before this query, the sim's memory
+    # moving a little every poll: 0.02 % apart seen); counting the shared vGPU card twice would add a whole
+    # card's used memory (several % of the fleet's).
+    assert sum(float(r["value"][1]) for r in per_owner) == pytest.approx(float(total["value"][1]), rel=5e-3)
     vision = [r for r in per_owner if r["metric"]["namespace"] == "vision"]
     assert len(vision) == 1  # two pods sharing the vGPU card: one namespace row holding the whole card

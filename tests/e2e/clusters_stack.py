@@ -32,7 +32,7 @@ from typing import Any
 import yaml
 
 from alerts.alertmanager import Endpoints, render_alertmanager
-from alerts.rules import GROUP_HARDWARE, GROUP_PERFORMANCE, GROUP_RECORDING
+from alerts.rules import GROUP_HARDWARE, PERFORMANCE_GROUPS, RECORDING_GROUPS
 from alerts.spec import load_spec
 from tests import ksm_standin
 from tests.dashboards import pipeline_standin
@@ -43,9 +43,9 @@ AM_BIN = "/usr/bin/prometheus-alertmanager"
 BINARIES = ("prometheus", "victoria-metrics", "vmalert", AM_BIN)
 # Evaluated in each cluster's Prometheus: recording rules (so remote storage receives pre-aggregated
 # series) and the hardware alerts (they page; they must not depend on the remote-write path).
-PER_CLUSTER_GROUPS = (GROUP_RECORDING, GROUP_HARDWARE)
+PER_CLUSTER_GROUPS = (*RECORDING_GROUPS, GROUP_HARDWARE)
 # Evaluated once, over every cluster, by a ruler on the remote storage (vmalert, Thanos Ruler, Mimir ruler).
-GLOBAL_GROUPS = (GROUP_PERFORMANCE,)
+GLOBAL_GROUPS = PERFORMANCE_GROUPS
 
 
 # The federation matcher docs/deploy.md gives: every recording rule (named level:metric:operation with the
