@@ -8,35 +8,42 @@ Per size it starts Debian's ``victoria-metrics`` (1.79) on loopback with its own
 temporary directory and:
 
 1. **Loads** a synthetic history: ``--hours`` (24) of samples every ``--step`` seconds (60: one scrape a
-   minute, a quarter of the 15 s a real fleet scrapes at, so a day of 16,384 devices loads in minutes), ending
+   minute, a quarter of the 15 s a real fleet scrapes at, so a day of 16,384 devices loads in minutes,
+   at about a million samples a second), ending
    ``--ahead`` minutes (30) after now so the queries below, all at "now", find fresh samples for the whole
    run. The series are the exporter's own: the sim exporter (``xpuwatch serve --simulate``) is started once
    per node type and its /metrics read, so every name and label the rules, dashboards and report read is
    the one the exporter writes today. Node types (8 devices a node, node ``n`` of type ``n % 4``): A100s
    with one card in MIG mode (three slices), RTX 4090s with one card shared by two vGPU shares, MI250X and
    Ascend 910B; on each node most cards are held by a pod (the namespace and pod names made unique per
-   node). Each node's series get ``job="xpuwatch"``, ``instance="<node>:9851"`` and
-   ``cluster="fleet-<n // 512>"`` as a scrape would add them; kube-state-metrics series of the pods
+   node). Each node's series get the target labels of the ServiceMonitor (docs/deploy.md "Target labels":
+   ``job="xpuwatch-exporter"``, ``instance="<node>/<vendor>"``) and ``cluster="fleet-<n // 512>"``, plus
+   the scrape's own ``up`` and ``scrape_*`` series; kube-state-metrics series of the pods
    waiting for cards (``report.history.waiting``) are added per cluster. Values move over the day
    (utilization, power, memory, clocks, temperature; the energy counter integrates power; fault and error
    counters stay flat, as on a healthy fleet). The lines are VM's JSON import format (one line per series
    with its arrays of values and millisecond timestamps, ``/api/v1/import``), generated per node with numpy
    and streamed (memory bounded by one node's lines). Printed: series and samples generated, series VM
    counts, load time, VM's RSS and data size after a flush.
-2. **Dashboards**: every panel query of every generated dashboard (read from dashboards/generated at run
-   time, ``tests.dashboards.test_prometheus._targets``), each variable at Grafana's default "All" (its
-   ``allValue``) and the device dashboard's uuid a MIG card, at Grafana's default range (the last 6 h, step
-   20 s, ``$__rate_interval`` = max(step + scrape, 4 x scrape) with the history's scrape interval), each run
-   ``--runs`` times (3); per dashboard the sum of the median times (a full refresh, queries one after
-   another), the slowest five queries with the series they return.
+2. **Recorded series**: vmalert's replay mode runs the recording groups of alerts/generated/rules.yml over
+   the last 6 h at the evaluation interval, so the panels that read recorded series read 6 h of them, as
+   under a ruler that ran all along (time printed; not part of any target).
 3. **Rules**: Debian's ``vmalert`` with alerts/generated/rules.yml, ``-evaluationInterval`` ``--interval``
    (30 s) against VM, writing back to VM, notifying an Alertmanager stand-in, for ``--intervals`` (3)
-   intervals; each group's evaluation time from vmalert's own /metrics
-   (``vmalert_iteration_duration_seconds_sum`` / ``_count``, and the most seen as the summary's 0.9/max
-   quantile) as a share of the interval. Where the time goes: every rule's expression timed as an instant
-   query at now against VM (what vmalert sends), the slowest listed. Prometheus is not run: backfilling
-   a day of this fleet into it (promtool from OpenMetrics text) takes far longer than VM's import.
-4. **Report**: ``xpuwatch report``'s code (``report.baseline.collect``/``figures``, chargeback, render) for
+   intervals; each group's evaluation time from vmalert's own /metrics (1.79:
+   ``vmalert_iteration_duration_seconds_sum`` / ``_count`` per group, the most seen from its quantiles) as
+   a share of the interval. The groups run concurrently, each rule after the other, on this machine's
+   cores. Where the time goes: every rule's expression timed as an instant query at now against VM (what
+   vmalert sends), the slowest listed. Prometheus is not run: backfilling a day of this fleet into it
+   (promtool from OpenMetrics text) takes far longer than VM's import.
+4. **Dashboards**: every panel query of every generated dashboard (read from dashboards/generated at run
+   time, ``tests.dashboards.test_prometheus._targets``), each variable at Grafana's default "All" (its
+   ``allValue``) and the device dashboard's uuid a MIG card, at Grafana's default range (the last 6 h, step
+   20 s, ``$__rate_interval`` = max(step + scrape, 4 x scrape) with the history's scrape interval: 240 s at
+   60 s), each run ``--runs`` times (3), timed to the last byte of the answer (decoding it is Grafana's);
+   per dashboard the sum of the median times (a full refresh, queries one after another) and the slowest
+   five queries with the series they return.
+5. **Report**: ``xpuwatch report``'s code (``report.baseline.collect``/``figures``, chargeback, render) for
    the last day, time split into queries, figures and render.
 
 Then per size a ready-to-paste markdown row of the docs/deploy.md sizing table. Targets (issue 23), at
@@ -245,7 +252,8 @@ def templates(tmp: Path) -> list[list[TemplateSeries]]:
             )
         for port in ports:
             _scrape(f"http://127.0.0.1:{port}/metrics")
-            time.sleep(2.5)  # counters and rates after a few polls
+        time.sleep(2.5)  # counters and rates after a few polls
+        for port in ports:
             text = _scrape(f"http://127.0.0.1:{port}/metrics")
             series = []
             for fam in text_string_to_metric_families(text):
@@ -268,8 +276,10 @@ def templates(tmp: Path) -> list[list[TemplateSeries]]:
 _PER_NODE = ("pod", "container_id", "pod_uid", "uid")
 
 
-def _node_labels(labels: tuple[tuple[str, str], ...], n: int, node: str, cluster: str) -> dict[str, str]:
-    out = {"job": "xpuwatch", "instance": f"{node}:9851", "cluster": cluster}
+def _node_labels(
+    labels: tuple[tuple[str, str], ...], n: int, node: str, target: dict[str, str]
+) -> dict[str, str]:
+    out = dict(target)
     for k, v in labels:
         if k == "node":
             v = node
@@ -349,6 +359,7 @@ def _values(s: TemplateSeries, i: int, t: np.ndarray, n: int, rng: np.random.Gen
 @dataclass(frozen=True)
 class Loaded:
     series: int
+    waiting_series: int  # of them, kube-state-metrics' of the waiting pods
     samples: int
     seconds: float
     body_bytes: int
@@ -360,22 +371,44 @@ def history_times(hours: float, step: int, ahead_s: int, now: float) -> np.ndarr
     return np.arange(start + step, end + 1, step, dtype=np.int64)
 
 
+# The series a Prometheus adds per target (https://prometheus.io/docs/concepts/jobs_instances/), and
+# their values on this fleet's scrapes.
+SCRAPE_SERIES = (
+    ("up", 1.0),
+    ("scrape_duration_seconds", 0.012),
+    ("scrape_samples_scraped", 0.0),
+    ("scrape_samples_post_metric_relabeling", 0.0),
+    ("scrape_series_added", 0.0),
+)
+
+
 def node_lines(
     tpl: list[TemplateSeries], n: int, t: np.ndarray, stamps: str, f: Formatter
 ) -> tuple[bytes, int]:
-    """Node ``n``'s JSON import lines and their series count."""
+    """Node ``n``'s JSON import lines and their series count: the exporter's series with the target labels
+    the ServiceMonitor gives them (docs/deploy.md "Target labels": ``job="xpuwatch-exporter"``,
+    ``instance="<node>/<vendor>"``, plus ``cluster``), and the scrape's own series."""
     node = f"gpu-node-{n:05d}"
     cluster = f"fleet-{n // NODES_PER_CLUSTER}"
+    vendor = next((v for s in tpl for k, v in s.labels if k == "vendor"), "none")
+    target = {"job": "xpuwatch-exporter", "instance": f"{node}/{vendor}", "cluster": cluster}
     rng = np.random.default_rng(n)
     tf = t.astype(np.float64)
     parts = []
     for i, s in enumerate(tpl):
-        metric = {"__name__": s.name, **_node_labels(s.labels, n, node, cluster)}
+        metric = {"__name__": s.name, **_node_labels(s.labels, n, node, target)}
         parts.append(
             f'{{"metric":{json.dumps(metric, separators=(",", ":"))},"values":[{_values(s, i, tf, n, rng, f)}],'
             f'"timestamps":[{stamps}]}}\n'
         )
-    return "".join(parts).encode(), len(tpl)
+    for name, value in SCRAPE_SERIES:
+        metric = {"__name__": name, **target}
+        value = value or float(len(tpl))
+        parts.append(
+            f'{{"metric":{json.dumps(metric, separators=(",", ":"))},"values":[{f.constant(value)}],'
+            f'"timestamps":[{stamps}]}}\n'
+        )
+    return "".join(parts).encode(), len(tpl) + len(SCRAPE_SERIES)
 
 
 def ksm_lines(clusters: int, t: np.ndarray) -> tuple[bytes, int, int]:
@@ -472,13 +505,17 @@ class VictoriaMetrics:
     def disk_bytes(self) -> int:
         return sum(p.stat().st_size for p in self.data.rglob("*") if p.is_file())
 
-    def get(self, path: str, params: dict[str, Any] | None = None, timeout: float = 600) -> Any:
+    def read(self, path: str, params: dict[str, Any] | None = None, timeout: float = 600) -> bytes:
+        """The answer's body: what a query costs the server and the wire (decoding it is the client's)."""
         url = f"{self.url}{path}" + ("?" + urllib.parse.urlencode(params) if params else "")
         try:
             with urllib.request.urlopen(url, timeout=timeout) as r:
-                body = r.read().decode()
+                return bytes(r.read())
         except urllib.error.HTTPError as exc:
             raise RuntimeError(f"{exc.code} from {path}: {exc.read().decode()[:500]}") from None
+
+    def get(self, path: str, params: dict[str, Any] | None = None, timeout: float = 600) -> Any:
+        body = self.read(path, params, timeout).decode()
         return json.loads(body) if body.startswith("{") else body
 
     def flush(self) -> None:
@@ -517,7 +554,9 @@ def load(vm: VictoriaMetrics, devices: int, t: np.ndarray, tpls: list[list[Templ
     vm.flush()
     seconds = time.perf_counter() - t0
     series = counts["series"] + ksm_series
-    return Loaded(series, counts["series"] * len(t) + ksm_samples, seconds, counts["bytes"] + len(ksm))
+    return Loaded(
+        series, ksm_series, counts["series"] * len(t) + ksm_samples, seconds, counts["bytes"] + len(ksm)
+    )
 
 
 def vm_series_count(vm: VictoriaMetrics) -> int:
@@ -586,9 +625,9 @@ def dashboards(vm: VictoriaMetrics, scrape_s: int, runs: int) -> list[tuple[str,
                 path = "/api/v1/query_range"
                 params.update(start=end - RANGE_S, end=end, step=STEP_S)
             start = time.perf_counter()
-            answer = vm.get(path, params)
+            body = vm.read(path, params)
             times.append(time.perf_counter() - start)
-            series = len(answer["data"]["result"])
+            series = len(json.loads(body)["data"]["result"])
         out.append((t.dashboard, Timed(statistics.median(times), series, f"{t.panel} [{t.ref}]", expr)))
     return out
 
@@ -633,6 +672,48 @@ class GroupEval:
     mean_s: float
     most_s: float
     count: int
+
+
+def replay_recording(
+    vm: VictoriaMetrics, seconds: int, interval_s: int, delay_s: float, tmp: Path
+) -> tuple[float, int]:
+    """The recording rules' series for the last ``seconds``, as a ruler running all along would have
+    written them: vmalert's replay mode (``-replay.timeFrom``/``-replay.timeTo``: range queries at the
+    evaluation interval, written to ``vm``) on the groups of alerts/generated/rules.yml that only record.
+    Without this the dashboards' panels on recorded series would read a few minutes, not 6 h. Returns
+    (seconds taken, recording rules)."""
+    binary = shutil.which("vmalert")
+    if not binary:
+        raise SystemExit("fleet_scale: needs Debian's vmalert")
+    doc = yaml.safe_load(RULES.read_text())
+    groups = [g for g in doc["groups"] if all("record" in r for r in g["rules"])]
+    path = tmp / "recording.yml"
+    path.write_text(yaml.safe_dump({"groups": groups}))
+    end = int(time.time()) // interval_s * interval_s
+    iso = "%Y-%m-%dT%H:%M:%SZ"
+    t0 = time.perf_counter()
+    done = subprocess.run(
+        [
+            binary,
+            f"-rule={path}",
+            f"-datasource.url={vm.url}",
+            f"-remoteWrite.url={vm.url}",
+            f"-evaluationInterval={interval_s}s",
+            f"-replay.timeFrom={time.strftime(iso, time.gmtime(end - seconds))}",
+            f"-replay.timeTo={time.strftime(iso, time.gmtime(end))}",
+            # chained rules read their inputs after the remote write flushed them
+            "-remoteWrite.flushInterval=500ms",
+            f"-replay.rulesDelay={delay_s:g}s",
+            "-httpListenAddr=127.0.0.1:0",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=3600,
+    )
+    if done.returncode != 0:
+        raise RuntimeError(f"vmalert replay exited {done.returncode}: {done.stderr[-2000:]}")
+    vm.flush()
+    return time.perf_counter() - t0, sum(len(g["rules"]) for g in groups)
 
 
 def rule_groups(vm: VictoriaMetrics, interval_s: int, intervals: int, tmp: Path) -> list[GroupEval]:
@@ -694,9 +775,9 @@ def rule_costs(vm: VictoriaMetrics, runs: int) -> list[tuple[str, Timed]]:
             times, series = [], 0
             for _ in range(runs):
                 start = time.perf_counter()
-                answer = vm.get("/api/v1/query", {"query": r["expr"]})
+                body = vm.read("/api/v1/query", {"query": r["expr"]})
                 times.append(time.perf_counter() - start)
-                series = len(answer["data"]["result"])
+                series = len(json.loads(body)["data"]["result"])
             name = r.get("alert") or r.get("record")
             out.append((g["name"], Timed(statistics.median(times), series, name, r["expr"])))
     return out
@@ -765,7 +846,7 @@ def run_size(devices: int, a: argparse.Namespace, tpls: list[list[TemplateSeries
                 f"history: {a.hours:g} h every {a.step} s ({len(t)} samples a series, to {a.ahead} min after now)"
             )
             print(
-                f"loaded: {loaded.series:,} series, {loaded.samples:,} samples, {loaded.body_bytes / 2**30:.2f} GiB"
+                f"loaded: {loaded.series:,} series ({loaded.waiting_series:,} of waiting pods), {loaded.samples:,} samples, {loaded.body_bytes / 2**30:.2f} GiB"
                 f" of JSON lines in {loaded.seconds:.1f} s ({loaded.samples / loaded.seconds / 1e6:.2f} M samples/s)"
             )
             print(
@@ -773,6 +854,13 @@ def run_size(devices: int, a: argparse.Namespace, tpls: list[list[TemplateSeries
                 flush=True,
             )
 
+            replayed = min(RANGE_S, int(a.hours * 3600))
+            replay_s, recorded = replay_recording(vm, replayed, a.interval, a.replay_delay, tmp)
+            print(
+                f"recorded series for the dashboards: vmalert replay of {recorded} recording rules over the"
+                f" last {replayed / 3600:g} h at {a.interval} s in {replay_s:.1f} s",
+                flush=True,
+            )
             groups = rule_groups(vm, a.interval, a.intervals, tmp)
             worst = max(groups, key=lambda g: g.mean_s) if groups else None
             print(
@@ -842,6 +930,12 @@ def main(argv: Sequence[str] | None = None) -> None:
     ap.add_argument("--ahead", type=int, default=30, help="minutes of history after now (default 30)")
     ap.add_argument("--interval", type=int, default=30, help="vmalert evaluation interval, s (default 30)")
     ap.add_argument("--intervals", type=int, default=3, help="intervals vmalert runs (default 3)")
+    ap.add_argument(
+        "--replay-delay",
+        type=float,
+        default=1.0,
+        help="seconds between recording rules in vmalert's replay (-replay.rulesDelay; default 1)",
+    )
     ap.add_argument("--runs", type=int, default=3, help="runs of each query (median; default 3)")
     ap.add_argument("--top", type=int, default=10, help="slowest rules listed (default 10)")
     a = ap.parse_args(argv)
