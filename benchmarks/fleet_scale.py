@@ -44,7 +44,7 @@ temporary directory and:
    per dashboard the sum of the median times (a full refresh, queries one after another) and the slowest
    five queries with the series they return.
 5. **Report**: ``xpuwatch report``'s code (``report.baseline.collect``/``figures``, chargeback, render) for
-   the last day, time split into queries, figures and render.
+   the last day, time split into queries, figures and render, and its five slowest queries.
 
 Then per size a ready-to-paste markdown row of the docs/deploy.md sizing table. Targets (issue 23), at
 16,384 devices: every rule group under 10 % of its interval, a full dashboard refresh under 2 s, the report
@@ -792,6 +792,7 @@ class ReportTime:
     figures_s: float
     render_s: float
     html_bytes: int
+    slowest: tuple[tuple[float, str], ...]  # (seconds, the report's title of the query), slowest first
 
     @property
     def total_s(self) -> float:
@@ -805,15 +806,23 @@ def report(vm: VictoriaMetrics, hours: float, step: int) -> ReportTime:
     end = int(time.time()) // step * step
     w = Window(end=end, seconds=seconds, step=step)
     spec = load_spec()
+    marks: list[tuple[float, str]] = []  # collect() names each query before it asks it
     t0 = time.perf_counter()
-    answers = collect(Prometheus(vm.url, timeout=600, max_answer_bytes=2**31), spec, w)
+    answers = collect(
+        Prometheus(vm.url, timeout=600, max_answer_bytes=2**31),
+        spec,
+        w,
+        lambda title: marks.append((time.perf_counter(), title)),
+    )
     t1 = time.perf_counter()
+    ends = [t for t, _ in marks[1:]] + [t1]
+    slowest = sorted(((end - t, title) for (t, title), end in zip(marks, ends, strict=True)), reverse=True)
     b = figures(answers, spec, w)
     by_team(b.usage)
     t2 = time.perf_counter()
     page = html(b, time.time())
     t3 = time.perf_counter()
-    return ReportTime(t1 - t0, t2 - t1, t3 - t2, len(page.encode()))
+    return ReportTime(t1 - t0, t2 - t1, t3 - t2, len(page.encode()), tuple(slowest[:5]))
 
 
 # ---- one size
@@ -903,6 +912,8 @@ def run_size(devices: int, a: argparse.Namespace, tpls: list[list[TemplateSeries
                 f"report ({a.hours:g} h): queries {rep.queries_s:.2f} s, figures {rep.figures_s:.2f} s, "
                 f"render {rep.render_s:.2f} s, total {rep.total_s:.2f} s, HTML {rep.html_bytes / 1024:.0f} KiB{miss}"
             )
+            for seconds, title in rep.slowest:
+                print(f"  {seconds * 1000:8.1f} ms  {title}")
             rss_end = vm.rss_bytes()
             print(f"VictoriaMetrics RSS at the end: {_mib(rss_end)}", flush=True)
         finally:
