@@ -99,7 +99,6 @@ TARGET_RULE_SHARE, TARGET_REFRESH_S, TARGET_REPORT_S = 0.10, 2.0, 60.0
 
 # One node of each type: the sim exporter's scenario format (docs/exporter.md). Device and slice ids as the
 # sim numbers them (vendors/sim.py: MIG ids "<GI>/0", vGPU shares "0".."n-1", Ascend chips "<NPU>-0").
-_JOB = "workload_kind: job"
 
 
 def _pod(ns: str, pod: str, container: str, kind: str, owner: str | None = None) -> dict[str, str]:
@@ -113,8 +112,8 @@ def _held(vendor: str, index: str, profile: str, pod: dict[str, str] | None) -> 
 
 
 def _whole_cards(vendor: str, indices: Sequence[str]) -> list[dict[str, Any]]:
-    """Eight cards' workloads: five held (training x3, inference, an idle notebook), two free, one
-    memory-bound job; the first card's events are the caller's (slices)."""
+    """Workloads of cards 1-7 of ``indices``: six held (three training jobs, an inference service, an idle
+    notebook, a memory-bound job), one free; card 0 is the caller's (slices or a card of its own)."""
     shapes: list[tuple[str, dict[str, str] | None]] = [
         ("training", _pod("ml", "train-0", "trainer", "job")),
         ("training", _pod("ml", "train-1", "trainer", "job")),
@@ -259,8 +258,8 @@ def templates(tmp: Path) -> list[list[TemplateSeries]]:
             for fam in text_string_to_metric_families(text):
                 for s in fam.samples:
                     if s.name.endswith("_created"):
-                        continue  # prometheus-client's creation time: not scraped by default
-                    counter = fam.type in ("counter", "histogram", "summary") and not s.name.endswith("_gsum")
+                        continue  # creation times: not a series once scraped as OpenMetrics
+                    counter = fam.type in ("counter", "histogram", "summary")
                     series.append(
                         TemplateSeries(s.name, tuple(sorted(s.labels.items())), float(s.value), counter)
                     )
