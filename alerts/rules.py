@@ -122,7 +122,7 @@ class Records:
     node_pcie_replays: str
     node_link_errors: str
     # Card-wide readings summed per node with each physical card counted once (AMD MI300 partitions: one
-    # card listed as 2-8 logical GPUs, see ``card_max``).
+    # card listed as 2-8 logical GPUs, see ``node_card_sum``).
     node_power: str
     node_memory_used: str
     node_memory_total: str
@@ -273,22 +273,26 @@ def recording_rules(spec: Spec) -> tuple[RecordingRule, ...]:
     return tuple(out)
 
 
-def card_max(spec: Spec, metric: str) -> str:
-    """``metric`` once per physical card: ``max by (cluster, node, card)`` where ``card`` is the device's
-    ``parent_uuid`` when ``accelerator_partition_info`` ties it to a partitioned card, else its ``uuid``.
+def node_card_sum(spec: Spec, metric: str) -> str:
+    """``metric`` summed ``by (cluster, node)`` with each physical card counted once: a device that
+    ``accelerator_partition_info`` does not list contributes its own value (``max by (cluster, node, uuid)``,
+    so a device scraped twice still counts once), the partitions of one card (same ``parent_uuid``) their
+    maximum.
 
     Why max: amd-smi prints a partitioned MI300X's power on partition 0 only (N/A on the others) and the
     whole card's VRAM total on partition 0 (ROCm/amdsmi#132: 196592 MB beside 98296 MB on partition 1 in
     DPX); rocm-smi repeats the whole card's total and used VRAM on every one of 64 CPX partitions
     (ROCm/legacy-rocm-build#4750). A sum over logical GPUs counts one card 2-8 times; the max counts it
-    once (for used memory printed per partition, the max is a lower bound: docs/vendors/amd.md)."""
+    once (for used memory printed per partition, the max is a lower bound: docs/vendors/amd.md).
+
+    No ``label_replace`` on the per-device path: the two branches keep ``uuid`` and ``parent_uuid`` apart
+    (their label sets never collide, so ``or`` is their union) and the outer sum drops both; relabelling
+    every device into a ``card`` label cost most of the rule at fleet scale."""
     info = series(spec, c.PARTITION_INFO)
     value = series(spec, metric)
-    own = f'label_replace({value} unless {_ON_DEV} {info}, "card", "$1", "uuid", "(.*)")'
-    shared = (
-        f'{value} * {_ON_DEV} group_left (card) label_replace({info}, "card", "$1", "parent_uuid", "(.*)")'
-    )
-    return f"max by ({CLUSTER}, node, card) (\n  {own}\n  or\n  {shared}\n)"
+    own = f"max by ({CLUSTER}, node, uuid) ({value} unless {_ON_DEV} {info})"
+    shared = f"max by ({CLUSTER}, node, parent_uuid) ({value} * {_ON_DEV} group_left (parent_uuid) {info})"
+    return f"sum by ({CLUSTER}, node) (\n  {own}\n  or\n  {shared}\n)"
 
 
 def counted_since(nonzero: str, window: str) -> str:
@@ -330,9 +334,9 @@ def dashboard_rules(spec: Spec) -> tuple[RecordingRule, ...]:
         ),
         RecordingRule(r.node_pcie_replays, increase(c.PCIE_REPLAY, node)),
         RecordingRule(r.node_link_errors, increase(c.LINK_ERRORS, node)),
-        RecordingRule(r.node_power, f"sum by ({node}) ({card_max(spec, c.POWER)})"),
-        RecordingRule(r.node_memory_used, f"sum by ({node}) ({card_max(spec, c.MEMORY_USED)})"),
-        RecordingRule(r.node_memory_total, f"sum by ({node}) ({card_max(spec, c.MEMORY_TOTAL)})"),
+        RecordingRule(r.node_power, node_card_sum(spec, c.POWER)),
+        RecordingRule(r.node_memory_used, node_card_sum(spec, c.MEMORY_USED)),
+        RecordingRule(r.node_memory_total, node_card_sum(spec, c.MEMORY_TOTAL)),
     )
 
 
@@ -684,9 +688,12 @@ def container_memory_hog(a: AlertSpec, spec: Spec) -> Body:
     Processes of no named container (``container=""``) are neither a tenant nor counted as one."""
     share, tenants = a.value("share"), a.value("tenants_min")
     held = series(spec, c.CONTAINER_MEMORY_USED, 'container!=""')
+    # Shared cards first, then the division: the join with the totals runs over the containers of shared
+    # cards only, not every container (the same series and values as dividing first).
+    shared = f"{held}\n    and {_ON_DEV}\n    count by ({CLUSTER}, node, uuid) ({held} > 0) >= {tenants}"
     return (
-        f"(\n  {held}\n  / {_ON_DEV} group_left\n  max by ({CLUSTER}, node, uuid) ({series(spec, c.MEMORY_TOTAL)} > 0)\n) > {share}\n"
-        f"and {_ON_DEV}\ncount by ({CLUSTER}, node, uuid) ({held} > 0) >= {tenants}",
+        f"(\n  (\n    {shared}\n  )\n  / {_ON_DEV} group_left\n"
+        f"  max by ({CLUSTER}, node, uuid) ({series(spec, c.MEMORY_TOTAL)} > 0)\n) > {share}",
         "Container {{ $labels.namespace }}/{{ $labels.pod }}/{{ $labels.container }} holds most of a shared card",
         f"Container {_HOLDER}/{{{{ $labels.container }}}} holds {_PCT} of the memory of shared {_DEV} "
         f"(threshold {_pct(share)}, at least {tenants} containers on it) for {a.for_}; the others are about to OOM.",
