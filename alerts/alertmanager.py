@@ -16,8 +16,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from alerts.rules import dump_yaml
-from alerts.spec import RouteSpec, Spec
+from xpuwatch.alerts.rules import dump_yaml
+from xpuwatch.alerts.spec import RouteSpec, Spec
 
 # Relay channels (contract): the receiver names are the channel names of the relay's URL path.
 CHANNEL_HARDWARE = "oncall-wecom"

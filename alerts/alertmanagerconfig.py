@@ -25,9 +25,9 @@ from collections.abc import Mapping, Sequence
 from pathlib import PurePosixPath
 from typing import Any
 
-from alerts.alertmanager import Endpoints, build_config
-from alerts.rules import dump_yaml
-from alerts.spec import CATEGORIES, Spec
+from xpuwatch.alerts.alertmanager import Endpoints, build_config
+from xpuwatch.alerts.rules import dump_yaml
+from xpuwatch.alerts.spec import CATEGORIES, Spec
 
 NAME = "xpuwatch"
 NAMESPACE = "xpuwatch"

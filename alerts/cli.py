@@ -13,12 +13,12 @@ from typing import Any
 
 import yaml
 
-from alerts.alertmanager import Endpoints, render_alertmanager
-from alerts.alertmanagerconfig import render_alertmanagerconfig
-from alerts.rules import render_prometheusrule, render_rules
-from alerts.spec import DEFAULT_SPEC_PATH, SpecError, load_user_spec
-from exporter import readers, validation
-from exporter.logs import config_error
+from xpuwatch.alerts.alertmanager import Endpoints, render_alertmanager
+from xpuwatch.alerts.alertmanagerconfig import render_alertmanagerconfig
+from xpuwatch.alerts.rules import render_prometheusrule, render_rules
+from xpuwatch.alerts.spec import DEFAULT_SPEC_PATH, SpecError, load_user_spec
+from xpuwatch.exporter import readers, validation
+from xpuwatch.exporter.logs import config_error
 
 # Relative to the current directory (the repository root): an installed package never writes into
 # site-packages, and a checkout's own spec.yaml is the one edited.

@@ -25,8 +25,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from alerts.spec import AlertSpec, Spec
-from exporter import catalog as c
+from xpuwatch.alerts.spec import AlertSpec, Spec
+from xpuwatch.exporter import catalog as c
 
 KSM_REQUESTS = "kube_pod_container_resource_requests"
 KSM_PHASE = "kube_pod_status_phase"
@@ -91,7 +91,7 @@ def pending_age_expr(spec: Spec, pods: str | None = None) -> str:
     """Seconds since creation of the oldest waiting pod, by (cluster, namespace, resource, vendor); ``pods``
     is the waiting-pod expression (the record by default). Alerts evaluate it themselves rather than read
     the age record, so ``$value`` is the age at the alert's own evaluation."""
-    from alerts.rules import recorded  # rules imports this module
+    from xpuwatch.alerts.rules import recorded  # rules imports this module
 
     pods = pods if pods is not None else recorded(spec, QUEUE.pod_pending)
     return (
@@ -103,7 +103,7 @@ def pending_age_expr(spec: Spec, pods: str | None = None) -> str:
 
 def recording_rules(spec: Spec, idle_p95: str) -> tuple[tuple[str, str], ...]:
     """(record, expr) pairs, in evaluation order. ``idle_p95`` is the device P95 utilization record."""
-    from alerts.rules import series  # rules imports this module
+    from xpuwatch.alerts.rules import series  # rules imports this module
 
     idle_max = spec.rec("queue_idle_utilization")
     up, alloc = series(spec, c.UP), series(spec, c.ALLOCATED)
@@ -132,7 +132,7 @@ _WAIT = "{{ $labels.namespace }} waits for {{ $labels.resource }}"
 
 
 def _recorded(spec: Spec, name: str) -> str:
-    from alerts.rules import recorded  # rules imports this module
+    from xpuwatch.alerts.rules import recorded  # rules imports this module
 
     return recorded(spec, name)
 

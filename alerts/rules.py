@@ -24,11 +24,11 @@ from typing import Any
 
 import yaml
 
-from alerts import queue
-from alerts.relay import metrics as relay_metrics
-from alerts.spec import AlertSpec, Spec, SpecError
-from exporter import catalog as c
-from remediation import telemetry as remediation_metrics
+from xpuwatch.alerts import queue
+from xpuwatch.alerts.relay import metrics as relay_metrics
+from xpuwatch.alerts.spec import AlertSpec, Spec, SpecError
+from xpuwatch.exporter import catalog as c
+from xpuwatch.remediation import telemetry as remediation_metrics
 
 GROUP_RECORDING = "xpuwatch.recording"
 # Records no alert reads, in groups of their own (Prometheus and vmalert evaluate groups concurrently, so no

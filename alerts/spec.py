@@ -24,8 +24,8 @@ from typing import Any
 import re2  # google-re2: the regex syntax Prometheus compiles (Go regexp/syntax is RE2's)
 import yaml
 
-from exporter import validation
-from exporter.settings import yaml_problem
+from xpuwatch.exporter import validation
+from xpuwatch.exporter.settings import yaml_problem
 
 DEFAULT_SPEC_PATH = Path(__file__).parent / "spec.yaml"
 

@@ -11,8 +11,8 @@ import timeit
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from vendors import amd, hygon
-from vendors.base import DeviceSample
+from xpuwatch.vendors import amd, hygon
+from xpuwatch.vendors.base import DeviceSample
 
 FIX = Path(__file__).resolve().parent.parent / "tests" / "fixtures"
 

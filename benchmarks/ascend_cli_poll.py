@@ -20,9 +20,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from vendors import ascend
-from vendors.command import SubprocessRunner
-from vendors.registry import BackendContext
+from xpuwatch.vendors import ascend
+from xpuwatch.vendors.command import SubprocessRunner
+from xpuwatch.vendors.registry import BackendContext
 
 FIX = Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "ascend"
 

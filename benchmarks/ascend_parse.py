@@ -12,8 +12,8 @@ import sys
 import timeit
 from pathlib import Path
 
-from vendors import ascend
-from vendors.command import CommandResult
+from xpuwatch.vendors import ascend
+from xpuwatch.vendors.command import CommandResult
 
 FIX = Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "ascend"
 

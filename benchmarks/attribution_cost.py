@@ -13,10 +13,10 @@ import tempfile
 import timeit
 from pathlib import Path
 
-from exporter.cgroup import ProcCgroups
-from exporter.kubelet import ContainerClaim, ContainerDevices
-from exporter.podmap import DeviceRef, DraDeviceRef, match
-from vendors.hami import REGION_SIZE, read_containers
+from xpuwatch.exporter.cgroup import ProcCgroups
+from xpuwatch.exporter.kubelet import ContainerClaim, ContainerDevices
+from xpuwatch.exporter.podmap import DeviceRef, DraDeviceRef, match
+from xpuwatch.vendors.hami import REGION_SIZE, read_containers
 
 
 def _proc_tree(root: Path, n: int) -> list[int]:

@@ -26,7 +26,7 @@ STAMP = r"^\d\d:\d\d:\d\d +\+([\d.]+)s  "
 def one_run(duration: float) -> dict[str, float]:
     started = time.monotonic()
     res = subprocess.run(
-        [sys.executable, "-m", "exporter.entry", "demo", "--duration", f"{duration:g}"],
+        [sys.executable, "-m", "xpuwatch", "demo", "--duration", f"{duration:g}"],
         cwd=ROOT,
         env={**os.environ, "PYTHONPATH": str(ROOT)},
         capture_output=True,

@@ -98,11 +98,11 @@ def serve_child(
     sim_config: str, slow: float, port_file: str, lag_file: str | None = None, polls_file: str | None = None
 ) -> None:
     sys.path.insert(0, str(ROOT))
-    from exporter.cli import Clocks, assemble
-    from exporter.poller import PollSettings
-    from exporter.server import Server
-    from exporter.settings import Settings, WebConfig, WebSettings
-    from vendors.command import SubprocessRunner
+    from xpuwatch.exporter.cli import Clocks, assemble
+    from xpuwatch.exporter.poller import PollSettings
+    from xpuwatch.exporter.server import Server
+    from xpuwatch.exporter.settings import Settings, WebConfig, WebSettings
+    from xpuwatch.vendors.command import SubprocessRunner
 
     clocks = Clocks(time.time, time.monotonic)
     asm = assemble(Settings(), ["sim"], clocks, SubprocessRunner(), None, {"config": sim_config})
@@ -267,11 +267,11 @@ def render_costs(sizes: tuple[int, ...], polls: int, every_breakdown: bool = Fal
     from prometheus_client import CollectorRegistry
     from prometheus_client.exposition import choose_encoder
 
-    from exporter.cli import Clocks, assemble
-    from exporter.exposition import FastEncoder, fast_encoder
-    from exporter.selection import Selection
-    from exporter.settings import Settings
-    from vendors.command import SubprocessRunner
+    from xpuwatch.exporter.cli import Clocks, assemble
+    from xpuwatch.exporter.exposition import FastEncoder, fast_encoder
+    from xpuwatch.exporter.selection import Selection
+    from xpuwatch.exporter.settings import Settings
+    from xpuwatch.vendors.command import SubprocessRunner
 
     # --every-breakdown: nothing switched off (the series before metric selection existed)
     settings = Settings(metrics=Selection()) if every_breakdown else Settings()

@@ -57,14 +57,14 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from alerts.alertmanager import Endpoints, render_alertmanager
-from alerts.relay.config import RateLimit
-from alerts.rules import render_rules
-from alerts.spec import load_spec
 from tests.ports import free_port
 from tests.relay.fakebots import FakeFeishu, FakeWeCom
 from tests.relay.harness import TOKEN, settings_for, start_relay
-from vendors.sim import default_scenario_text
+from xpuwatch.alerts.alertmanager import Endpoints, render_alertmanager
+from xpuwatch.alerts.relay.config import RateLimit
+from xpuwatch.alerts.rules import render_rules
+from xpuwatch.alerts.spec import load_spec
+from xpuwatch.vendors.sim import default_scenario_text
 
 ROOT = Path(__file__).resolve().parents[1]
 ALERT = "AcceleratorEccUncorrectable"
@@ -76,14 +76,14 @@ STAGES = ("exporter", "scrape", "firing", "AM", "relay", "bot")
 # Runs the real CLI; only prints the simulator's start (Unix time) so that the fault's instant is known.
 LAUNCHER = """\
 import runpy, sys
-import vendors.sim as sim
+import xpuwatch.vendors.sim as sim
 init = sim.SimBackend.__init__
 def traced(self, *args, **kwargs):
     init(self, *args, **kwargs)
     print(f"SIM_START {self.start!r}", flush=True)
 sim.SimBackend.__init__ = traced
 sys.argv = ["xpuwatch", *sys.argv[1:]]
-runpy.run_module("exporter.entry", run_name="__main__")
+runpy.run_module("xpuwatch.exporter.entry", run_name="__main__")
 """
 
 

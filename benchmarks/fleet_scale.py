@@ -79,15 +79,15 @@ import numpy as np
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
-from alerts import queue
-from alerts.spec import load_spec
-from report import history
-from report.baseline import Window, collect, figures
-from report.chargeback import by_team
-from report.prom import Prometheus
-from report.render import html
 from tests.dashboards.test_prometheus import _dashboards, _targets, substitute
 from tests.ports import free_port
+from xpuwatch.alerts import queue
+from xpuwatch.alerts.spec import load_spec
+from xpuwatch.report import history
+from xpuwatch.report.baseline import Window, collect, figures
+from xpuwatch.report.chargeback import by_team
+from xpuwatch.report.prom import Prometheus
+from xpuwatch.report.render import html
 
 ROOT = Path(__file__).resolve().parents[1]
 RULES = ROOT / "alerts" / "generated" / "rules.yml"
@@ -237,7 +237,7 @@ def templates(tmp: Path) -> list[list[TemplateSeries]]:
                     [
                         sys.executable,
                         "-m",
-                        "exporter.entry",
+                        "xpuwatch",
                         "serve",
                         "--simulate",
                         f"--sim-config={path}",

@@ -13,9 +13,9 @@ import timeit
 from pathlib import Path
 
 from tests.vendors import fake_pyhlml
-from vendors import intel
-from vendors.intel_hlsmi import explain_table, parse_csv, parse_table
-from vendors.registry import BackendContext
+from xpuwatch.vendors import intel
+from xpuwatch.vendors.intel_hlsmi import explain_table, parse_csv, parse_table
+from xpuwatch.vendors.registry import BackendContext
 
 FIX = Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "intel"
 

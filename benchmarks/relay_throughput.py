@@ -59,12 +59,12 @@ from aiohttp import web
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from alerts.relay import dingtalk, feishu, wecom
-from alerts.relay.config import RateLimit
-from alerts.relay.limiter import SlidingWindowLimiter
 from tests.relay.fakebots import FakeBot, FakeDingTalk, FakeFeishu, FakeWeCom
 from tests.relay.harness import TOKEN, settings_for, start_relay
 from tests.relay.test_delivery import big_group
+from xpuwatch.alerts.relay import dingtalk, feishu, wecom
+from xpuwatch.alerts.relay.config import RateLimit
+from xpuwatch.alerts.relay.limiter import SlidingWindowLimiter
 
 CONCURRENCY = 20  # Alertmanager flushes groups concurrently
 ROOT = Path(__file__).resolve().parents[1]
@@ -233,7 +233,7 @@ async def relay_ingest(tmp: Path, docs: list[bytes], bot: str, tree: Path | None
     env = {**os.environ, "RELAY_TOKEN": TOKEN, "URL_CH": bot}
     if tree is not None:  # `python -m` puts the working directory first on sys.path, ahead of the install
         env["PYTHONPATH"] = str(tree)
-    argv = [sys.executable, "-m", "exporter.entry", "relay", "--config", str(tmp / "relay.yaml")]
+    argv = [sys.executable, "-m", "xpuwatch", "relay", "--config", str(tmp / "relay.yaml")]
     proc, base = await started([*argv, "--web.listen-address", "127.0.0.1:0"], env, tree or ROOT)
     try:
         return await measured(proc, f"{base}/alertmanager/ch", docs)

@@ -15,11 +15,11 @@ import time
 import aiohttp
 from aiohttp import web
 
-from remediation.kube import Kube
-from remediation.settings import DrainSettings, GuardSettings, KubeSettings
-from remediation.webhook import PATH, build_app
 from tests.remediation.fakekube import FakeKube
 from tests.remediation.kit import Clock, am_alert, am_payload, drain_labels, make_controller, make_settings
+from xpuwatch.remediation.kube import Kube
+from xpuwatch.remediation.settings import DrainSettings, GuardSettings, KubeSettings
+from xpuwatch.remediation.webhook import PATH, build_app
 
 
 async def main(nodes: int, alerts: int, batches: int, cap: int) -> None:

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import yaml
 
-from vendors.registry import all_formats
+from xpuwatch.vendors.registry import all_formats
 
 FIX = Path(__file__).resolve().parent.parent / "tests" / "fixtures"
 VENDORS = ("cambricon", "enflame", "kunlunxin", "metax", "iluvatar", "mthreads")

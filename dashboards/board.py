@@ -12,10 +12,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from dashboards.layout import Row, place
-from dashboards.panel import DATASOURCE
-from dashboards.sources import selector
-from exporter import catalog as c
+from xpuwatch.dashboards.layout import Row, place
+from xpuwatch.dashboards.panel import DATASOURCE
+from xpuwatch.dashboards.sources import selector
+from xpuwatch.exporter import catalog as c
 
 # Grafana 10.4 writes schemaVersion 39; Grafana 11 migrates it on load.
 SCHEMA_VERSION = 39

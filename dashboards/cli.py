@@ -8,8 +8,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from dashboards.configmap import render_configmaps
-from dashboards.generator import READS, render_all, render_reads, stale_files
+from xpuwatch.dashboards.configmap import render_configmaps
+from xpuwatch.dashboards.generator import READS, render_all, render_reads, stale_files
 
 
 def add_commands(sub: Any) -> None:

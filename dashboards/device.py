@@ -9,11 +9,11 @@ the others.
 
 from __future__ import annotations
 
-from dashboards.board import STANDARD, Board, Variable
-from dashboards.layout import Row
-from dashboards.panel import Panel, Query, Threshold
-from dashboards.sources import RECORDS, any_of, selector
-from exporter import catalog as c
+from xpuwatch.dashboards.board import STANDARD, Board, Variable
+from xpuwatch.dashboards.layout import Row
+from xpuwatch.dashboards.panel import Panel, Query, Threshold
+from xpuwatch.dashboards.sources import RECORDS, any_of, selector
+from xpuwatch.exporter import catalog as c
 
 UID = "xpuwatch-device"
 

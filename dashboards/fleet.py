@@ -8,10 +8,10 @@ activity per device and slice (memory-bound cards sit top-left, compute-bound bo
 
 from __future__ import annotations
 
-from dashboards.board import Board
-from dashboards.layout import Row
-from dashboards.panel import Panel, Query, Threshold
-from dashboards.sources import (
+from xpuwatch.dashboards.board import Board
+from xpuwatch.dashboards.layout import Row
+from xpuwatch.dashboards.panel import Panel, Query, Threshold
+from xpuwatch.dashboards.sources import (
     DEVICE_ID,
     FLEET,
     NODE_VARS,
@@ -22,7 +22,7 @@ from dashboards.sources import (
     SPEC,
     selector,
 )
-from exporter import catalog as c
+from xpuwatch.exporter import catalog as c
 
 UID = "xpuwatch-fleet"
 

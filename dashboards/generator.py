@@ -12,18 +12,18 @@ import json
 from pathlib import Path
 from typing import Any
 
-from dashboards.board import Board, render_board
-from exporter import readers
+from xpuwatch.dashboards.board import Board, render_board
+from xpuwatch.exporter import readers
 
 DEFAULT_OUT = Path(__file__).parent / "generated"
 READS = "reads.yaml"
 """The reads index next to the dashboards: the catalog families each panel reads (exporter.readers)."""
 MODULES = (
-    "dashboards.fleet",
-    "dashboards.device",
-    "dashboards.health",
-    "dashboards.waste",
-    "dashboards.operations",
+    "xpuwatch.dashboards.fleet",
+    "xpuwatch.dashboards.device",
+    "xpuwatch.dashboards.health",
+    "xpuwatch.dashboards.waste",
+    "xpuwatch.dashboards.operations",
 )
 
 
@@ -50,8 +50,8 @@ def render_reads(files: dict[str, str]) -> str:
     through recording rules of the packaged spec)."""
     import yaml
 
-    from alerts.rules import render_rules
-    from alerts.spec import load_spec
+    from xpuwatch.alerts.rules import render_rules
+    from xpuwatch.alerts.spec import load_spec
 
     recorded = readers.rule_readers(yaml.safe_load(render_rules(load_spec())))
     out = []

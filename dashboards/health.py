@@ -8,11 +8,11 @@ PCIe/NVLink errors. Each panel reads the series the hardware alerts of alerts/sp
 
 from __future__ import annotations
 
-from alerts.rules import counted_since
-from dashboards.board import Board
-from dashboards.layout import Row
-from dashboards.panel import Panel, Query, Threshold
-from dashboards.sources import (
+from xpuwatch.alerts.rules import counted_since
+from xpuwatch.dashboards.board import Board
+from xpuwatch.dashboards.layout import Row
+from xpuwatch.dashboards.panel import Panel, Query, Threshold
+from xpuwatch.dashboards.sources import (
     DEVICE_ID,
     NODE_VARS,
     RECORDS,
@@ -23,7 +23,7 @@ from dashboards.sources import (
     top_nodes,
     worst,
 )
-from exporter import catalog as c
+from xpuwatch.exporter import catalog as c
 
 UID = "xpuwatch-health"
 

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from dashboards.panel import Panel, render
+from xpuwatch.dashboards.panel import Panel, render
 
 COLUMNS = 24
 ROW_HEIGHT = 1

@@ -8,10 +8,10 @@ and mode, guard refusals, nodes it holds cordoned); and whether the exporters an
 
 from __future__ import annotations
 
-from dashboards.board import Board
-from dashboards.layout import Row
-from dashboards.panel import Panel, Query, Threshold
-from dashboards.sources import (
+from xpuwatch.dashboards.board import Board
+from xpuwatch.dashboards.layout import Row
+from xpuwatch.dashboards.panel import Panel, Query, Threshold
+from xpuwatch.dashboards.sources import (
     ALERTS,
     CLUSTER,
     RELAY_DELIVERED,
@@ -31,7 +31,7 @@ from dashboards.sources import (
     ForeignMetric,
     selector,
 )
-from exporter import catalog as c
+from xpuwatch.exporter import catalog as c
 
 UID = "xpuwatch-operations"
 

@@ -12,9 +12,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from alerts.rules import Records, records
-from alerts.spec import Spec, load_spec
-from exporter import catalog as c
+from xpuwatch.alerts.rules import Records, records
+from xpuwatch.alerts.spec import Spec, load_spec
+from xpuwatch.exporter import catalog as c
 
 SPEC: Spec = load_spec()
 RECORDS: Records = records(SPEC)

@@ -11,12 +11,12 @@ show every holder.
 
 from __future__ import annotations
 
-from alerts.queue import QUEUE
-from dashboards.board import Board
-from dashboards.layout import Row
-from dashboards.panel import Panel, Query, Threshold
-from dashboards.sources import ON_DEVICE, RECORDS, SLICE_ID, SPEC, TABLE_ROWS, selector, worst
-from exporter import catalog as c
+from xpuwatch.alerts.queue import QUEUE
+from xpuwatch.dashboards.board import Board
+from xpuwatch.dashboards.layout import Row
+from xpuwatch.dashboards.panel import Panel, Query, Threshold
+from xpuwatch.dashboards.sources import ON_DEVICE, RECORDS, SLICE_ID, SPEC, TABLE_ROWS, selector, worst
+from xpuwatch.exporter import catalog as c
 
 UID = "xpuwatch-waste"
 

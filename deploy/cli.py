@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from alerts.spec import DEFAULT_SPEC_PATH
+from xpuwatch.alerts.spec import DEFAULT_SPEC_PATH
 
 
 def add_commands(sub: Any) -> None:
@@ -47,7 +47,10 @@ def add_commands(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from deploy.demo import Options, main  # imported here: every `xpuwatch` subcommand imports this module
+    from xpuwatch.deploy.demo import (  # imported here: every `xpuwatch` subcommand imports this module
+        Options,
+        main,
+    )
 
     if args.duration is not None and args.duration <= 0:
         print("xpuwatch demo: --duration must be positive", file=sys.stderr)

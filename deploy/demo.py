@@ -39,12 +39,12 @@ import aiohttp
 import yaml
 from aiohttp import web
 
-from alerts.spec import DEFAULT_SPEC_PATH, Spec, SpecError, load_spec
-from deploy import demo_config as cfg
-from deploy.narration import AlertWatch, Console, readable, tail_audit, watch_alerts
-from deploy.standin_bots import BotMessage, ChatBots
-from deploy.standin_kube import KubeStandIn, scenario_objects
-from vendors.sim import Scenario, ScenarioError, parse_scenario
+from xpuwatch.alerts.spec import DEFAULT_SPEC_PATH, Spec, SpecError, load_spec
+from xpuwatch.deploy import demo_config as cfg
+from xpuwatch.deploy.narration import AlertWatch, Console, readable, tail_audit, watch_alerts
+from xpuwatch.deploy.standin_bots import BotMessage, ChatBots
+from xpuwatch.deploy.standin_kube import KubeStandIn, scenario_objects
+from xpuwatch.vendors.sim import Scenario, ScenarioError, parse_scenario
 
 SCENARIO_RESOURCE = "demo_scenario.yaml"
 PACKAGE_ROOT = Path(__file__).resolve().parents[1]  # the folder holding exporter/, deploy/, ...

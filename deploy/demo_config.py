@@ -15,9 +15,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from alerts.alertmanager import CHANNEL_HARDWARE, CHANNEL_PERFORMANCE, Endpoints, render_alertmanager
-from alerts.rules import render_rules
-from alerts.spec import Spec
+from xpuwatch.alerts.alertmanager import CHANNEL_HARDWARE, CHANNEL_PERFORMANCE, Endpoints, render_alertmanager
+from xpuwatch.alerts.rules import render_rules
+from xpuwatch.alerts.spec import Spec
 
 LOOPBACK = "127.0.0.1"
 EXPORTER_JOB = "xpuwatch"  # matches the spec's exporter_job_selector (job=~"xpuwatch|xpuwatch-exporter")
@@ -118,8 +118,8 @@ class Component:
 def components(
     prometheus_bin: str, alertmanager_bin: str, python: str, ports: Ports, files: Files
 ) -> tuple[Component, ...]:
-    """The stack's processes in start order. Python components run as ``python -m exporter.entry``."""
-    xpuwatch = (python, "-m", "exporter.entry")
+    """The stack's processes in start order. Python components run as ``python -m xpuwatch``."""
+    xpuwatch = (python, "-m", "xpuwatch")
     return (
         Component(
             "prometheus",

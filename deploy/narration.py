@@ -22,7 +22,7 @@ from typing import Any, TextIO
 
 import aiohttp
 
-from deploy.standin_bots import BotMessage
+from xpuwatch.deploy.standin_bots import BotMessage
 
 MAX_LINE = 180  # characters of a message line shown; silence links run to a thousand
 _FONT = re.compile(r"</?font[^>]*>")

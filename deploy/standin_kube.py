@@ -24,7 +24,7 @@ from typing import Any
 
 from aiohttp import web
 
-from vendors.sim import Scenario, SimPod
+from xpuwatch.vendors.sim import Scenario, SimPod
 
 # What a notebook, job or service pod is owned by in a real cluster (JupyterHub's KubeSpawner pods have
 # no controller; Jobs own their pods; Deployments own theirs through a ReplicaSet).

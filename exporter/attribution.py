@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
-from vendors.base import Slice
+from xpuwatch.vendors.base import Slice
 
 WorkloadKind = Literal["notebook", "job", "service", "unknown"]
 WORKLOAD_KINDS: tuple[str, ...] = ("notebook", "job", "service", "unknown")

@@ -17,11 +17,11 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass
 
-from exporter.attribution import Attribution, Holder
-from exporter.collector import families
-from exporter.poller import BackendView
-from exporter.selection import Selection
-from vendors.sim import default_scenario_text, parse_scenario, pods_at, simulate
+from xpuwatch.exporter.attribution import Attribution, Holder
+from xpuwatch.exporter.collector import families
+from xpuwatch.exporter.poller import BackendView
+from xpuwatch.exporter.selection import Selection
+from xpuwatch.vendors.sim import default_scenario_text, parse_scenario, pods_at, simulate
 
 _MODES = {"mig": "MIG", "vgpu": "vGPU", "vnpu": "vNPU"}
 

@@ -15,9 +15,9 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from vendors.base import DeviceSample
-from vendors.command import CommandResult, CommandRunner, RecordingRunner
-from vendors.registry import BackendContext, BackendSpec
+from xpuwatch.vendors.base import DeviceSample
+from xpuwatch.vendors.command import CommandResult, CommandRunner, RecordingRunner
+from xpuwatch.vendors.registry import BackendContext, BackendSpec
 
 _UUID = r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}"
 _ANY_UUID = re.compile(rf"\b(?:(GPU|MIG|NPU)-)?({_UUID})\b")

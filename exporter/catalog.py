@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from vendors.registry import all_vendor_metrics
+from xpuwatch.vendors.registry import all_vendor_metrics
 
 MetricType = Literal["gauge", "counter", "info"]
 

@@ -23,9 +23,9 @@ from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector as _ClientCollector
 from prometheus_client.registry import CollectorRegistry
 
-from exporter import catalog as C
-from exporter import transcript
-from exporter.attribution import (
+from xpuwatch.exporter import catalog as C
+from xpuwatch.exporter import transcript
+from xpuwatch.exporter.attribution import (
     EMPTY,
     AttributionSource,
     Holder,
@@ -33,21 +33,21 @@ from exporter.attribution import (
     StaticAttributionSource,
     TimelineAttributionSource,
 )
-from exporter.capture import capture, redact
-from exporter.cgroup import ContainerRef, ProcCgroups, host_proc_root
-from exporter.collector import Collector, families
-from exporter.explain import explain
-from exporter.exposition import ExpositionCache
-from exporter.podmap import DeviceRef, SliceRef
-from exporter.podsource import KubeletAttributionSource
-from exporter.poller import BackendView, Poller, PollSettings
-from exporter.readers import shipped_readers
-from exporter.reference import render_markdown
-from exporter.selection import Selection, blind
-from exporter.server import Server, ssl_context
-from exporter.settings import ConfigError, Settings, WebConfig, load, load_web_config
-from vendors.base import Backend, DeviceSample, ParseError, overlay
-from vendors.command import (
+from xpuwatch.exporter.capture import capture, redact
+from xpuwatch.exporter.cgroup import ContainerRef, ProcCgroups, host_proc_root
+from xpuwatch.exporter.collector import Collector, families
+from xpuwatch.exporter.explain import explain
+from xpuwatch.exporter.exposition import ExpositionCache
+from xpuwatch.exporter.podmap import DeviceRef, SliceRef
+from xpuwatch.exporter.podsource import KubeletAttributionSource
+from xpuwatch.exporter.poller import BackendView, Poller, PollSettings
+from xpuwatch.exporter.readers import shipped_readers
+from xpuwatch.exporter.reference import render_markdown
+from xpuwatch.exporter.selection import Selection, blind
+from xpuwatch.exporter.server import Server, ssl_context
+from xpuwatch.exporter.settings import ConfigError, Settings, WebConfig, load, load_web_config
+from xpuwatch.vendors.base import Backend, DeviceSample, ParseError, overlay
+from xpuwatch.vendors.command import (
     MAX_BUNDLE_BYTES,
     TOOLS,
     CommandRunner,
@@ -57,8 +57,15 @@ from vendors.command import (
     read_regular_file,
     write_bundle,
 )
-from vendors.registry import BackendContext, OutputFormat, all_formats, all_specs, check_options, detect
-from vendors.sim import SimBackend, container_id, pod_uid
+from xpuwatch.vendors.registry import (
+    BackendContext,
+    OutputFormat,
+    all_formats,
+    all_specs,
+    check_options,
+    detect,
+)
+from xpuwatch.vendors.sim import SimBackend, container_id, pod_uid
 
 log = logging.getLogger("xpuwatch")
 

@@ -29,13 +29,13 @@ from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector as _ClientCollector
 from prometheus_client.utils import floatToGoString
 
-from exporter import catalog as C
-from exporter.attribution import Attribution, AttributionSource, Holder, MappingStatus
-from exporter.cgroup import ContainerRef
-from exporter.plausibility import implausible
-from exporter.poller import BackendView
-from exporter.selection import Selection
-from vendors.base import DeviceSample, Partition, Slice, merge_samples
+from xpuwatch.exporter import catalog as C
+from xpuwatch.exporter.attribution import Attribution, AttributionSource, Holder, MappingStatus
+from xpuwatch.exporter.cgroup import ContainerRef
+from xpuwatch.exporter.plausibility import implausible
+from xpuwatch.exporter.poller import BackendView
+from xpuwatch.exporter.selection import Selection
+from xpuwatch.vendors.base import DeviceSample, Partition, Slice, merge_samples
 
 log = logging.getLogger(__name__)
 

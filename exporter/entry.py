@@ -12,18 +12,18 @@ import os
 import sys
 from collections.abc import Sequence
 
-from exporter import build, logs
-from exporter.selection import Layer, split_flags
+from xpuwatch.exporter import build, logs
+from xpuwatch.exporter.selection import Layer, split_flags
 
 # Packages that own subcommands, in help order. A package not yet present is skipped.
 COMMAND_MODULES = (
-    "exporter.cli",
-    "alerts.cli",
-    "alerts.relay.cli",
-    "dashboards.cli",
-    "remediation.cli",
-    "deploy.cli",
-    "report.cli",
+    "xpuwatch.exporter.cli",
+    "xpuwatch.alerts.cli",
+    "xpuwatch.alerts.relay.cli",
+    "xpuwatch.dashboards.cli",
+    "xpuwatch.remediation.cli",
+    "xpuwatch.deploy.cli",
+    "xpuwatch.report.cli",
 )
 
 

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from exporter.plausibility import describe, implausible
-from vendors.base import DeviceSample
-from vendors.registry import OutputFormat
+from xpuwatch.exporter.plausibility import describe, implausible
+from xpuwatch.vendors.base import DeviceSample
+from xpuwatch.vendors.registry import OutputFormat
 
 # Scalar readings of DeviceSample that a tool may or may not give, in the order they are listed.
 _SCALARS = (

@@ -50,8 +50,8 @@ from prometheus_client.registry import CollectorRegistry
 from prometheus_client.utils import floatToGoString
 from prometheus_client.validation import _is_valid_legacy_metric_name
 
-from exporter.build import register_standard
-from exporter.collector import Collector, SeriesWriter, family
+from xpuwatch.exporter.build import register_standard
+from xpuwatch.exporter.collector import Collector, SeriesWriter, family
 
 GZIP_LEVEL = 1
 """Measured on the 512-device body (3.4 MiB; benchmarks/exporter_scrape.py): level 1 takes 15 ms of CPU and

@@ -15,7 +15,7 @@ from typing import Any
 
 from kubernetes_asyncio import client, config
 
-from exporter.workload import PodMeta
+from xpuwatch.exporter.workload import PodMeta
 
 
 @dataclass(frozen=True)

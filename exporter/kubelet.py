@@ -78,7 +78,7 @@ def list_pod_resources(socket_path: str = DEFAULT_SOCKET, timeout: float = 5.0) 
     # every node without pod mapping) need neither.
     import grpc
 
-    from exporter.podresources import api_pb2, api_pb2_grpc
+    from xpuwatch.exporter.podresources import api_pb2, api_pb2_grpc
 
     if not os.path.exists(socket_path):
         raise KubeletError(f"pod-resources socket {socket_path} does not exist", "socket_absent")

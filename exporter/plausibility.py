@@ -24,7 +24,7 @@ there, and ``inspect --explain`` names it.
 
 from __future__ import annotations
 
-from vendors.base import DeviceSample
+from xpuwatch.vendors.base import DeviceSample
 
 MAX_CELSIUS = 150.0
 REASONS = (

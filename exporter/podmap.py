@@ -37,7 +37,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from exporter.kubelet import ContainerClaim, ContainerDevices
+from xpuwatch.exporter.kubelet import ContainerClaim, ContainerDevices
 
 # Resource-name prefixes of accelerator device plugins (reference: vendors.md "K8s resource names").
 DEFAULT_RESOURCE_PREFIXES: tuple[str, ...] = (

@@ -17,10 +17,16 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
-from exporter.attribution import EMPTY, Attribution, Holder, MappingStatus, slice_key
-from exporter.build import require_extra
-from exporter.kubelet import DEFAULT_SOCKET, ContainerDevices, KubeletError, PodResources, list_pod_resources
-from exporter.podmap import (
+from xpuwatch.exporter.attribution import EMPTY, Attribution, Holder, MappingStatus, slice_key
+from xpuwatch.exporter.build import require_extra
+from xpuwatch.exporter.kubelet import (
+    DEFAULT_SOCKET,
+    ContainerDevices,
+    KubeletError,
+    PodResources,
+    list_pod_resources,
+)
+from xpuwatch.exporter.podmap import (
     DEFAULT_RESOURCE_PREFIXES,
     DeviceRef,
     DraDeviceRef,
@@ -29,10 +35,10 @@ from exporter.podmap import (
     match,
     parse_hami_allocation,
 )
-from exporter.workload import DEFAULT_OWNER_LABELS, UNKNOWN, PodMeta, Workload, classify, promote
+from xpuwatch.exporter.workload import DEFAULT_OWNER_LABELS, UNKNOWN, PodMeta, Workload, classify, promote
 
 if TYPE_CHECKING:
-    from exporter.kubeapi import ApiAccess
+    from xpuwatch.exporter.kubeapi import ApiAccess
 
 log = logging.getLogger(__name__)
 
@@ -228,7 +234,7 @@ class KubeletAttributionSource:
         require_extra("kubernetes", ("grpc", "google.protobuf"), "pod_mapping.enabled")
         if settings.kube_api:  # the Kubernetes client costs a second to import: only when enabled
             require_extra("kubernetes", ("kubernetes_asyncio",), "pod_mapping.kube_api")
-            from exporter.kubeapi import ApiAccess
+            from xpuwatch.exporter.kubeapi import ApiAccess
 
             self._api = ApiAccess(host=settings.kube_api_host, token=api_token)
         self._attribution = EMPTY
@@ -274,7 +280,7 @@ class KubeletAttributionSource:
             pods = None
             dra: tuple[DraDeviceRef, ...] = ()
             if self._api is not None:
-                from exporter.kubeapi import KubeApiError, list_node_pods, list_node_resource_slices
+                from xpuwatch.exporter.kubeapi import KubeApiError, list_node_pods, list_node_resource_slices
 
                 try:
                     pods = asyncio.run(list_node_pods(self.node, self._api, self.settings.timeout_seconds))

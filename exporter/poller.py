@@ -23,8 +23,8 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
-from exporter.plausibility import describe, implausible
-from vendors.base import Backend, BackendError, DeviceSample
+from xpuwatch.exporter.plausibility import describe, implausible
+from xpuwatch.vendors.base import Backend, BackendError, DeviceSample
 
 log = logging.getLogger(__name__)
 MAX_IMPLAUSIBLE_LOGGED = 4096

@@ -18,8 +18,8 @@ from typing import Any
 
 import yaml
 
-from exporter import catalog as C
-from exporter.selection import Reader, label_read, reads
+from xpuwatch.exporter import catalog as C
+from xpuwatch.exporter.selection import Reader, label_read, reads
 
 log = logging.getLogger(__name__)
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from exporter import budget
-from exporter.catalog import DEVICE_LABELS, POD_LABELS, SLICE_LABELS, MetricDef, catalog
-from exporter.selection import breakdowns
+from xpuwatch.exporter import budget
+from xpuwatch.exporter.catalog import DEVICE_LABELS, POD_LABELS, SLICE_LABELS, MetricDef, catalog
+from xpuwatch.exporter.selection import breakdowns
 
 _SCOPES = (
     (

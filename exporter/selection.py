@@ -24,7 +24,7 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from exporter import catalog as C
+from xpuwatch.exporter import catalog as C
 
 FLAG = re.compile(r"^--(no-)?collector\.(.+)$")
 DISABLE_DEFAULTS = "disable-defaults"

@@ -22,11 +22,11 @@ from concurrent.futures import ThreadPoolExecutor
 
 from aiohttp import web
 
-from exporter.credentials import Authenticator, Secret, Verdict
-from exporter.exposition import ExpositionCache, Rendered
-from exporter.listener import ConnectionGuard, listen
-from exporter.poller import Poller
-from exporter.settings import TLSSettings, WebConfig, WebSettings
+from xpuwatch.exporter.credentials import Authenticator, Secret, Verdict
+from xpuwatch.exporter.exposition import ExpositionCache, Rendered
+from xpuwatch.exporter.listener import ConnectionGuard, listen
+from xpuwatch.exporter.poller import Poller
+from xpuwatch.exporter.settings import TLSSettings, WebConfig, WebSettings
 
 log = logging.getLogger(__name__)
 

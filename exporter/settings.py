@@ -53,10 +53,10 @@ from typing import Any
 
 import yaml
 
-from exporter import validation
-from exporter.podsource import PodMappingSettings
-from exporter.selection import FLAGS, Layer, Selection, SelectionError, resolve
-from exporter.workload import MAX_PROMOTED, check_allowlists
+from xpuwatch.exporter import validation
+from xpuwatch.exporter.podsource import PodMappingSettings
+from xpuwatch.exporter.selection import FLAGS, Layer, Selection, SelectionError, resolve
+from xpuwatch.exporter.workload import MAX_PROMOTED, check_allowlists
 
 DEFAULT_PORT = 9851
 DEFAULT_LISTEN_ADDRESS = f":{DEFAULT_PORT}"

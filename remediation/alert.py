@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Literal
 
-from alerts.payload import BodyError, decode
+from xpuwatch.alerts.payload import BodyError, decode
 
 
 class PayloadError(ValueError):

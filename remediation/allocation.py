@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import aiohttp
 
-from exporter.catalog import ALLOCATED
-from remediation.recheck import PromError, instant
+from xpuwatch.exporter.catalog import ALLOCATED
+from xpuwatch.remediation.recheck import PromError, instant
 
 
 class AllocationError(Exception):

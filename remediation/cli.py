@@ -14,9 +14,9 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from exporter.logs import config_error
-from exporter.settings import parse_listen_address
-from report.cli import duration
+from xpuwatch.exporter.logs import config_error
+from xpuwatch.exporter.settings import parse_listen_address
+from xpuwatch.report.cli import duration
 
 from .settings import ConfigError, Settings, load
 
@@ -128,8 +128,8 @@ async def serve(settings: Settings) -> int:
     # to import.
     import aiohttp
 
-    from exporter.build import MissingExtra, require_extra
-    from exporter.listener import ConnectionGuard, listen
+    from xpuwatch.exporter.build import MissingExtra, require_extra
+    from xpuwatch.exporter.listener import ConnectionGuard, listen
 
     try:
         require_extra("kubernetes", ("kubernetes_asyncio",), "remediate")
@@ -154,7 +154,7 @@ async def serve(settings: Settings) -> int:
         ) from None
     from prometheus_client import CollectorRegistry
 
-    from exporter.build import register_standard
+    from xpuwatch.exporter.build import register_standard
 
     telemetry = Telemetry(register_standard(CollectorRegistry()))
     stop = asyncio.Event()

@@ -16,9 +16,9 @@ from typing import Any, Literal
 
 import yaml
 
-from alerts.spec import CATEGORIES
-from exporter import validation
-from exporter.settings import yaml_problem
+from xpuwatch.alerts.spec import CATEGORIES
+from xpuwatch.exporter import validation
+from xpuwatch.exporter.settings import yaml_problem
 
 ActionName = Literal["reclaim", "resize", "drain"]
 ACTIONS: tuple[ActionName, ...] = ("reclaim", "resize", "drain")

@@ -17,9 +17,9 @@ import logging
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from exporter import listener
-from exporter.credentials import Authenticator, Secret, Verdict
-from exporter.listener import BodyTooLarge, read_body
+from xpuwatch.exporter import listener
+from xpuwatch.exporter.credentials import Authenticator, Secret, Verdict
+from xpuwatch.exporter.listener import BodyTooLarge, read_body
 
 from .alert import PayloadError, parse_payload
 from .controller import Controller, NotLeader, Unavailable

@@ -30,8 +30,8 @@ from pathlib import Path
 
 import jinja2
 
-from exporter.catalog import ALLOCATED, INFO
-from report.prom import Prometheus, ReportError
+from xpuwatch.exporter.catalog import ALLOCATED, INFO
+from xpuwatch.report.prom import Prometheus, ReportError
 
 from .recheck import quote
 from .settings import Settings

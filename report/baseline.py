@@ -22,11 +22,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from alerts import queue
-from alerts.spec import Spec
-from exporter import catalog as c
-from report.chargeback import Usage
-from report.prom import DEFAULT_CONCURRENCY, Prometheus, ReportError, Request, Series
+from xpuwatch.alerts import queue
+from xpuwatch.alerts.spec import Spec
+from xpuwatch.exporter import catalog as c
+from xpuwatch.report.chargeback import Usage
+from xpuwatch.report.prom import DEFAULT_CONCURRENCY, Prometheus, ReportError, Request, Series
 
 IDENT = "node, vendor, model, device, uuid"
 SLICE_IDENT = "node, vendor, model, device, uuid, slice_id, profile, slice_kind"

@@ -13,7 +13,7 @@ import zoneinfo
 from collections.abc import Mapping
 from pathlib import Path
 
-from alerts.spec import DEFAULT_SPEC_PATH, SpecError, load_spec
+from xpuwatch.alerts.spec import DEFAULT_SPEC_PATH, SpecError, load_spec
 
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 
@@ -172,16 +172,16 @@ def run_report(args: argparse.Namespace) -> int:
     try:
         from tqdm import tqdm
 
-        from report.render import html
+        from xpuwatch.report.render import html
     except ModuleNotFoundError as exc:
         print(
             f"xpuwatch report: {exc.name} is missing; install the report extra: pip install 'xpuwatch[report]'",
             file=sys.stderr,
         )
         return 2
-    from report.baseline import Window, collect, figures, queries, range_queries
-    from report.compare import compare
-    from report.prom import Prometheus, ReportError
+    from xpuwatch.report.baseline import Window, collect, figures, queries, range_queries
+    from xpuwatch.report.compare import compare
+    from xpuwatch.report.prom import Prometheus, ReportError
 
     try:
         spec = load_spec(args.spec)
@@ -225,7 +225,7 @@ def run_report(args: argparse.Namespace) -> int:
         print(f"xpuwatch report: cannot write {args.output}: {exc}", file=sys.stderr)
         return 1
     if args.csv is not None:
-        from report import chargeback as cb
+        from xpuwatch.report import chargeback as cb
 
         try:
             args.csv.mkdir(parents=True, exist_ok=True)
@@ -244,7 +244,7 @@ def run_report(args: argparse.Namespace) -> int:
 
 
 def run_history(args: argparse.Namespace) -> int:
-    from report.history import openmetrics
+    from xpuwatch.report.history import openmetrics
 
     if args.devices < 1:
         print("xpuwatch report-history: --devices must be at least 1", file=sys.stderr)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from report.baseline import Baseline, PoolUtil
+from xpuwatch.report.baseline import Baseline, PoolUtil
 
 
 @dataclass(frozen=True)

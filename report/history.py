@@ -17,8 +17,8 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from alerts import queue
-from exporter import catalog as c
+from xpuwatch.alerts import queue
+from xpuwatch.exporter import catalog as c
 
 GIB = 1024.0**3
 DAY = 86400

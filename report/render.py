@@ -19,9 +19,9 @@ import matplotlib.dates
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
-from report import chargeback
-from report.baseline import Baseline, SliceAdvice, span
-from report.compare import Change, Comparison, duration
+from xpuwatch.report import chargeback
+from xpuwatch.report.baseline import Baseline, SliceAdvice, span
+from xpuwatch.report.compare import Change, Comparison, duration
 
 TEMPLATES = Path(__file__).parent / "templates"
 BAND_COLOR = "#2ca02c"

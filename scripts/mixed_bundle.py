@@ -19,9 +19,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from vendors.amd import ROCM_SMI_MINIMAL_ARGS  # noqa: E402
-from vendors.command import CommandResult, write_bundle  # noqa: E402
-from vendors.hygon import SMI_MINIMAL_ARGS  # noqa: E402
+from xpuwatch.vendors.amd import ROCM_SMI_MINIMAL_ARGS  # noqa: E402
+from xpuwatch.vendors.command import CommandResult, write_bundle  # noqa: E402
+from xpuwatch.vendors.hygon import SMI_MINIMAL_ARGS  # noqa: E402
 
 FIXTURES = ROOT / "tests" / "fixtures"
 BUNDLE = FIXTURES / "bundles" / "mixed-node.json"

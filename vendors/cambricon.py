@@ -19,11 +19,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from vendors import smi_table as t
-from vendors import smi_tool
-from vendors.base import Backend, Device, DeviceSample, ParseError, VendorMetric
-from vendors.registry import BackendContext, BackendSpec, Detection, OutputFormat, register
-from vendors.smi_tool import ToolBackend, detect_tool
+from xpuwatch.vendors import smi_table as t
+from xpuwatch.vendors import smi_tool
+from xpuwatch.vendors.base import Backend, Device, DeviceSample, ParseError, VendorMetric
+from xpuwatch.vendors.registry import BackendContext, BackendSpec, Detection, OutputFormat, register
+from xpuwatch.vendors.smi_tool import ToolBackend, detect_tool
 
 VENDOR = "cambricon"
 TOOLS = ("cnmon",)

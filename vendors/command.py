@@ -20,8 +20,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Protocol
 
-from vendors.base import BackendError
-from vendors.untrusted import RefusedFile, read_capped
+from xpuwatch.vendors.base import BackendError
+from xpuwatch.vendors.untrusted import RefusedFile, read_capped
 
 BUNDLE_FORMAT_VERSION = 1
 DEFAULT_MAX_OUTPUT_BYTES = 16 * 1024 * 1024

@@ -25,9 +25,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from vendors.base import BackendError, Device, DeviceSample, Slice, VendorMetric
-from vendors.nvidia_smi import VENDOR
-from vendors.registry import BackendContext, BackendSpec, Detection, register
+from xpuwatch.vendors.base import BackendError, Device, DeviceSample, Slice, VendorMetric
+from xpuwatch.vendors.nvidia_smi import VENDOR
+from xpuwatch.vendors.registry import BackendContext, BackendSpec, Detection, register
 
 log = logging.getLogger(__name__)
 

@@ -39,9 +39,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from vendors.base import BackendError, Device, DeviceSample, Slice
-from vendors.registry import BackendContext, BackendSpec, Detection, register
-from vendors.untrusted import opened
+from xpuwatch.vendors.base import BackendError, Device, DeviceSample, Slice
+from xpuwatch.vendors.registry import BackendContext, BackendSpec, Detection, register
+from xpuwatch.vendors.untrusted import opened
 
 log = logging.getLogger(__name__)
 

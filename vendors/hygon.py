@@ -39,7 +39,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
-from vendors.amd import (
+from xpuwatch.vendors.amd import (
     ROCM_SMI_ARGS,
     ROCM_SMI_MINIMAL_ARGS,
     UNKNOWN_MODEL,
@@ -56,8 +56,8 @@ from vendors.amd import (
     scaled,
     with_notes,
 )
-from vendors.base import BackendError, Device, DeviceSample, ParseError, VendorMetric
-from vendors.registry import BackendContext, BackendSpec, Detection, OutputFormat, register
+from xpuwatch.vendors.base import BackendError, Device, DeviceSample, ParseError, VendorMetric
+from xpuwatch.vendors.registry import BackendContext, BackendSpec, Detection, OutputFormat, register
 
 log = logging.getLogger(__name__)
 

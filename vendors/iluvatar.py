@@ -27,11 +27,11 @@ import csv
 import re
 from collections.abc import Mapping, Sequence
 
-from vendors import smi_table as t
-from vendors import smi_tool
-from vendors.base import Backend, Device, DeviceSample, ParseError
-from vendors.registry import BackendContext, BackendSpec, Detection, OutputFormat, register
-from vendors.smi_tool import ToolBackend, detect_tool
+from xpuwatch.vendors import smi_table as t
+from xpuwatch.vendors import smi_tool
+from xpuwatch.vendors.base import Backend, Device, DeviceSample, ParseError
+from xpuwatch.vendors.registry import BackendContext, BackendSpec, Detection, OutputFormat, register
+from xpuwatch.vendors.smi_tool import ToolBackend, detect_tool
 
 VENDOR = "iluvatar"
 TOOLS = ("ixsmi",)

@@ -25,9 +25,9 @@ import logging
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from vendors import smi_tool
-from vendors.base import Backend, BackendError, Device, DeviceSample
-from vendors.intel_hlsmi import (
+from xpuwatch.vendors import smi_tool
+from xpuwatch.vendors.base import Backend, BackendError, Device, DeviceSample
+from xpuwatch.vendors.intel_hlsmi import (
     CSV_FIELDS,
     VENDOR,
     explain_csv,
@@ -37,8 +37,8 @@ from vendors.intel_hlsmi import (
     sniff_csv,
     sniff_table,
 )
-from vendors.registry import BackendContext, BackendSpec, Detection, OutputFormat, register
-from vendors.smi_tool import ToolBackend, detect_tool
+from xpuwatch.vendors.registry import BackendContext, BackendSpec, Detection, OutputFormat, register
+from xpuwatch.vendors.smi_tool import ToolBackend, detect_tool
 
 log = logging.getLogger(__name__)
 

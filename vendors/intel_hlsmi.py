@@ -34,7 +34,7 @@ import math
 import re
 from collections.abc import Mapping, Sequence
 
-from vendors.base import Device, DeviceSample, ParseError
+from xpuwatch.vendors.base import Device, DeviceSample, ParseError
 
 VENDOR = "intel"
 MIB = 1 << 20

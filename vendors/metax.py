@@ -38,11 +38,11 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-from vendors import smi_query, smi_tool
-from vendors import smi_table as t
-from vendors.base import Backend, BackendError, Device, DeviceSample, ParseError
-from vendors.registry import BackendContext, BackendSpec, Detection, OutputFormat, register
-from vendors.smi_tool import DEFAULT_TIMEOUT_SECONDS, ToolBackend, locate
+from xpuwatch.vendors import smi_query, smi_tool
+from xpuwatch.vendors import smi_table as t
+from xpuwatch.vendors.base import Backend, BackendError, Device, DeviceSample, ParseError
+from xpuwatch.vendors.registry import BackendContext, BackendSpec, Detection, OutputFormat, register
+from xpuwatch.vendors.smi_tool import DEFAULT_TIMEOUT_SECONDS, ToolBackend, locate
 
 VENDOR = "metax"
 TOOLS = ("mx-smi", "ht-smi")

@@ -16,9 +16,9 @@ import xml.etree.ElementTree as ET
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from vendors.base import BackendError, Device, DeviceSample, ParseError, Slice, VendorMetric
-from vendors.command import CommandRunner
-from vendors.registry import BackendContext, BackendSpec, Detection, OutputFormat, register
+from xpuwatch.vendors.base import BackendError, Device, DeviceSample, ParseError, Slice, VendorMetric
+from xpuwatch.vendors.command import CommandRunner
+from xpuwatch.vendors.registry import BackendContext, BackendSpec, Detection, OutputFormat, register
 
 VENDOR = "nvidia"
 MIG_MODE = "accelerator_nvidia_mig_mode"

@@ -21,9 +21,9 @@ from dataclasses import dataclass, field, replace
 from types import ModuleType
 from typing import Any
 
-from vendors.base import BackendError, Device, DeviceSample, ProcessMemory, Slice
-from vendors.nvidia_smi import CLOCK_EVENT_REASONS, MIG_MODE, MIG_MODE_METRIC, VENDOR
-from vendors.registry import BackendContext, BackendSpec, Detection, register
+from xpuwatch.vendors.base import BackendError, Device, DeviceSample, ProcessMemory, Slice
+from xpuwatch.vendors.nvidia_smi import CLOCK_EVENT_REASONS, MIG_MODE, MIG_MODE_METRIC, VENDOR
+from xpuwatch.vendors.registry import BackendContext, BackendSpec, Detection, register
 
 log = logging.getLogger(__name__)
 

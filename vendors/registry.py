@@ -15,8 +15,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from vendors.base import Backend, Device, DeviceSample, VendorMetric
-from vendors.command import CommandRunner, SubprocessRunner
+from xpuwatch.vendors.base import Backend, Device, DeviceSample, VendorMetric
+from xpuwatch.vendors.command import CommandRunner, SubprocessRunner
 
 log = logging.getLogger(__name__)
 
@@ -153,13 +153,13 @@ def all_specs() -> dict[str, BackendSpec]:
     """Every registered backend, importing all vendor modules on first call (sorted by priority, name)."""
     global _loaded
     if not _loaded:
-        import vendors
+        from xpuwatch import vendors
 
         for mod in pkgutil.iter_modules(vendors.__path__):
             if mod.name in _NOT_BACKENDS or mod.name.startswith("_"):
                 continue
             try:
-                importlib.import_module(f"vendors.{mod.name}")
+                importlib.import_module(f"{vendors.__name__}.{mod.name}")
             except ImportError as exc:  # one broken vendor module never hides the others
                 log.warning("vendor module %s could not be imported: %s", mod.name, exc)
         _loaded = True

@@ -48,17 +48,17 @@ from typing import Any
 
 import yaml
 
-from vendors.amd.readings import ECC_DEFERRED as AMD_ECC_DEFERRED
-from vendors.ascend import records as ascend
-from vendors.base import BackendError, Device, DeviceSample, Partition, ProcessMemory, Slice
-from vendors.cambricon import ECC_ERRORS as CAMBRICON_ECC
-from vendors.dcgm import PROFILING_SUSPECT
-from vendors.enflame import ECC_ENABLED as ENFLAME_ECC
-from vendors.hygon import MEMORY_AVAILABLE as HYGON_MEMORY_AVAILABLE
-from vendors.kunlunxin import L3_TOTAL as KUNLUNXIN_L3_TOTAL
-from vendors.kunlunxin import L3_USED as KUNLUNXIN_L3_USED
-from vendors.nvidia_smi import MIG_MODE
-from vendors.registry import BackendContext, BackendSpec, Detection, register
+from xpuwatch.vendors.amd.readings import ECC_DEFERRED as AMD_ECC_DEFERRED
+from xpuwatch.vendors.ascend import records as ascend
+from xpuwatch.vendors.base import BackendError, Device, DeviceSample, Partition, ProcessMemory, Slice
+from xpuwatch.vendors.cambricon import ECC_ERRORS as CAMBRICON_ECC
+from xpuwatch.vendors.dcgm import PROFILING_SUSPECT
+from xpuwatch.vendors.enflame import ECC_ENABLED as ENFLAME_ECC
+from xpuwatch.vendors.hygon import MEMORY_AVAILABLE as HYGON_MEMORY_AVAILABLE
+from xpuwatch.vendors.kunlunxin import L3_TOTAL as KUNLUNXIN_L3_TOTAL
+from xpuwatch.vendors.kunlunxin import L3_USED as KUNLUNXIN_L3_USED
+from xpuwatch.vendors.nvidia_smi import MIG_MODE
+from xpuwatch.vendors.registry import BackendContext, BackendSpec, Detection, register
 
 DEFAULT_NODE = "sim-node-1"
 GIB = 1024**3

@@ -20,8 +20,8 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from vendors.base import ParseError
-from vendors.smi_table import Row
+from xpuwatch.vendors.base import ParseError
+from xpuwatch.vendors.smi_table import Row
 
 _KEY_VALUE = re.compile(r"^(?P<indent>\s*)(?P<key>[^:\s][^:]*?)\s*:(?:\s+(?P<value>.*?))?\s*$")
 MAX_LINES = 200_000  # a query of 64 devices prints ~6,000 lines; past this it is not one tool output

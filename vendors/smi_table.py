@@ -17,7 +17,7 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-from vendors.base import Device, DeviceSample, ParseError
+from xpuwatch.vendors.base import Device, DeviceSample, ParseError
 
 MIB = 1024.0**2  # bytes in a mebibyte
 

@@ -7,8 +7,8 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Sequence
 
-from vendors.base import BackendError, Device, DeviceSample, ParseError
-from vendors.registry import BackendContext, Detection
+from xpuwatch.vendors.base import BackendError, Device, DeviceSample, ParseError
+from xpuwatch.vendors.registry import BackendContext, Detection
 
 DEFAULT_TIMEOUT_SECONDS = 10.0
 

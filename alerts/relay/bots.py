@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from alerts.relay import dingtalk, feishu, wecom
-from alerts.relay.render import Bot
+from xpuwatch.alerts.relay import dingtalk, feishu, wecom
+from xpuwatch.alerts.relay.render import Bot
 
 BOTS: dict[str, Bot] = {b.type: b for b in (wecom.BOT, feishu.BOT, dingtalk.BOT)}

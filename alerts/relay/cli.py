@@ -9,12 +9,12 @@ import signal
 from dataclasses import replace
 from typing import Any
 
-from alerts.relay.config import ConfigError, load_settings
-from alerts.relay.server import build_app, build_relay
-from exporter.build import register_standard
-from exporter.listener import ConnectionGuard, listen
-from exporter.logs import config_error
-from exporter.settings import parse_listen_address
+from xpuwatch.alerts.relay.config import ConfigError, load_settings
+from xpuwatch.alerts.relay.server import build_app, build_relay
+from xpuwatch.exporter.build import register_standard
+from xpuwatch.exporter.listener import ConnectionGuard, listen
+from xpuwatch.exporter.logs import config_error
+from xpuwatch.exporter.settings import parse_listen_address
 
 log = logging.getLogger(__name__)
 
@@ -52,7 +52,7 @@ def run(args: argparse.Namespace) -> int:
             settings.listen_address, "--web.listen-address" if args.listen_address else "listen_address"
         )
         if args.check:
-            from alerts.relay.server import check_settings
+            from xpuwatch.alerts.relay.server import check_settings
 
             check_settings(settings)
             print(f"config OK: {len(settings.channels)} channel(s)")

@@ -11,10 +11,10 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import yaml
 
-from alerts.spec import SEVERITIES
-from exporter import validation
-from exporter.credentials import is_bcrypt_hash
-from exporter.settings import yaml_problem
+from xpuwatch.alerts.spec import SEVERITIES
+from xpuwatch.exporter import validation
+from xpuwatch.exporter.credentials import is_bcrypt_hash
+from xpuwatch.exporter.settings import yaml_problem
 
 DEFAULT_LISTEN = ":9852"  # contract: relay default port 9852
 DEFAULT_TIMEZONE = "Asia/Shanghai"

@@ -29,10 +29,10 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from alerts.relay.config import Channel, ConfigError, RateLimit
-from alerts.relay.outcome import Outcome
-from alerts.relay.render import Layout, Markup
-from alerts.relay.signing import dingtalk_url
+from xpuwatch.alerts.relay.config import Channel, ConfigError, RateLimit
+from xpuwatch.alerts.relay.outcome import Outcome
+from xpuwatch.alerts.relay.render import Layout, Markup
+from xpuwatch.alerts.relay.signing import dingtalk_url
 
 # 460101 "message too long, exceed 20000 bytes" (timonwong#30, PrometheusAlert#318): budget the whole body.
 MAX_BODY_BYTES = 20_000

@@ -16,10 +16,10 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from alerts.relay.config import Channel, ConfigError, RateLimit
-from alerts.relay.outcome import Outcome
-from alerts.relay.render import Layout, Markup
-from alerts.relay.signing import sign_body
+from xpuwatch.alerts.relay.config import Channel, ConfigError, RateLimit
+from xpuwatch.alerts.relay.outcome import Outcome
+from xpuwatch.alerts.relay.render import Layout, Markup
+from xpuwatch.alerts.relay.signing import sign_body
 
 MAX_BODY_BYTES = 20 * 1024  # official guide: 请求体的数据大小不能超过 20 KB
 # Budget: 20,000 bytes (the stricter reading of "20 KB") minus room for "timestamp" and "sign".

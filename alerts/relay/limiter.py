@@ -6,7 +6,7 @@ import bisect
 from collections import deque
 from collections.abc import Sequence
 
-from alerts.relay.config import RateLimit
+from xpuwatch.alerts.relay.config import RateLimit
 
 
 class SlidingWindowLimiter:

@@ -11,7 +11,7 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
-from alerts.relay.outbox import Outbox, QueueStats
+from xpuwatch.alerts.relay.outbox import Outbox, QueueStats
 
 RECEIVED = "xpuwatch_relay_notifications_received_total"
 ALERTS_RECEIVED = "xpuwatch_relay_alerts_received_total"

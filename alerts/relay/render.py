@@ -18,9 +18,9 @@ from zoneinfo import ZoneInfo
 import jinja2
 import jinja2.sandbox
 
-from alerts.relay.config import Channel, ConfigError, RateLimit
-from alerts.relay.outcome import Outcome
-from alerts.relay.webhook import Alert, Notification, parse_payload
+from xpuwatch.alerts.relay.config import Channel, ConfigError, RateLimit
+from xpuwatch.alerts.relay.outcome import Outcome
+from xpuwatch.alerts.relay.webhook import Alert, Notification, parse_payload
 
 # Identity labels in display order (contract: device, slice and pod identity labels).
 IDENTITY_LABELS = (

@@ -15,13 +15,13 @@ from collections.abc import Awaitable, Callable, Mapping
 
 import aiohttp
 
-from alerts.relay.config import Channel, Retry
-from alerts.relay.limiter import SlidingWindowLimiter
-from alerts.relay.metrics import RelayMetrics
-from alerts.relay.outbox import Outbox, Pending, Unrendered
-from alerts.relay.outcome import Outcome
-from alerts.relay.render import Bot, RenderStats, Templates, compile_templates, part_budget, render
-from alerts.relay.webhook import parse_body
+from xpuwatch.alerts.relay.config import Channel, Retry
+from xpuwatch.alerts.relay.limiter import SlidingWindowLimiter
+from xpuwatch.alerts.relay.metrics import RelayMetrics
+from xpuwatch.alerts.relay.outbox import Outbox, Pending, Unrendered
+from xpuwatch.alerts.relay.outcome import Outcome
+from xpuwatch.alerts.relay.render import Bot, RenderStats, Templates, compile_templates, part_budget, render
+from xpuwatch.alerts.relay.webhook import parse_body
 
 log = logging.getLogger(__name__)
 Sleep = Callable[[float], Awaitable[None]]

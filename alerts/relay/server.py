@@ -17,17 +17,17 @@ from dataclasses import dataclass, field
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from alerts.relay.bots import BOTS
-from alerts.relay.config import Auth, ConfigError, Settings
-from alerts.relay.metrics import OutboxCollector, RelayMetrics
-from alerts.relay.outbox import Enqueued, Incoming, Outbox
-from alerts.relay.render import Bot, Templates, compile_templates, validate
-from alerts.relay.samples import SAMPLES
-from alerts.relay.sender import Sender, bot_id
-from alerts.relay.webhook import PayloadError, parse_body
-from exporter import listener
-from exporter.credentials import Authenticator, Secret, Verdict
-from exporter.listener import BodyTooLarge, read_body
+from xpuwatch.alerts.relay.bots import BOTS
+from xpuwatch.alerts.relay.config import Auth, ConfigError, Settings
+from xpuwatch.alerts.relay.metrics import OutboxCollector, RelayMetrics
+from xpuwatch.alerts.relay.outbox import Enqueued, Incoming, Outbox
+from xpuwatch.alerts.relay.render import Bot, Templates, compile_templates, validate
+from xpuwatch.alerts.relay.samples import SAMPLES
+from xpuwatch.alerts.relay.sender import Sender, bot_id
+from xpuwatch.alerts.relay.webhook import PayloadError, parse_body
+from xpuwatch.exporter import listener
+from xpuwatch.exporter.credentials import Authenticator, Secret, Verdict
+from xpuwatch.exporter.listener import BodyTooLarge, read_body
 
 log = logging.getLogger(__name__)
 

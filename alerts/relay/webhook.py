@@ -24,7 +24,7 @@ from typing import Any, Literal
 
 import msgspec
 
-from alerts.payload import BodyError, decode, surely_within
+from xpuwatch.alerts.payload import BodyError, decode, surely_within
 
 Status = Literal["firing", "resolved"]
 SUPPORTED_VERSIONS = ("4", "3")

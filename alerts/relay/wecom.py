@@ -13,9 +13,9 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from alerts.relay.config import Channel, ConfigError, RateLimit
-from alerts.relay.outcome import Outcome
-from alerts.relay.render import Layout, Markup
+from xpuwatch.alerts.relay.config import Channel, ConfigError, RateLimit
+from xpuwatch.alerts.relay.outcome import Outcome
+from xpuwatch.alerts.relay.render import Layout, Markup
 
 MARKDOWN_MAX_BYTES = 4096  # official doc: markdown.content 最长不超过4096个字节, UTF-8
 TEXT_MAX_BYTES = 2048  # official doc: text.content 最长不超过2048个字节, UTF-8

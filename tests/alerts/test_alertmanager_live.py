@@ -21,9 +21,9 @@ import aiohttp
 import pytest
 from aiohttp import web
 
-from alerts.alertmanager import Endpoints, render_alertmanager
-from alerts.spec import load_spec
 from tests.ports import free_port as _free_port
+from xpuwatch.alerts.alertmanager import Endpoints, render_alertmanager
+from xpuwatch.alerts.spec import load_spec
 
 AM_BIN = "/usr/bin/prometheus-alertmanager"
 TOKEN = "s3cret-token"

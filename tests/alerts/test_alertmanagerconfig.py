@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from alerts.alertmanager import Endpoints, build_config
-from alerts.alertmanagerconfig import from_config, matcher, render_alertmanagerconfig
-from alerts.spec import load_spec
+from xpuwatch.alerts.alertmanager import Endpoints, build_config
+from xpuwatch.alerts.alertmanagerconfig import from_config, matcher, render_alertmanagerconfig
+from xpuwatch.alerts.spec import load_spec
 
 
 @pytest.mark.parametrize(

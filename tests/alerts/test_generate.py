@@ -11,14 +11,22 @@ from pathlib import Path
 import pytest
 import yaml
 
-from alerts import queue
-from alerts.alertmanager import Endpoints, build_config
-from alerts.cli import DEFAULT_OUT, render_all, stale_files
-from alerts.relay import metrics as relay_metrics
-from alerts.rules import ALERTS, RECORDING_GROUPS, AlertingRule, RecordingRule, build_groups, records
-from alerts.spec import ACTIONS, CATEGORIES, DEFAULT_SPEC_PATH, SEVERITIES, SpecError, load_spec, parse_spec
-from exporter import catalog
-from remediation import telemetry
+from xpuwatch.alerts import queue
+from xpuwatch.alerts.alertmanager import Endpoints, build_config
+from xpuwatch.alerts.cli import DEFAULT_OUT, render_all, stale_files
+from xpuwatch.alerts.relay import metrics as relay_metrics
+from xpuwatch.alerts.rules import ALERTS, RECORDING_GROUPS, AlertingRule, RecordingRule, build_groups, records
+from xpuwatch.alerts.spec import (
+    ACTIONS,
+    CATEGORIES,
+    DEFAULT_SPEC_PATH,
+    SEVERITIES,
+    SpecError,
+    load_spec,
+    parse_spec,
+)
+from xpuwatch.exporter import catalog
+from xpuwatch.remediation import telemetry
 
 ROOT = Path(__file__).resolve().parents[2]
 PROMTOOL_TESTS = Path(__file__).parent / "promtool"
@@ -26,7 +34,7 @@ PROMTOOL_TESTS = Path(__file__).parent / "promtool"
 
 def _cli(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "exporter.entry", "rules", "generate", *args],
+        [sys.executable, "-m", "xpuwatch", "rules", "generate", *args],
         cwd=ROOT,
         env={**os.environ, "PYTHONPATH": str(ROOT)},
         capture_output=True,

@@ -1,6 +1,6 @@
 """The generated rules, evaluated by a real Prometheus scraping the simulated exporter, fire on a fault scenario.
 
-Exporter: `python -m exporter.entry serve --simulate --sim-config FILE` (cross-team contract, notes/contract.md).
+Exporter: `python -m xpuwatch serve --simulate --sim-config FILE` (cross-team contract, notes/contract.md).
 Rules: built from the real spec with short durations (durations are spec values), 1 s scrape and evaluation.
 Skips with a reason until the exporter's `serve` with `--sim-config` exists on this branch.
 """
@@ -22,9 +22,9 @@ from typing import Any
 import pytest
 import yaml
 
-from alerts.rules import render_rules
-from alerts.spec import load_spec
 from tests.ports import free_port as _free_port
+from xpuwatch.alerts.rules import render_rules
+from xpuwatch.alerts.spec import load_spec
 
 ROOT = Path(__file__).resolve().parents[2]
 ENV = {**os.environ, "PYTHONPATH": str(ROOT)}
@@ -56,7 +56,7 @@ SCENARIO = {
 def _serve_with_sim_config() -> bool:
     try:
         out = subprocess.run(
-            [sys.executable, "-m", "exporter.entry", "serve", "--help"],
+            [sys.executable, "-m", "xpuwatch", "serve", "--help"],
             env=ENV,
             cwd=ROOT,
             capture_output=True,
@@ -135,7 +135,7 @@ def _stack(
             [
                 sys.executable,
                 "-m",
-                "exporter.entry",
+                "xpuwatch",
                 "serve",
                 "--simulate",
                 *sim_args,

@@ -9,9 +9,9 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from alerts.alertmanager import build_config
-from alerts.rules import RuleBuildError, build_groups
-from alerts.spec import DEFAULT_SPEC_PATH, SpecError, parse_spec
+from xpuwatch.alerts.alertmanager import build_config
+from xpuwatch.alerts.rules import RuleBuildError, build_groups
+from xpuwatch.alerts.spec import DEFAULT_SPEC_PATH, SpecError, parse_spec
 
 RAW = yaml.safe_load(DEFAULT_SPEC_PATH.read_text())
 

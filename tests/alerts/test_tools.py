@@ -51,8 +51,8 @@ def test_promtool_unit_tests(test_file: Path) -> None:
 @pytest.mark.slow
 def test_promtool_unit_tests_catch_a_wrong_threshold(tmp_path: Path) -> None:
     """The unit tests are not vacuous: the same tests fail against rules built with another threshold."""
-    from alerts.rules import render_rules
-    from alerts.spec import load_spec
+    from xpuwatch.alerts.rules import render_rules
+    from xpuwatch.alerts.spec import load_spec
 
     generated = tmp_path / "alerts" / "generated"
     generated.mkdir(parents=True)
@@ -74,8 +74,8 @@ def test_amtool_check_config_accepts_alertmanager_yml() -> None:
 
 def test_amtool_accepts_the_meta_receiver_with_an_out_of_band_webhook(tmp_path: Path) -> None:
     """--meta-url adds a second webhook (with or without a token file) that Alertmanager 0.25 accepts."""
-    from alerts.alertmanager import Endpoints, render_alertmanager
-    from alerts.spec import load_spec
+    from xpuwatch.alerts.alertmanager import Endpoints, render_alertmanager
+    from xpuwatch.alerts.spec import load_spec
 
     for creds in ("", "/etc/alertmanager/secrets/pager/token"):
         path = tmp_path / "alertmanager.yml"

@@ -17,9 +17,9 @@ from typing import Any
 import pytest
 import yaml
 
-from alerts.rules import build_groups, records, render_rules
-from alerts.spec import DEFAULT_SPEC_PATH, load_user_spec, overlay, parse_spec
-from exporter import catalog as c
+from xpuwatch.alerts.rules import build_groups, records, render_rules
+from xpuwatch.alerts.spec import DEFAULT_SPEC_PATH, load_user_spec, overlay, parse_spec
+from xpuwatch.exporter import catalog as c
 
 ROOT = Path(__file__).resolve().parents[2]
 GENERATED = ROOT / "alerts" / "generated"
@@ -31,7 +31,7 @@ def _generate(tmp_path: Path, user: str) -> tuple[int, str, Path]:
     spec.write_text(user)
     out = tmp_path / "out"
     result = subprocess.run(
-        [sys.executable, "-m", "exporter.entry", "rules", "generate", f"--spec={spec}", f"--out={out}"],
+        [sys.executable, "-m", "xpuwatch", "rules", "generate", f"--spec={spec}", f"--out={out}"],
         cwd=ROOT,
         capture_output=True,
         text=True,

@@ -15,7 +15,7 @@ from wsgiref.simple_server import WSGIServer
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_server
 
-from dashboards.sources import FOREIGN
+from xpuwatch.dashboards.sources import FOREIGN
 
 # Label values a relay and a dry-run controller report (channels: contract; results/modes: remediation).
 LABEL_VALUES = {

@@ -14,13 +14,13 @@ from pathlib import Path
 import pytest
 import yaml
 
-from dashboards import sources
-from dashboards.cli import generate
-from dashboards.configmap import render_configmaps
-from dashboards.generator import DEFAULT_OUT, MODULES, READS, render_all, stale_files
-from dashboards.layout import Row, place
-from dashboards.panel import Panel, Query
-from exporter import catalog
+from xpuwatch.dashboards import sources
+from xpuwatch.dashboards.cli import generate
+from xpuwatch.dashboards.configmap import render_configmaps
+from xpuwatch.dashboards.generator import DEFAULT_OUT, MODULES, READS, render_all, stale_files
+from xpuwatch.dashboards.layout import Row, place
+from xpuwatch.dashboards.panel import Panel, Query
+from xpuwatch.exporter import catalog
 
 ROOT = Path(__file__).resolve().parents[2]
 DASHBOARD_MODULES = [ROOT / (m.replace(".", "/") + ".py") for m in MODULES]
@@ -28,7 +28,7 @@ DASHBOARD_MODULES = [ROOT / (m.replace(".", "/") + ".py") for m in MODULES]
 
 def _cli(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "exporter.entry", "dashboards", "generate", *args],
+        [sys.executable, "-m", "xpuwatch", "dashboards", "generate", *args],
         cwd=ROOT,
         env={**os.environ, "PYTHONPATH": str(ROOT)},
         capture_output=True,

@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from dashboards.board import SCHEMA_VERSION
-from dashboards.generator import DEFAULT_OUT
+from xpuwatch.dashboards.board import SCHEMA_VERSION
+from xpuwatch.dashboards.generator import DEFAULT_OUT
 
 DASHBOARDS = sorted(DEFAULT_OUT.glob("*.json"))
 DATASOURCE = {"type": "prometheus", "uid": "${datasource}"}
@@ -166,7 +166,7 @@ def test_only_the_device_dashboard_draws_raw_device_series_over_time() -> None:
     """Time-series panels of the fleet-wide dashboards read recorded, pre-aggregated series (per pool, node
     or namespace), so a refresh costs the same at 2,000 cards as at 200; per-device series over time are
     drawn only on the device dashboard (one card)."""
-    from exporter import catalog as c
+    from xpuwatch.exporter import catalog as c
 
     per_device = {m.name for m in c.catalog() if m.scope in ("device", "slice")}
     raw = []

@@ -1,7 +1,7 @@
 """Every panel query of every generated dashboard returns data from a real Prometheus.
 
 One Debian Prometheus (loopback, tmp TSDB, 1 s scrape and evaluation) for the whole module scrapes the sim
-exporter (`python -m exporter.entry serve --simulate --sim-config FILE`) running the default fleet plus a
+exporter (`python -m xpuwatch serve --simulate --sim-config FILE`) running the default fleet plus a
 fault timeline, the relay/remediation stand-in (tests/dashboards/pipeline_standin.py) and a kube-state-metrics
 stand-in (tests/ksm_standin.py), with the committed
 alerts/generated/rules.yml loaded (recording and alerting rules, unchanged). Variables are resolved the way
@@ -31,13 +31,13 @@ from typing import Any
 import pytest
 import yaml
 
-from dashboards.generator import DEFAULT_OUT
-from dashboards.sources import RECORDS
-from exporter import catalog as c
 from tests import ksm_standin
 from tests.dashboards import pipeline_standin
 from tests.ports import free_port as _free_port
-from vendors.sim import default_scenario_text
+from xpuwatch.dashboards.generator import DEFAULT_OUT
+from xpuwatch.dashboards.sources import RECORDS
+from xpuwatch.exporter import catalog as c
+from xpuwatch.vendors.sim import default_scenario_text
 
 ROOT = Path(__file__).resolve().parents[2]
 ENV = {**os.environ, "PYTHONPATH": str(ROOT)}
@@ -200,7 +200,7 @@ def stack(
                 [
                     sys.executable,
                     "-m",
-                    "exporter.entry",
+                    "xpuwatch",
                     "serve",
                     "--simulate",
                     f"--sim-config={sim}",

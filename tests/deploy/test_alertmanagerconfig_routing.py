@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 import yaml
 
-from alerts.spec import CATEGORIES
 from tests.deploy.test_kustomize import render
+from xpuwatch.alerts.spec import CATEGORIES
 
 ROOT = Path(__file__).resolve().parents[2]
 GENERATED = ROOT / "alerts" / "generated"

@@ -24,13 +24,13 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from alerts import spec as alert_spec
-from alerts.cli import promtool_problem
-from alerts.relay import config as relay_config
-from exporter import settings as exporter_settings
-from exporter import validation
-from remediation import settings as remediation_settings
-from vendors import registry
+from xpuwatch.alerts import spec as alert_spec
+from xpuwatch.alerts.cli import promtool_problem
+from xpuwatch.alerts.relay import config as relay_config
+from xpuwatch.exporter import settings as exporter_settings
+from xpuwatch.exporter import validation
+from xpuwatch.remediation import settings as remediation_settings
+from xpuwatch.vendors import registry
 
 ROOT = Path(__file__).resolve().parents[2]
 HUGE_INT = 99999999999999999999  # YAML int past uint64: "no bound" where a bound was meant
@@ -55,7 +55,7 @@ def run_cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     env["PYTHONPATH"] = str(ROOT)
     try:
         return subprocess.run(
-            [sys.executable, "-m", "exporter.entry", *args],
+            [sys.executable, "-m", "xpuwatch", *args],
             cwd=cwd,
             env=env,
             capture_output=True,
@@ -143,7 +143,7 @@ CASES = [
     (
         "rules",
         {"alerts": {"AcceleratorLowUtilization": {"workload_selector": 'workload_kind!~"(a)\\\\1"'}}},
-        "alerts.AcceleratorLowUtilization.workload_selector",
+        "xpuwatch.alerts.AcceleratorLowUtilization.workload_selector",
     ),
     (
         "rules",
@@ -153,10 +153,10 @@ CASES = [
     (
         "rules",
         {"alerts": {"AcceleratorEccCorrectableStorm": {"threshold": math.inf}}},
-        "alerts.AcceleratorEccCorrectableStorm.threshold",
+        "xpuwatch.alerts.AcceleratorEccCorrectableStorm.threshold",
     ),
     ("rules", {"runbook_base_url": "javascript:alert(1)"}, "runbook_base_url"),
-    ("rules", {"alerts": {"AcceleratorLost": {"for": "1m1h"}}}, "alerts.AcceleratorLost.for"),
+    ("rules", {"alerts": {"AcceleratorLost": {"for": "1m1h"}}}, "xpuwatch.alerts.AcceleratorLost.for"),
     (
         "rules",
         {"routing": {"hardware": {"repeat_interval": "300000000y"}}},

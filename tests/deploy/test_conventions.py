@@ -24,8 +24,8 @@ import bcrypt
 import pytest
 import yaml
 
-from exporter.logs import LogfmtFormatter, LogSettingsError, resolve
 from tests.deploy.test_kustomize import render
+from xpuwatch.exporter.logs import LogfmtFormatter, LogSettingsError, resolve
 
 ROOT = Path(__file__).resolve().parents[2]
 VERSION = "0.1.0"
@@ -38,7 +38,7 @@ def env(**extra: str) -> dict[str, str]:
 
 def xpuwatch(*args: str, **kw: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "exporter.entry", *args],
+        [sys.executable, "-m", "xpuwatch", *args],
         cwd=ROOT,
         env=env(**kw),
         capture_output=True,
@@ -52,7 +52,7 @@ class Process:
 
     def __init__(self, *args: str, **kw: str) -> None:
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "exporter.entry", *args],
+            [sys.executable, "-m", "xpuwatch", *args],
             cwd=ROOT,
             env=env(**kw),
             stdout=subprocess.PIPE,
@@ -279,7 +279,7 @@ def test_probes_work_with_tls_and_basic_auth(tmp_path: Path, processes: list[Pro
 
 
 def test_http_server_config_is_accepted_and_checked() -> None:
-    from exporter.settings import ConfigError, parse_web_config
+    from xpuwatch.exporter.settings import ConfigError, parse_web_config
 
     wc = parse_web_config(
         {
@@ -299,8 +299,8 @@ def test_http_server_config_is_accepted_and_checked() -> None:
 async def test_http_server_config_headers_on_every_response() -> None:
     import aiohttp
 
-    from exporter.settings import parse_web_config
     from tests.exporter.test_server import GoodBackend, build, started
+    from xpuwatch.exporter.settings import parse_web_config
 
     h = bcrypt.hashpw(b"pw", bcrypt.gensalt(4)).decode()
     wc = parse_web_config(

@@ -46,7 +46,7 @@ def demo(
     if path is not None:
         env["PATH"] = path
     return subprocess.run(
-        [sys.executable, "-m", "exporter.entry", "demo", *args],
+        [sys.executable, "-m", "xpuwatch", "demo", *args],
         cwd=ROOT,
         env=env,
         capture_output=True,
@@ -160,7 +160,7 @@ def assert_gone(pids: dict[int, str]) -> None:
         cmdline = Path(f"/proc/{pid}/cmdline")
         if cmdline.exists():  # only a reused pid, never one of ours
             text = cmdline.read_bytes().decode(errors="replace")
-            assert "exporter.entry" not in text and "prometheus" not in text, (name, text)
+            assert "-m\x00xpuwatch\x00" not in text and "prometheus" not in text, (name, text)
 
 
 @pytest.mark.slow
@@ -168,7 +168,7 @@ def assert_gone(pids: dict[int, str]) -> None:
 def test_ctrl_c_stops_every_child_and_removes_the_workdir(tmp_path: Path) -> None:
     env = {**os.environ, "PYTHONPATH": str(ROOT), "TMPDIR": str(tmp_path)}
     proc = subprocess.Popen(
-        [sys.executable, "-m", "exporter.entry", "demo"],
+        [sys.executable, "-m", "xpuwatch", "demo"],
         cwd=ROOT,
         env=env,
         stdout=subprocess.PIPE,
@@ -205,7 +205,7 @@ def test_sighup_with_the_terminal_gone_stops_every_child_and_removes_the_workdir
     secrets included) in TMPDIR."""
     env = {**os.environ, "PYTHONPATH": str(ROOT), "TMPDIR": str(tmp_path)}
     proc = subprocess.Popen(
-        [sys.executable, "-m", "exporter.entry", "demo"],
+        [sys.executable, "-m", "xpuwatch", "demo"],
         cwd=ROOT,
         env=env,
         stdout=subprocess.PIPE,
@@ -259,7 +259,7 @@ def test_a_component_that_cannot_start_fails_the_demo_with_its_log(tmp_path: Pat
 def test_free_ports_never_hands_two_components_the_same_port(monkeypatch: pytest.MonkeyPatch) -> None:
     """The kernel may return a just-released port again (CI saw the exporter and the relay both
     given one port); picks are held until all are made, and a repeat pick is drawn again."""
-    from deploy import demo as demo_mod
+    from xpuwatch.deploy import demo as demo_mod
 
     real_socket = socket.socket
     repeats = iter([0, 0])  # the first two binds both ask for one fixed port
@@ -290,7 +290,7 @@ def test_free_ports_never_hands_two_components_the_same_port(monkeypatch: pytest
 
 
 def test_free_ports_keeps_requested_ports_and_avoids_them() -> None:
-    from deploy.demo import free_ports
+    from xpuwatch.deploy.demo import free_ports
 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -16,16 +16,16 @@ import aiohttp
 import pytest
 from aiohttp import web
 
-from alerts.relay import feishu, wecom
-from alerts.rules import AlertingRule, build_groups
-from alerts.spec import load_spec
-from deploy import demo_config as cfg
-from deploy.demo import load_demo_scenario, write_files
-from deploy.narration import AlertWatch, Console, describe_audit, parse_time, readable
-from deploy.standin_bots import FEISHU_OK, WECOM_OK, BotMessage, ChatBots
-from deploy.standin_kube import KubeStandIn, scenario_objects
-from remediation.kube import Kube, KubeError, ObjectRef
-from remediation.settings import KubeSettings
+from xpuwatch.alerts.relay import feishu, wecom
+from xpuwatch.alerts.rules import AlertingRule, build_groups
+from xpuwatch.alerts.spec import load_spec
+from xpuwatch.deploy import demo_config as cfg
+from xpuwatch.deploy.demo import load_demo_scenario, write_files
+from xpuwatch.deploy.narration import AlertWatch, Console, describe_audit, parse_time, readable
+from xpuwatch.deploy.standin_bots import FEISHU_OK, WECOM_OK, BotMessage, ChatBots
+from xpuwatch.deploy.standin_kube import KubeStandIn, scenario_objects
+from xpuwatch.remediation.kube import Kube, KubeError, ObjectRef
+from xpuwatch.remediation.settings import KubeSettings
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 PORTS = cfg.Ports(exporter=19851, prometheus=19090, alertmanager=19093, relay=19852, remediation=19853)
@@ -111,8 +111,8 @@ def test_amtool_accepts_alertmanager_yml(written: cfg.Files) -> None:
 
 
 def test_relay_and_remediation_load_the_written_configs(written: cfg.Files) -> None:
-    from alerts.relay.config import load_settings
-    from remediation.settings import load
+    from xpuwatch.alerts.relay.config import load_settings
+    from xpuwatch.remediation.settings import load
 
     relay = load_settings(written.relay)
     assert sorted(relay.channels) == ["oncall-wecom", "team-feishu"]
@@ -305,7 +305,7 @@ def test_components_listen_on_loopback_in_start_order(tmp_path: Path) -> None:
         "--web.external-url=http://127.0.0.1:19093",
     )
     assert comps[4].argv == (
-        "/py", "-m", "exporter.entry", "serve", "--simulate", "--sim-config", f"{tmp_path}/scenario.yaml",
+        "/py", "-m", "xpuwatch", "serve", "--simulate", "--sim-config", f"{tmp_path}/scenario.yaml",
         "--web.listen-address", "127.0.0.1:19851",
     )  # fmt: skip
     assert [c.ready_url for c in comps] == [

@@ -34,7 +34,7 @@ class Blocker(MetaPathFinder):
         return None
 sys.meta_path.insert(0, Blocker())
 sys.argv = ["xpuwatch", *{argv!r}]
-from exporter.entry import main
+from xpuwatch.exporter.entry import main
 main()
 """
 
@@ -147,8 +147,11 @@ def test_dockerfile_targets_install_their_extras_and_copy_every_package() -> Non
     include = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]["find"][
         "include"
     ]
+    assert include == ["xpuwatch", "xpuwatch.*"]
+    # xpuwatch/ links the rooms in: the image needs the package and every folder a link points to
+    rooms = {p.resolve().name for p in (ROOT / "xpuwatch").iterdir() if p.is_symlink()}
     copied = set(re.findall(r"^COPY (\w+) \1$", stages["wheel"], re.M))
-    assert copied == {p.rstrip("*") for p in include}
+    assert copied == {"xpuwatch", *rooms}
     images = set(
         re.findall(
             r'value: "(xpuwatch[\w-]*)"',

@@ -14,15 +14,15 @@ from typing import Any
 
 import pytest
 
-from dashboards.configmap import (
+from tests.deploy.test_kustomize import KUSTOMIZE, render
+from xpuwatch.dashboards.configmap import (
     CLIENT_SIDE_APPLY_LIMIT_BYTES,
     CONFIGMAP_LIMIT_BYTES,
     applied_size,
     configmap,
     render_configmaps,
 )
-from dashboards.generator import DEFAULT_OUT, render_all
-from tests.deploy.test_kustomize import KUSTOMIZE, render
+from xpuwatch.dashboards.generator import DEFAULT_OUT, render_all
 
 GENERATED = {p.name: p.read_text("utf-8") for p in sorted(DEFAULT_OUT.glob("*.json"))}
 

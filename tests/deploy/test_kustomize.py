@@ -18,7 +18,7 @@ import pytest
 import yaml
 from kubernetes_asyncio.client import ApiClient
 
-from alerts.spec import CATEGORIES
+from xpuwatch.alerts.spec import CATEGORIES
 
 ROOT = Path(__file__).resolve().parents[2]
 KUSTOMIZE = ROOT / "deploy" / "kustomize"
@@ -410,14 +410,14 @@ def _localise(text: str, mount: str, tmp: Path) -> str:
 
 
 def test_exporter_configmap_is_valid() -> None:
-    from exporter.settings import parse
+    from xpuwatch.exporter.settings import parse
 
     s = parse(yaml.safe_load(_configmap("xpuwatch-exporter")["exporter.yaml"]))
     assert s.pod_mapping.enabled and s.pod_mapping.kube_api
 
 
 def test_remediation_configmap_is_valid_and_dry_run(tmp_path: Path) -> None:
-    from remediation.settings import parse
+    from xpuwatch.remediation.settings import parse
 
     text = _localise(
         _configmap("xpuwatch-remediation")["remediation.yaml"], "/etc/xpuwatch-remediation/secrets", tmp_path
@@ -448,7 +448,7 @@ def test_remediation_configmap_is_valid_and_dry_run(tmp_path: Path) -> None:
 
 
 def test_relay_configmap_is_valid(tmp_path: Path) -> None:
-    from alerts.relay.config import parse_settings
+    from xpuwatch.alerts.relay.config import parse_settings
 
     text = _localise(_configmap("xpuwatch-relay")["relay.yaml"], "/etc/xpuwatch-relay/secrets", tmp_path)
     s = parse_settings(yaml.safe_load(text), base=tmp_path, env={})

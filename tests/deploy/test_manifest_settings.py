@@ -22,8 +22,8 @@ from typing import Any
 import pytest
 import yaml
 
-from exporter.entry import build_parser
 from tests.deploy.test_kustomize import KUSTOMIZE, ROOT, render
+from xpuwatch.exporter.entry import build_parser
 
 OVERLAYS = sorted(
     p.parent.relative_to(KUSTOMIZE).as_posix()
@@ -222,9 +222,9 @@ def check_probes(pod: Pod, listen_port: int, unauthenticated: frozenset[str]) ->
 
 
 def exporter_settings(pod: Pod) -> Any:
-    from exporter.cli import run_serve, serve_settings
-    from exporter.logs import resolve
-    from exporter.settings import load_web_config
+    from xpuwatch.exporter.cli import run_serve, serve_settings
+    from xpuwatch.exporter.logs import resolve
+    from xpuwatch.exporter.settings import load_web_config
 
     args = build_parser().parse_args(pod.args())
     assert args.func is run_serve, f"{pod.name}: does not run `serve`"
@@ -255,7 +255,7 @@ def check_tool_paths(pod: Pod) -> None:
 def test_every_container_starts_as_its_overlay_intends(
     overlay: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from exporter.server import UNAUTHENTICATED_PATHS
+    from xpuwatch.exporter.server import UNAUTHENTICATED_PATHS
 
     seen = 0
     for pod in pods(overlay, tmp_path):
@@ -284,9 +284,9 @@ def test_every_container_starts_as_its_overlay_intends(
 
 
 def check_relay(pod: Pod) -> None:
-    from alerts.relay.cli import run, split_address
-    from alerts.relay.config import load_settings
-    from alerts.relay.server import check_settings
+    from xpuwatch.alerts.relay.cli import run, split_address
+    from xpuwatch.alerts.relay.config import load_settings
+    from xpuwatch.alerts.relay.server import check_settings
 
     args = build_parser().parse_args(pod.args())
     assert args.func is run
@@ -298,8 +298,8 @@ def check_relay(pod: Pod) -> None:
 
 
 def check_remediation(pod: Pod, overlay: str) -> None:
-    from remediation.cli import effective, run
-    from remediation.settings import load
+    from xpuwatch.remediation.cli import effective, run
+    from xpuwatch.remediation.settings import load
 
     args = build_parser().parse_args(pod.args())
     assert args.func is run

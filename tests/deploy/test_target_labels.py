@@ -42,9 +42,9 @@ import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
-from alerts.spec import load_spec
 from tests.deploy.test_kustomize import render
 from tests.ports import free_port
+from xpuwatch.alerts.spec import load_spec
 
 ROOT = Path(__file__).resolve().parents[2]
 SIM_NODE = "sim-node-1"  # the simulated fleet's node (vendors/sim_default.yaml)
@@ -265,7 +265,7 @@ def sim_exporter() -> Iterator[str]:
         [
             sys.executable,
             "-m",
-            "exporter.entry",
+            "xpuwatch",
             "serve",
             "--simulate",
             f"--web.listen-address=127.0.0.1:{port}",

@@ -31,13 +31,13 @@ from typing import Any
 
 import yaml
 
-from alerts.alertmanager import Endpoints, render_alertmanager
-from alerts.rules import GROUP_HARDWARE, PERFORMANCE_GROUPS, RECORDING_GROUPS
-from alerts.spec import load_spec
 from tests import ksm_standin
 from tests.dashboards import pipeline_standin
 from tests.dashboards.test_prometheus import ENV, ROOT, RULES, Prom, _wait
 from tests.ports import free_port as _free_port
+from xpuwatch.alerts.alertmanager import Endpoints, render_alertmanager
+from xpuwatch.alerts.rules import GROUP_HARDWARE, PERFORMANCE_GROUPS, RECORDING_GROUPS
+from xpuwatch.alerts.spec import load_spec
 
 AM_BIN = "/usr/bin/prometheus-alertmanager"
 BINARIES = ("prometheus", "victoria-metrics", "vmalert", AM_BIN)
@@ -234,7 +234,7 @@ def stack(tmp: Path, scenarios: dict[str, dict[str, Any]], interval: str = "1s")
                     [
                         sys.executable,
                         "-m",
-                        "exporter.entry",
+                        "xpuwatch",
                         "serve",
                         "--simulate",
                         f"--sim-config={sim}",

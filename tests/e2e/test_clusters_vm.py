@@ -25,9 +25,6 @@ from typing import Any
 import pytest
 import yaml
 
-from alerts.queue import QUEUE
-from dashboards.sources import RECORDS
-from exporter import catalog as c
 from tests.dashboards.test_prometheus import (
     BUILTINS,
     RULES,
@@ -40,6 +37,9 @@ from tests.dashboards.test_prometheus import (
     substitute,
 )
 from tests.e2e.clusters_stack import FEDERATE_MATCH, PER_CLUSTER_GROUPS, Stack, missing_binaries, stack
+from xpuwatch.alerts.queue import QUEUE
+from xpuwatch.dashboards.sources import RECORDS
+from xpuwatch.exporter import catalog as c
 
 CLUSTERS = {"a": 11, "b": 12}  # cluster -> sim seed
 

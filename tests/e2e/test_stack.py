@@ -23,14 +23,14 @@ from typing import Any
 import pytest
 import yaml
 
-from alerts.alertmanager import Endpoints, render_alertmanager
-from alerts.relay.config import RateLimit
-from alerts.rules import render_rules
-from alerts.spec import load_spec
 from tests.ports import free_port as _free_port
 from tests.relay.fakebots import FakeFeishu, FakeWeCom, texts
 from tests.relay.harness import TOKEN, settings_for, start_relay
-from vendors.sim import default_scenario_text
+from xpuwatch.alerts.alertmanager import Endpoints, render_alertmanager
+from xpuwatch.alerts.relay.config import RateLimit
+from xpuwatch.alerts.rules import render_rules
+from xpuwatch.alerts.spec import load_spec
+from xpuwatch.vendors.sim import default_scenario_text
 
 ROOT = Path(__file__).resolve().parents[2]
 ALERTMANAGER = shutil.which("prometheus-alertmanager") or "/usr/bin/prometheus-alertmanager"
@@ -161,7 +161,7 @@ async def test_fault_to_chat_with_inhibition_and_resolution(tmp_path: Path) -> N
             [
                 sys.executable,
                 "-m",
-                "exporter.entry",
+                "xpuwatch",
                 "serve",
                 "--simulate",
                 f"--sim-config={tmp_path / 'sim.yaml'}",

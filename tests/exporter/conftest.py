@@ -21,7 +21,7 @@ GOLDEN_CLOCK = "1700000000"
 def stable_exposition(body: str) -> str:
     """``body`` without the families that differ between runs of the same code (process_*, python_*,
     xpuwatch_build_info: exporter.build.VOLATILE_PREFIXES), which golden files leave out."""
-    from exporter.build import VOLATILE_PREFIXES
+    from xpuwatch.exporter.build import VOLATILE_PREFIXES
 
     def volatile(line: str) -> bool:
         name = line.split(" ", 3)[2] if line.startswith("# ") else line
@@ -48,7 +48,7 @@ def run_cli(
     *args: str, env: dict[str, str] | None = None, timeout: float = 60
 ) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "exporter.entry", *args],
+        [sys.executable, "-m", "xpuwatch", *args],
         cwd=ROOT,
         env=env or cli_env(),
         capture_output=True,
@@ -64,7 +64,7 @@ def start_exporter() -> Iterator[Callable[..., Exporter]]:
 
     def start(*args: str, env: dict[str, str] | None = None) -> Exporter:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "exporter.entry", "serve", "--web.listen-address", "127.0.0.1:0", *args],
+            [sys.executable, "-m", "xpuwatch", "serve", "--web.listen-address", "127.0.0.1:0", *args],
             cwd=ROOT,
             env=env or cli_env(),
             stdout=subprocess.DEVNULL,

@@ -6,7 +6,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Sequence
 
-from vendors.base import BackendError, Device, DeviceSample
+from xpuwatch.vendors.base import BackendError, Device, DeviceSample
 
 
 def device(index: int, vendor: str = "nvidia", model: str = "NVIDIA A100-SXM4-80GB") -> Device:

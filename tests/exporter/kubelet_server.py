@@ -16,8 +16,8 @@ from concurrent import futures
 
 import grpc
 
-from exporter.kubelet import ContainerClaim, ContainerDevices
-from exporter.podresources import api_pb2, api_pb2_grpc
+from xpuwatch.exporter.kubelet import ContainerClaim, ContainerDevices
+from xpuwatch.exporter.podresources import api_pb2, api_pb2_grpc
 
 
 class _Lister(api_pb2_grpc.PodResourcesListerServicer):

@@ -9,18 +9,18 @@ import pytest
 from prometheus_client.exposition import choose_encoder
 from prometheus_client.registry import CollectorRegistry
 
-from exporter import catalog as C
-from exporter.attribution import Attribution, Holder
-from exporter.collector import families
-from exporter.exposition import FastEncoder, fast_encoder
-from exporter.kubelet import ContainerDevices
-from exporter.podmap import DeviceRef
-from exporter.podsource import PodMappingSettings, build_attribution
-from exporter.poller import BackendView
-from exporter.settings import ConfigError, load
-from exporter.workload import MAX_PROMOTED, MAX_PROMOTED_VALUE, PodMeta, promote
 from tests.exporter.test_exposition import Node
-from vendors.base import Device, DeviceSample
+from xpuwatch.exporter import catalog as C
+from xpuwatch.exporter.attribution import Attribution, Holder
+from xpuwatch.exporter.collector import families
+from xpuwatch.exporter.exposition import FastEncoder, fast_encoder
+from xpuwatch.exporter.kubelet import ContainerDevices
+from xpuwatch.exporter.podmap import DeviceRef
+from xpuwatch.exporter.podsource import PodMappingSettings, build_attribution
+from xpuwatch.exporter.poller import BackendView
+from xpuwatch.exporter.settings import ConfigError, load
+from xpuwatch.exporter.workload import MAX_PROMOTED, MAX_PROMOTED_VALUE, PodMeta, promote
+from xpuwatch.vendors.base import Device, DeviceSample
 
 POD = PodMeta(
     "ml",

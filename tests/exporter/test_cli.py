@@ -9,15 +9,15 @@ from pathlib import Path
 
 import pytest
 
-from exporter.capture import Redactor, capture, redact
-from exporter.cli import Clocks, assemble, inspect_files
-from exporter.reference import render_markdown
-from exporter.settings import Settings
 from tests.exporter.conftest import ROOT, Exporter, cli_env, run_cli
-from vendors import registry
-from vendors.base import BackendError, Device, DeviceSample, ParseError
-from vendors.command import ReplayRunner, SubprocessRunner, read_bundle, write_bundle
-from vendors.registry import BackendContext, BackendSpec, Detection, OutputFormat
+from xpuwatch.exporter.capture import Redactor, capture, redact
+from xpuwatch.exporter.cli import Clocks, assemble, inspect_files
+from xpuwatch.exporter.reference import render_markdown
+from xpuwatch.exporter.settings import Settings
+from xpuwatch.vendors import registry
+from xpuwatch.vendors.base import BackendError, Device, DeviceSample, ParseError
+from xpuwatch.vendors.command import ReplayRunner, SubprocessRunner, read_bundle, write_bundle
+from xpuwatch.vendors.registry import BackendContext, BackendSpec, Detection, OutputFormat
 
 
 @pytest.mark.slow
@@ -251,7 +251,7 @@ def test_detection_logs_found_and_skipped(
     import argparse
     import logging
 
-    from exporter.cli import _backend_names
+    from xpuwatch.exporter.cli import _backend_names
 
     registry.all_specs()
     monkeypatch.setitem(
@@ -307,7 +307,7 @@ def test_capture_cli_writes_a_bundle(tmp_path: Path) -> None:
 
 
 def test_recording_runner_keeps_failed_calls_and_replay_fails_them_alike(tmp_path: Path) -> None:
-    from vendors.command import RecordingRunner
+    from xpuwatch.vendors.command import RecordingRunner
 
     tool = tmp_path / "npu-smi"
     tool.write_text("#!/bin/sh\necho 'Invalid card id.' >&2\nexit 1\n")

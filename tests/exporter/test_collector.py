@@ -9,13 +9,13 @@ from prometheus_client.exposition import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.registry import CollectorRegistry
 
-from exporter import catalog as C
-from exporter.attribution import Attribution, Holder, StaticAttributionSource, slice_key
-from exporter.collector import Collector, families
-from exporter.exposition import Cached, ExpositionCache
-from exporter.poller import BackendView
-from exporter.selection import Selection
-from vendors.base import Device, DeviceSample, Slice, VendorMetric
+from xpuwatch.exporter import catalog as C
+from xpuwatch.exporter.attribution import Attribution, Holder, StaticAttributionSource, slice_key
+from xpuwatch.exporter.collector import Collector, families
+from xpuwatch.exporter.exposition import Cached, ExpositionCache
+from xpuwatch.exporter.poller import BackendView
+from xpuwatch.exporter.selection import Selection
+from xpuwatch.vendors.base import Device, DeviceSample, Slice, VendorMetric
 
 DEV = Device("nvidia", "NVIDIA A100-SXM4-80GB", "0", "GPU-a", "0000:01:00.0", "550.54.15", "1320")
 DEV2 = Device("nvidia", "NVIDIA A100-SXM4-80GB", "1", "GPU-b")

@@ -13,13 +13,13 @@ from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from exporter.attribution import Attribution, Holder, StaticAttributionSource
-from exporter.cgroup import ContainerRef, ProcCgroups, host_proc_root, parse
-from exporter.collector import Collector
-from exporter.poller import BackendView
 from tests.vendors.fake_pynvml import FakeGpu, FakeNvml
-from vendors.base import ProcessMemory
-from vendors.nvml import NvmlBackend
+from xpuwatch.exporter.attribution import Attribution, Holder, StaticAttributionSource
+from xpuwatch.exporter.cgroup import ContainerRef, ProcCgroups, host_proc_root, parse
+from xpuwatch.exporter.collector import Collector
+from xpuwatch.exporter.poller import BackendView
+from xpuwatch.vendors.base import ProcessMemory
+from xpuwatch.vendors.nvml import NvmlBackend
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "cgroup"
 ID_A, ID_B, ID_C, ID_D = ("a1" * 32, "b2" * 32, "c3" * 32, "d4" * 32)
@@ -170,7 +170,7 @@ def test_a_cgroup_file_that_is_no_file_costs_that_process_only(tmp_path: Path) -
 
 def test_ascend_process_table_feeds_the_same_series() -> None:
     """npu-smi info's process table (a real capture: one python3.11 on NPU 6 chip 1) gives the processes."""
-    from vendors.ascend import samples_from_info
+    from xpuwatch.vendors.ascend import samples_from_info
 
     text = (Path(__file__).resolve().parents[1] / "fixtures" / "ascend").joinpath(
         "npu-smi_info_310P3_25.0.rc1.1_2chips_procs.txt"
@@ -184,8 +184,8 @@ def test_amd_process_list_feeds_the_same_series(tmp_path: Path) -> None:
     """Two pods on one AMD GPU through the amdsmi stand-in: amdsmi_get_gpu_process_list's vram_mem per pid
     -> the same accelerator_container_memory_used_bytes series as NVML's."""
     from tests.vendors.fake_amdsmi import make_amdsmi, mi300x_gcd
-    from vendors.amd import AmdBackend
-    from vendors.registry import BackendContext
+    from xpuwatch.vendors.amd import AmdBackend
+    from xpuwatch.vendors.registry import BackendContext
 
     _proc_tree(tmp_path)
     gpu = mi300x_gcd("0x01", "0000:c1:00.0")

@@ -14,10 +14,10 @@ import aiohttp
 import bcrypt
 import pytest
 
-from exporter.credentials import Authenticator, Secret, Verdict, is_bcrypt_hash
-from exporter.settings import parse_web_config
 from tests.exporter.fakes import GoodBackend
 from tests.exporter.test_server import build, started
+from xpuwatch.exporter.credentials import Authenticator, Secret, Verdict, is_bcrypt_hash
+from xpuwatch.exporter.settings import parse_web_config
 
 HASH4 = bcrypt.hashpw(b"s3cret", bcrypt.gensalt(4)).decode()
 

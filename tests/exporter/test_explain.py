@@ -9,13 +9,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from prometheus_client.parser import text_string_to_metric_families
 
-from exporter.cli import inspect_files
-from exporter.explain import explain
 from tests.conftest import FIXTURES
 from tests.exporter.conftest import ROOT, cli_env
-from vendors.base import Device, DeviceSample, ParseError
-from vendors.nvidia_smi import explain_csv
-from vendors.registry import OutputFormat, all_formats
+from xpuwatch.exporter.cli import inspect_files
+from xpuwatch.exporter.explain import explain
+from xpuwatch.vendors.base import Device, DeviceSample, ParseError
+from xpuwatch.vendors.nvidia_smi import explain_csv
+from xpuwatch.vendors.registry import OutputFormat, all_formats
 
 DEV = Device("fakevendor", "Fake X1", "3", "GPU-3")
 
@@ -93,7 +93,7 @@ def test_inspect_files_collects_explanations_only_when_asked() -> None:
 def test_inspect_explain_cli_keeps_stdout_a_valid_exposition() -> None:
     f = FIXTURES / "ascend" / "npu-smi_info_-t_usages_-i_1_310P.txt"
     res = subprocess.run(
-        [sys.executable, "-m", "exporter.entry", "inspect", "--explain", str(f)],
+        [sys.executable, "-m", "xpuwatch", "inspect", "--explain", str(f)],
         cwd=ROOT,
         env=cli_env(),
         capture_output=True,

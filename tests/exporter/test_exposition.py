@@ -24,15 +24,29 @@ from prometheus_client.metrics_core import (
 from prometheus_client.registry import CollectorRegistry
 from prometheus_client.utils import floatToGoString
 
-from exporter import catalog as C
-from exporter.attribution import EMPTY, Attribution, Holder, MappingStatus, StaticAttributionSource, slice_key
-from exporter.cgroup import ContainerRef
-from exporter.collector import Collector, RenderInputs, SeriesWriter, families, family
-from exporter.exposition import Cached, ExpositionCache, FastEncoder, Rendered, ScrapeForecast, fast_encoder
-from exporter.poller import BackendPoller, BackendView, Poller, PollSettings
-from exporter.selection import Selection, known
 from tests.exporter.fakes import GoodBackend
-from vendors.base import Device, DeviceSample, Partition, ProcessMemory, Slice
+from xpuwatch.exporter import catalog as C
+from xpuwatch.exporter.attribution import (
+    EMPTY,
+    Attribution,
+    Holder,
+    MappingStatus,
+    StaticAttributionSource,
+    slice_key,
+)
+from xpuwatch.exporter.cgroup import ContainerRef
+from xpuwatch.exporter.collector import Collector, RenderInputs, SeriesWriter, families, family
+from xpuwatch.exporter.exposition import (
+    Cached,
+    ExpositionCache,
+    FastEncoder,
+    Rendered,
+    ScrapeForecast,
+    fast_encoder,
+)
+from xpuwatch.exporter.poller import BackendPoller, BackendView, Poller, PollSettings
+from xpuwatch.exporter.selection import Selection, known
+from xpuwatch.vendors.base import Device, DeviceSample, Partition, ProcessMemory, Slice
 
 ACCEPTS = [
     "",  # text 0.0.4

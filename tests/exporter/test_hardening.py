@@ -12,11 +12,11 @@ from typing import Any
 import pytest
 import yaml
 
-from exporter.cli import Clocks, assemble, inspect_files, replayable
-from exporter.settings import ConfigError, parse
 from tests.exporter.conftest import cli_env
 from tests.vendors.test_command import alive, hanging_tool, wait_dead, wait_for_pids
-from vendors.command import SubprocessRunner
+from xpuwatch.exporter.cli import Clocks, assemble, inspect_files, replayable
+from xpuwatch.exporter.settings import ConfigError, parse
+from xpuwatch.vendors.command import SubprocessRunner
 
 
 def build(doc: Any) -> None:

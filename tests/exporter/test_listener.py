@@ -8,7 +8,7 @@ import asyncio
 
 from prometheus_client import CollectorRegistry, generate_latest
 
-from exporter.listener import ConnectionGuard, _Guarded
+from xpuwatch.exporter.listener import ConnectionGuard, _Guarded
 
 
 class Transport:

@@ -21,8 +21,8 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Sample
 
-from exporter import catalog
 from tests.exporter.conftest import GOLDEN_CLOCK, ROOT, Exporter, cli_env, stable_exposition, wait_ready
+from xpuwatch.exporter import catalog
 
 BUNDLE = ROOT / "tests" / "fixtures" / "bundles" / "mixed-node.json"
 GOLDEN = ROOT / "tests" / "golden" / "mixed-node.txt"

@@ -7,14 +7,14 @@ from collections.abc import Sequence
 
 import pytest
 
-from exporter import catalog as C
-from exporter.attribution import EMPTY
-from exporter.collector import families
-from exporter.plausibility import REASONS, implausible
-from exporter.poller import BackendPoller, BackendView, PollSettings
 from tests.conftest import FIXTURES
-from vendors.base import Device, DeviceSample, Slice
-from vendors.mthreads import parse as parse_mthreads
+from xpuwatch.exporter import catalog as C
+from xpuwatch.exporter.attribution import EMPTY
+from xpuwatch.exporter.collector import families
+from xpuwatch.exporter.plausibility import REASONS, implausible
+from xpuwatch.exporter.poller import BackendPoller, BackendView, PollSettings
+from xpuwatch.vendors.base import Device, DeviceSample, Slice
+from xpuwatch.vendors.mthreads import parse as parse_mthreads
 
 MIB = 1 << 20
 S4000 = (
@@ -98,7 +98,7 @@ def test_each_device_and_reason_is_logged_once(caplog: pytest.LogCaptureFixture)
     p = BackendPoller(
         OddBackend(), PollSettings(interval=1, timeout=1), lambda: 1000.0, monotonic=lambda: 0.0
     )
-    with caplog.at_level(logging.WARNING, logger="exporter.poller"):
+    with caplog.at_level(logging.WARNING, logger="xpuwatch.exporter.poller"):
         for _ in range(3):
             p.poll_once()
     lines = [r.getMessage() for r in caplog.records if "implausible" in r.getMessage()]

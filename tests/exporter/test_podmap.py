@@ -10,14 +10,14 @@ from pathlib import Path
 
 import pytest
 
-from exporter.kubelet import (
+from xpuwatch.exporter.kubelet import (
     ContainerClaim,
     ContainerDevices,
     KubeletError,
     list_allocations,
     list_pod_resources,
 )
-from exporter.podmap import (
+from xpuwatch.exporter.podmap import (
     DeviceRef,
     HolderRef,
     SliceRef,
@@ -144,13 +144,13 @@ def test_generated_grpc_code_is_current(tmp_path: Path) -> None:
     """Regenerating from api.proto with the pinned grpcio-tools reproduces the committed code."""
     root = Path(__file__).resolve().parents[2]
     out = tmp_path / "gen"
-    (out / "exporter" / "podresources").mkdir(parents=True)
+    (out / "xpuwatch" / "exporter" / "podresources").mkdir(parents=True)
     subprocess.run(
         [
             sys.executable,
             "-m",
             "grpc_tools.protoc",
-            "-Iexporter/podresources=exporter/podresources",
+            "-Ixpuwatch/exporter/podresources=exporter/podresources",
             f"--python_out={out}",
             f"--grpc_python_out={out}",
             f"--pyi_out={out}",
@@ -160,7 +160,7 @@ def test_generated_grpc_code_is_current(tmp_path: Path) -> None:
         check=True,
     )
     for name in ("api_pb2.py", "api_pb2_grpc.py", "api_pb2.pyi"):
-        assert (out / "exporter/podresources" / name).read_text() == (
+        assert (out / "xpuwatch/exporter/podresources" / name).read_text() == (
             root / "exporter/podresources" / name
         ).read_text(), name
 

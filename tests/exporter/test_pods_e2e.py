@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from exporter.kubelet import ContainerDevices
 from tests.exporter.conftest import GOLDEN_CLOCK, Exporter, stable_exposition, wait_ready
 from tests.exporter.kubelet_server import KubeletServer
+from xpuwatch.exporter.kubelet import ContainerDevices
 
 GOLDEN = Path(__file__).resolve().parents[1] / "golden" / "pods.txt"
 # Device identities of the default sim fleet at seed 42 (see tests/golden/metrics.txt).

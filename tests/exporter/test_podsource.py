@@ -9,11 +9,11 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
-from exporter.attribution import Holder, MappingStatus, slice_key
-from exporter.kubelet import ContainerClaim, ContainerDevices
-from exporter.podmap import DeviceRef, SliceRef
-from exporter.podsource import KubeletAttributionSource, PodMappingSettings
-from vendors.base import Slice
+from xpuwatch.exporter.attribution import Holder, MappingStatus, slice_key
+from xpuwatch.exporter.kubelet import ContainerClaim, ContainerDevices
+from xpuwatch.exporter.podmap import DeviceRef, SliceRef
+from xpuwatch.exporter.podsource import KubeletAttributionSource, PodMappingSettings
+from xpuwatch.vendors.base import Slice
 
 from .kube_api_fake import FakeKubeApi, FakeResourceSlices
 from .kubelet_server import KubeletServer
@@ -259,8 +259,8 @@ async def test_ascend_real_annotation_names_the_holder_of_the_real_chip(tmp_path
     recording the kubelet's IDs in huawei.com/kltDev and the real ones in huawei.com/AscendReal (comma-
     separated, position by position: Ascend/ascend-device-plugin plugin_api.go updatePodAnnotation). The
     holder goes to the real chip and the move is counted; vNPU IDs go to their slice."""
-    from exporter import catalog
-    from exporter.collector import families
+    from xpuwatch.exporter import catalog
+    from xpuwatch.exporter.collector import families
 
     chip = {n: f"ascend-0000:{n + 1:02x}:00.0-0" for n in range(8)}
     devs = ([DeviceRef("huawei", chip[n], f"{n}-0") for n in range(8)], [SliceRef(chip[0], "100", None)])
@@ -337,8 +337,8 @@ async def test_ascend_real_annotation_names_the_holder_of_the_real_chip(tmp_path
 def test_real_allocations_without_kubelet_record() -> None:
     """AscendReal without a usable huawei.com/kltDev: a pod holding Ascend chips in one container gets the
     real IDs; one spread over two containers keeps the kubelet's (which container got which is unknown)."""
-    from exporter.podsource import real_allocations
-    from exporter.workload import PodMeta
+    from xpuwatch.exporter.podsource import real_allocations
+    from xpuwatch.exporter.workload import PodMeta
 
     one = PodMeta("ml", "a", {}, {"huawei.com/AscendReal": "Ascend910-1"})
     two = PodMeta("ml", "b", {}, {"huawei.com/AscendReal": "Ascend910-2,Ascend910-3"})

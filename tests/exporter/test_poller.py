@@ -7,10 +7,10 @@ from dataclasses import replace
 
 import pytest
 
-from exporter import poller as P
-from exporter.poller import BackendPoller, Poller, PollSettings
 from tests.exporter.fakes import FlakyOpenBackend, GoodBackend, HangingBackend, RaisingBackend
-from vendors.base import DeviceSample
+from xpuwatch.exporter import poller as P
+from xpuwatch.exporter.poller import BackendPoller, Poller, PollSettings
+from xpuwatch.vendors.base import DeviceSample
 
 
 class Clock:

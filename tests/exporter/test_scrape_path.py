@@ -17,15 +17,15 @@ from collections.abc import AsyncIterator
 import aiohttp
 import pytest
 
-from exporter.attribution import StaticAttributionSource
-from exporter.collector import Collector
-from exporter.exposition import ExpositionCache
-from exporter.poller import BackendPoller, Poller, PollSettings
-from exporter.server import WRITE_CHUNK_BYTES, Server
-from exporter.settings import WebConfig, WebSettings
 from tests.exporter.fakes import GoodBackend
 from tests.exporter.test_server import eventually
-from vendors.base import DeviceSample
+from xpuwatch.exporter.attribution import StaticAttributionSource
+from xpuwatch.exporter.collector import Collector
+from xpuwatch.exporter.exposition import ExpositionCache
+from xpuwatch.exporter.poller import BackendPoller, Poller, PollSettings
+from xpuwatch.exporter.server import WRITE_CHUNK_BYTES, Server
+from xpuwatch.exporter.settings import WebConfig, WebSettings
+from xpuwatch.vendors.base import DeviceSample
 
 OM = "application/openmetrics-text;version=1.0.0"
 

@@ -22,20 +22,20 @@ from prometheus_client.exposition import choose_encoder
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.registry import CollectorRegistry
 
-from exporter import budget
-from exporter import catalog as C
-from exporter.attribution import Attribution
-from exporter.build import VOLATILE_PREFIXES
-from exporter.cli import warn_blind
-from exporter.collector import families
-from exporter.exposition import FastEncoder, fast_encoder
-from exporter.poller import BackendView
-from exporter.readers import SHIPPED, parse, shipped_readers
-from exporter.selection import Layer, Selection, blind, breakdowns, known, split_flags
-from exporter.settings import ConfigError, load
 from tests.exporter.conftest import Exporter, run_cli
 from tests.exporter.test_exposition import Node, full_node
-from vendors.base import Device, DeviceSample
+from xpuwatch.exporter import budget
+from xpuwatch.exporter import catalog as C
+from xpuwatch.exporter.attribution import Attribution
+from xpuwatch.exporter.build import VOLATILE_PREFIXES
+from xpuwatch.exporter.cli import warn_blind
+from xpuwatch.exporter.collector import families
+from xpuwatch.exporter.exposition import FastEncoder, fast_encoder
+from xpuwatch.exporter.poller import BackendView
+from xpuwatch.exporter.readers import SHIPPED, parse, shipped_readers
+from xpuwatch.exporter.selection import Layer, Selection, blind, breakdowns, known, split_flags
+from xpuwatch.exporter.settings import ConfigError, load
+from xpuwatch.vendors.base import Device, DeviceSample
 
 LINK = "accelerator_link_errors_total.link"
 REASON = "accelerator_clock_throttled.reason"

@@ -15,13 +15,13 @@ import bcrypt
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from exporter.attribution import StaticAttributionSource
-from exporter.collector import Collector
-from exporter.exposition import ExpositionCache
-from exporter.poller import Poller, PollSettings
-from exporter.server import Server
-from exporter.settings import WebConfig, WebSettings, parse_web_config
 from tests.exporter.fakes import GoodBackend, HangingBackend, RaisingBackend
+from xpuwatch.exporter.attribution import StaticAttributionSource
+from xpuwatch.exporter.collector import Collector
+from xpuwatch.exporter.exposition import ExpositionCache
+from xpuwatch.exporter.poller import Poller, PollSettings
+from xpuwatch.exporter.server import Server
+from xpuwatch.exporter.settings import WebConfig, WebSettings, parse_web_config
 
 
 def build(backends: list, web_config: WebConfig | None = None, timeout: float = 0.3) -> tuple[Server, Poller]:

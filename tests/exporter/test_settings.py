@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from exporter.settings import ConfigError, load, parse, parse_listen_address, parse_web_config
+from xpuwatch.exporter.settings import ConfigError, load, parse, parse_listen_address, parse_web_config
 
 HASH = "$2y$10$" + "a" * 53
 

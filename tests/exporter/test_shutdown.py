@@ -77,7 +77,7 @@ def test_sigterm_during_backend_detection_kills_the_detecting_tool(tmp_path: Pat
     marker = f"0.{os.getpid()}99{int(time.time())}"
     faketools.hanging(tmp_path / "bin", "rocm-smi", marker)
     proc = subprocess.Popen(
-        [sys.executable, "-m", "exporter.entry", "serve", "--web.listen-address", "127.0.0.1:0"],
+        [sys.executable, "-m", "xpuwatch", "serve", "--web.listen-address", "127.0.0.1:0"],
         cwd=ROOT,
         env=cli_env(PATH=str(tmp_path / "bin")),
         stdout=subprocess.DEVNULL,

@@ -6,9 +6,9 @@ from pathlib import Path
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from exporter.cli import Clocks, assemble
-from exporter.settings import BackendSettings, Settings
-from vendors.command import SubprocessRunner
+from xpuwatch.exporter.cli import Clocks, assemble
+from xpuwatch.exporter.settings import BackendSettings, Settings
+from xpuwatch.vendors.command import SubprocessRunner
 
 CLOCK = Clocks(lambda: 1_700_000_000.0, lambda: 0.0)
 

@@ -13,11 +13,11 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from exporter.listener import ConnectionGuard
-from exporter.settings import parse_web_config
 from tests.exporter.fakes import GoodBackend
 from tests.exporter.test_server import build, self_signed, started
 from tests.flood import Dribbler, close_all, idle_keepalive, start_child, summary, timed
+from xpuwatch.exporter.listener import ConnectionGuard
+from xpuwatch.exporter.settings import parse_web_config
 
 PARTIAL = b"GET /metrics HTTP/1.1\r\nHost: x\r\n"  # the header never ends
 LISTENING = r"listening on https?://([\d.]+):(\d+)/"

@@ -9,9 +9,9 @@ from pathlib import Path
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from exporter.cli import inspect_files
-from exporter.transcript import Block, blocks, command_of
 from tests.conftest import FIXTURES
+from xpuwatch.exporter.cli import inspect_files
+from xpuwatch.exporter.transcript import Block, blocks, command_of
 
 ROOT = Path(__file__).resolve().parents[2]
 HY_SMI = (FIXTURES / "hygon" / "hy-smi_showmemavailable_K100_AIx8_65438MiB_key-value.txt").read_text()
@@ -102,7 +102,7 @@ def test_inspect_names_the_block_it_cannot_read_and_reads_the_others(tmp_path: P
     paste = tmp_path / "issue.txt"
     paste.write_text(f"$ mx-smi\nmx-smi: command not found\n$ mthreads-gmi\n{MTHREADS}")
     res = subprocess.run(
-        [sys.executable, "-m", "exporter.entry", "inspect", str(paste)],
+        [sys.executable, "-m", "xpuwatch", "inspect", str(paste)],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -121,7 +121,7 @@ def test_a_long_unreadable_block_still_names_the_formats_tried(tmp_path: Path) -
     paste = tmp_path / "issue.txt"
     paste.write_text("$ mx-smi\n" + "".join(f"unknown line {i}\n" for i in range(10)))
     res = subprocess.run(
-        [sys.executable, "-m", "exporter.entry", "inspect", str(paste)],
+        [sys.executable, "-m", "xpuwatch", "inspect", str(paste)],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -187,7 +187,7 @@ def test_a_health_block_overlays_the_usages_of_the_chip_its_command_names(tmp_pa
 
 
 def test_chip_named_by_reads_i_and_c_in_any_spelling() -> None:
-    from vendors.ascend.samples import chip_named_by
+    from xpuwatch.vendors.ascend.samples import chip_named_by
 
     for cmd, want in (
         ("npu-smi info -t health -i 3 -c 1", "3-1"),

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from exporter import validation
+from xpuwatch.exporter import validation
 
 
 @pytest.mark.parametrize(

@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from exporter import catalog
 from tests.exporter import faketools
 from tests.exporter.conftest import GOLDEN_CLOCK, ROOT, Exporter, cli_env, run_cli, wait_ready
+from xpuwatch.exporter import catalog
 
 GOLDEN = ROOT / "tests" / "golden" / "mixed-node.txt"
 Series = dict[tuple[str, tuple[tuple[str, str], ...]], float]

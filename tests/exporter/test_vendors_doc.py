@@ -8,7 +8,7 @@ import re
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.exporter.conftest import ROOT
-from vendors.registry import all_specs
+from xpuwatch.vendors.registry import all_specs
 
 DOC = ROOT / "docs" / "vendors" / "README.md"
 GOLDEN = ROOT / "tests" / "golden" / "mixed-node.txt"

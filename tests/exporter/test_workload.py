@@ -6,8 +6,8 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
-from exporter.kubeapi import ApiAccess, KubeApiError, list_node_pods
-from exporter.workload import JOB, NOTEBOOK, SERVICE, UNKNOWN, PodMeta, Workload, classify
+from xpuwatch.exporter.kubeapi import ApiAccess, KubeApiError, list_node_pods
+from xpuwatch.exporter.workload import JOB, NOTEBOOK, SERVICE, UNKNOWN, PodMeta, Workload, classify
 
 from .kube_api_fake import FakeKubeApi
 

@@ -25,8 +25,8 @@ from typing import Any
 
 from aiohttp import web
 
-from alerts.relay.config import RateLimit
-from alerts.relay.signing import dingtalk_sign, feishu_sign
+from xpuwatch.alerts.relay.config import RateLimit
+from xpuwatch.alerts.relay.signing import dingtalk_sign, feishu_sign
 
 FIXTURES = Path(__file__).parent.parent / "fixtures"
 

@@ -11,8 +11,8 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
-from alerts.relay.config import Settings, parse_settings
-from alerts.relay.server import Relay, build_app, build_relay
+from xpuwatch.alerts.relay.config import Settings, parse_settings
+from xpuwatch.alerts.relay.server import Relay, build_app, build_relay
 
 FIXTURES = Path(__file__).parent.parent / "fixtures"
 TOKEN = "s3cret-token"

@@ -16,10 +16,10 @@ import aiohttp
 import pytest
 import yaml
 
-from alerts.relay.config import RateLimit
 from tests.ports import free_port
 from tests.relay.fakebots import FakeDingTalk, FakeFeishu, FakeWeCom
 from tests.relay.harness import TOKEN, settings_for, start_relay
+from xpuwatch.alerts.relay.config import RateLimit
 
 ALERTMANAGER = shutil.which("prometheus-alertmanager") or "/usr/bin/prometheus-alertmanager"
 pytestmark = [

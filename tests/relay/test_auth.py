@@ -10,9 +10,9 @@ from pathlib import Path
 import bcrypt
 import pytest
 
-from alerts.relay.config import ConfigError, RateLimit, parse_settings
 from tests.relay.fakebots import FakeWeCom
 from tests.relay.harness import settings_for, start_relay
+from xpuwatch.alerts.relay.config import ConfigError, RateLimit, parse_settings
 
 PAYLOAD = Path(__file__).parent.parent / "fixtures" / "alertmanager" / "am-issue2447-firing-captured.json"
 

@@ -11,11 +11,11 @@ from collections import Counter
 
 import pytest
 
-from alerts.relay import metrics as m
-from alerts.relay.config import RateLimit
 from tests.relay.fakebots import FakeBot, FakeDingTalk, FakeFeishu, FakeWeCom
 from tests.relay.harness import metric_value, settings_for, start_relay
 from tests.relay.test_delivery import big_group
+from xpuwatch.alerts.relay import metrics as m
+from xpuwatch.alerts.relay.config import RateLimit
 
 GROUPS, PER_GROUP = 200, 10
 # The documented limits with windows shrunk 200x (20/60 s -> 20/0.3 s; 5/1 s + 100/60 s -> 5/5 ms + 100/0.3 s):

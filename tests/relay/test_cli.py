@@ -15,7 +15,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def run(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "exporter.entry", "relay", *args],
+        [sys.executable, "-m", "xpuwatch", "relay", *args],
         cwd=ROOT,
         env={**os.environ, "PYTHONPATH": str(ROOT), "WECOM_URL": "http://127.0.0.1:9/x"},
         capture_output=True,

@@ -1,5 +1,5 @@
 """The relay process killed (SIGKILL) in the middle of delivering, then restarted on the same outbox: the rest
-is delivered, nothing twice. Runs the real CLI (`python -m exporter.entry relay`) as a subprocess."""
+is delivered, nothing twice. Runs the real CLI (`python -m xpuwatch relay`) as a subprocess."""
 
 from __future__ import annotations
 
@@ -14,10 +14,10 @@ import aiohttp
 import pytest
 import yaml
 
-from alerts.relay.config import RateLimit
 from tests.relay.fakebots import FakeFeishu, FakeWeCom
 from tests.relay.harness import TOKEN
 from tests.relay.test_delivery import big_group
+from xpuwatch.alerts.relay.config import RateLimit
 
 ROOT = Path(__file__).resolve().parents[2]
 GROUPS = 30
@@ -48,7 +48,7 @@ def write_config(tmp: Path, url: str) -> Path:
 
 async def start(config: Path) -> tuple[asyncio.subprocess.Process, str]:
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "exporter.entry", "relay", "--config", str(config),
+        sys.executable, "-m", "xpuwatch", "relay", "--config", str(config),
         cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)},
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL,
     )  # fmt: skip

@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from alerts.relay import metrics as m
-from alerts.relay.config import RateLimit
-from exporter import listener
 from tests.relay.fakebots import FakeFeishu, FakeWeCom, Fault
 from tests.relay.harness import TOKEN, Harness, alertmanager_fixtures, metric_value, settings_for, start_relay
+from xpuwatch.alerts.relay import metrics as m
+from xpuwatch.alerts.relay.config import RateLimit
+from xpuwatch.exporter import listener
 
 FAST_WECOM = [{"count": 20, "per_seconds": 0.2}]
 FAST_FEISHU = [{"count": 5, "per_seconds": 0.05}, {"count": 100, "per_seconds": 1.0}]
@@ -405,7 +405,7 @@ async def test_hostile_labels_delivered_intact_over_http(tmp_path, bots):
 
 
 async def test_render_bug_is_recorded_with_the_payload_not_retried_forever(tmp_path, bots, monkeypatch):
-    import alerts.relay.sender as sender
+    import xpuwatch.alerts.relay.sender as sender
 
     def broken(*args, **kwargs):
         raise RuntimeError("bug")

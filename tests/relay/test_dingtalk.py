@@ -9,12 +9,12 @@ from urllib.parse import parse_qs, urlsplit
 
 import pytest
 
-from alerts.relay import dingtalk
-from alerts.relay import metrics as m
-from alerts.relay.config import RateLimit
-from alerts.relay.signing import dingtalk_sign, dingtalk_url
 from tests.relay.fakebots import FakeDingTalk
 from tests.relay.harness import metric_value, settings_for, start_relay
+from xpuwatch.alerts.relay import dingtalk
+from xpuwatch.alerts.relay import metrics as m
+from xpuwatch.alerts.relay.config import RateLimit
+from xpuwatch.alerts.relay.signing import dingtalk_sign, dingtalk_url
 
 FIXTURES = Path(__file__).parent.parent / "fixtures"
 DEMO = json.loads(

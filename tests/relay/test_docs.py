@@ -7,8 +7,8 @@ from pathlib import Path
 
 import yaml
 
-from alerts.relay.config import parse_settings
-from alerts.relay.server import check_settings
+from xpuwatch.alerts.relay.config import parse_settings
+from xpuwatch.alerts.relay.server import check_settings
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "relay.md"
 

@@ -8,12 +8,12 @@ import json
 import aiohttp
 import pytest
 
-from alerts.relay import feishu, wecom
-from alerts.relay.config import RateLimit
-from alerts.relay.outcome import Outcome
-from alerts.relay.signing import sign_body
 from tests.relay.fakebots import FakeFeishu, FakeWeCom
 from tests.relay.harness import FIXTURES
+from xpuwatch.alerts.relay import feishu, wecom
+from xpuwatch.alerts.relay.config import RateLimit
+from xpuwatch.alerts.relay.outcome import Outcome
+from xpuwatch.alerts.relay.signing import sign_body
 
 
 async def post(url: str, body: object) -> tuple[int, dict]:

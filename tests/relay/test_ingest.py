@@ -16,13 +16,13 @@ from aiohttp import web
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from alerts.payload import _depth
-from alerts.relay import metrics as m
-from alerts.relay.webhook import parse_payload
-from exporter.listener import ConnectionGuard, listen
 from tests.relay.fakebots import FakeWeCom
 from tests.relay.harness import Harness, metric_value, settings_for, start_relay
 from tests.relay.test_delivery import big_group
+from xpuwatch.alerts.payload import _depth
+from xpuwatch.alerts.relay import metrics as m
+from xpuwatch.alerts.relay.webhook import parse_payload
+from xpuwatch.exporter.listener import ConnectionGuard, listen
 
 
 def group(name: str, pad: int = 0) -> dict[str, Any]:

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from alerts.relay import feishu, wecom
-from alerts.relay.config import RateLimit
-from alerts.relay.limiter import SlidingWindowLimiter
+from xpuwatch.alerts.relay import feishu, wecom
+from xpuwatch.alerts.relay.config import RateLimit
+from xpuwatch.alerts.relay.limiter import SlidingWindowLimiter
 
 
 def drive(limiter: SlidingWindowLimiter, sends: int) -> list[float]:

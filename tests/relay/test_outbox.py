@@ -7,7 +7,7 @@ import sqlite3
 
 import pytest
 
-from alerts.relay.outbox import Incoming, Outbox
+from xpuwatch.alerts.relay.outbox import Incoming, Outbox
 
 
 def incoming(digest: str, now: float, episode: str = "e1", bot: str = "b1") -> Incoming:

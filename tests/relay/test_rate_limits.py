@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from alerts.relay.bots import BOTS
+from xpuwatch.alerts.relay.bots import BOTS
 
 FIXTURES = Path(__file__).parent.parent / "fixtures"
 

@@ -11,13 +11,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from alerts.relay import feishu, wecom
-from alerts.relay.config import ConfigError, parse_settings
-from alerts.relay.render import Templates, compile_templates, neutralise, render
-from alerts.relay.server import check_settings
-from alerts.relay.webhook import parse_payload
 from tests.relay.fakebots import check_feishu, check_wecom
 from tests.relay.test_delivery import big_group
+from xpuwatch.alerts.relay import feishu, wecom
+from xpuwatch.alerts.relay.config import ConfigError, parse_settings
+from xpuwatch.alerts.relay.render import Templates, compile_templates, neutralise, render
+from xpuwatch.alerts.relay.server import check_settings
+from xpuwatch.alerts.relay.webhook import parse_payload
 
 LINK = re.compile(r"\[[^\]]*\]\([^)]*\)")
 
@@ -154,7 +154,7 @@ def test_template_failing_at_runtime_falls_back_to_builtin():
     t: Templates = check_settings(s)["w"]
     doc = big_group(1)
     doc["alerts"][0]["labels"]["node"] = "boom"
-    from alerts.relay.render import RenderStats
+    from xpuwatch.alerts.relay.render import RenderStats
 
     stats = RenderStats()
     (msg,) = render(parse_payload(doc), s.channels["w"], wecom.BOT, "", t, stats)
@@ -241,7 +241,7 @@ def test_hostile_text_survives_and_injects_nothing(labels, summary):
 
 
 def test_part_budget_shrinks_with_the_bots_backlog():
-    from alerts.relay.render import part_budget
+    from xpuwatch.alerts.relay.render import part_budget
 
     s = settings_of(channels())
     w, f = s.channels["w"], s.channels["f"]

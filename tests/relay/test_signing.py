@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from alerts.relay.signing import feishu_sign, sign_body
+from xpuwatch.alerts.relay.signing import feishu_sign, sign_body
 
 
 def test_known_vector():

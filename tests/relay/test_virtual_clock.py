@@ -11,10 +11,10 @@ import aiohttp
 import pytest
 from aiohttp import web
 
-from alerts.relay.server import build_app, build_relay
 from tests.relay.fakebots import FakeBot, FakeFeishu, FakeWeCom
 from tests.relay.harness import TOKEN, settings_for
 from tests.relay.test_delivery import big_group
+from xpuwatch.alerts.relay.server import build_app, build_relay
 
 
 class VirtualClock:

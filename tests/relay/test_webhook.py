@@ -11,8 +11,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from alerts.relay.webhook import Notification, PayloadError, _typed, parse_body, parse_plain
 from tests.relay.harness import FIXTURES
+from xpuwatch.alerts.relay.webhook import Notification, PayloadError, _typed, parse_body, parse_plain
 
 
 def load(name: str) -> bytes:

@@ -9,10 +9,10 @@ import aiohttp
 import pytest
 from aiohttp import web
 
-from remediation.kube import Kube
-from remediation.settings import KubeSettings
 from tests.remediation.fakekube import FakeKube
 from tests.remediation.kit import Clock, PromStandIn, serve
+from xpuwatch.remediation.kube import Kube
+from xpuwatch.remediation.settings import KubeSettings
 
 
 @pytest.fixture

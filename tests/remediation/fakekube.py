@@ -30,8 +30,8 @@ from typing import Any
 
 from aiohttp import web
 
-from deploy.standin_kube import merge_patch
-from deploy.standin_kube import status_response as _status
+from xpuwatch.deploy.standin_kube import merge_patch
+from xpuwatch.deploy.standin_kube import status_response as _status
 
 SMP = "application/strategic-merge-patch+json"
 MERGE = "application/merge-patch+json"

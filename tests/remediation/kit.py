@@ -12,12 +12,12 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
-from remediation.alert import Alert, parse_payload
-from remediation.audit import Audit
-from remediation.controller import Controller
-from remediation.kube import Kube
-from remediation.settings import GuardSettings, LeaderSettings, Rule, Settings
-from remediation.telemetry import Telemetry
+from xpuwatch.remediation.alert import Alert, parse_payload
+from xpuwatch.remediation.audit import Audit
+from xpuwatch.remediation.controller import Controller
+from xpuwatch.remediation.kube import Kube
+from xpuwatch.remediation.settings import GuardSettings, LeaderSettings, Rule, Settings
+from xpuwatch.remediation.telemetry import Telemetry
 
 T0 = datetime(2026, 11, 30, 12, 0, 0, tzinfo=UTC)
 

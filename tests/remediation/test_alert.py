@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from remediation.alert import PayloadError, parse_payload, parse_time
 from tests.conftest import FIXTURES
+from xpuwatch.remediation.alert import PayloadError, parse_payload, parse_time
 
 AM = FIXTURES / "alertmanager"
 

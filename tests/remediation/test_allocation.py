@@ -12,11 +12,11 @@ import pytest
 from aiohttp import web
 from prometheus_client import CollectorRegistry, Gauge, generate_latest
 
-from exporter.catalog import ALLOCATED
-from remediation.allocation import AllocationError, holders_of, query
-from remediation.settings import DrainSettings
 from tests.ports import free_port
 from tests.remediation.kit import alerts_of, am_alert, drain_labels, make_controller, make_settings
+from xpuwatch.exporter.catalog import ALLOCATED
+from xpuwatch.remediation.allocation import AllocationError, holders_of, query
+from xpuwatch.remediation.settings import DrainSettings
 
 LABELS = [
     "node",

@@ -10,11 +10,11 @@ from typing import Any
 
 import pytest
 
-from remediation.approval import decision_id
-from remediation.policy import TargetState, decide
-from remediation.settings import ApprovalSettings, ConfigError, GuardSettings, WebhookSettings, parse
-from remediation.webhook import build_app
 from tests.remediation.kit import alerts_of, am_alert, drain_labels, make_controller, make_settings
+from xpuwatch.remediation.approval import decision_id
+from xpuwatch.remediation.policy import TargetState, decide
+from xpuwatch.remediation.settings import ApprovalSettings, ConfigError, GuardSettings, WebhookSettings, parse
+from xpuwatch.remediation.webhook import build_app
 
 HOUR = 3600.0
 

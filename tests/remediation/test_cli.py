@@ -40,7 +40,7 @@ async def test_check_prints_effective_settings_with_secrets_masked(tmp_path: Pat
     proc = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
-        "exporter.entry",
+        "xpuwatch",
         "remediate",
         "--config",
         str(cfg),
@@ -64,7 +64,7 @@ async def test_bad_config_exits_2(tmp_path: Path) -> None:
     proc = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
-        "exporter.entry",
+        "xpuwatch",
         "remediate",
         "--config",
         str(tmp_path / "bad.yaml"),
@@ -86,7 +86,7 @@ async def test_dry_run_process_end_to_end(tmp_path: Path, fake, session) -> None
     proc = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
-        "exporter.entry",
+        "xpuwatch",
         "remediate",
         "--config",
         str(cfg),
@@ -136,7 +136,7 @@ async def test_metrics_carry_build_info_and_process_metrics(tmp_path: Path, fake
     proc = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
-        "exporter.entry",
+        "xpuwatch",
         "remediate",
         "--config",
         str(cfg),
@@ -173,8 +173,8 @@ async def test_metrics_carry_build_info_and_process_metrics(tmp_path: Path, fake
 
 def test_check_masks_the_relay_token_and_passwords_in_notice_urls(tmp_path: Path) -> None:
     """--check printed notify_token in clear, and the demo's relay password in the notice URL."""
-    from remediation.cli import describe
-    from remediation.settings import parse
+    from xpuwatch.remediation.cli import describe
+    from xpuwatch.remediation.settings import parse
 
     (tmp_path / "relay-token").write_text("tok-123")
     s = parse(

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import json
 
-from remediation.actions.drain import ACK_ANNOTATION, TAINT_KEY
-from remediation.settings import DrainSettings, GuardSettings
 from tests.remediation.fakekube import FakeKube
 from tests.remediation.kit import alerts_of, am_alert, drain_labels, make_controller, make_settings
+from xpuwatch.remediation.actions.drain import ACK_ANNOTATION, TAINT_KEY
+from xpuwatch.remediation.settings import DrainSettings, GuardSettings
 
 UUID = "GPU-11111111-2222-3333-4444-555555555555"
 
@@ -342,7 +342,7 @@ def tainted_nodes(fake) -> set[str]:  # type: ignore[no-untyped-def]
 
 
 def test_dry_run_summary_per_action() -> None:
-    from remediation.controller import dry_run_summary
+    from xpuwatch.remediation.controller import dry_run_summary
 
     results = [
         {"action": "drain", "step": "start", "result": "dry-run"},

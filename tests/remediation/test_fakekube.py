@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from remediation.kube import KubeError, ObjectRef, Taint
+from xpuwatch.remediation.kube import KubeError, ObjectRef, Taint
 
 
 async def test_field_selector_on_pods(fake, kube) -> None:  # type: ignore[no-untyped-def]

@@ -9,7 +9,6 @@ from typing import Any
 
 from prometheus_client import generate_latest
 
-from remediation.settings import DrainSettings, GuardSettings, RecheckSettings
 from tests.remediation.kit import (
     alerts_of,
     am_alert,
@@ -17,6 +16,7 @@ from tests.remediation.kit import (
     make_controller,
     make_settings,
 )
+from xpuwatch.remediation.settings import DrainSettings, GuardSettings, RecheckSettings
 
 HOUR = 3600.0
 

@@ -24,11 +24,11 @@ from typing import Any
 import pytest
 from aiohttp import web
 
-from remediation.alert import parse_time
-from remediation.jupyterhub import Hub
-from remediation.settings import ReclaimSettings
 from tests.ports import free_port
 from tests.remediation.kit import Clock, alerts_of, am_alert, make_controller, make_settings
+from xpuwatch.remediation.alert import parse_time
+from xpuwatch.remediation.jupyterhub import Hub
+from xpuwatch.remediation.settings import ReclaimSettings
 
 pytestmark = [
     pytest.mark.slow,

@@ -14,9 +14,9 @@ from typing import Any
 import pytest
 from aiohttp import web
 
-from remediation.actions.reclaim import STOP_ANNOTATION
-from remediation.settings import ReclaimSettings, Rule
 from tests.remediation.kit import Clock, alerts_of, am_alert, make_controller, make_settings
+from xpuwatch.remediation.actions.reclaim import STOP_ANNOTATION
+from xpuwatch.remediation.settings import ReclaimSettings, Rule
 
 
 class Kernels:

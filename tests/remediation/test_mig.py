@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from remediation import mig
-from remediation.actions.resize import hami_recommendation, target_profile
+from xpuwatch.remediation import mig
+from xpuwatch.remediation.actions.resize import hami_recommendation, target_profile
 
 
 @pytest.mark.parametrize(

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import aiohttp
 
-from remediation.notice import payload, send
 from tests.relay.fakebots import FakeFeishu, texts
 from tests.relay.harness import TOKEN, settings_for, start_relay
+from xpuwatch.remediation.notice import payload, send
 
 
 async def test_notice_with_token_is_delivered_without_is_refused(tmp_path: Path) -> None:
@@ -39,9 +39,9 @@ async def test_notices_reach_the_channel_of_their_category(tmp_path: Path) -> No
     """``notify: {hardware: ..., performance: ...}``: a drain notice for an ECC alert (category hardware)
     reaches the on-call WeCom group through the real relay, a reclaim notice the team's Feishu group. With
     one ``notify_url`` both went to Feishu; a category ``notify`` leaves out falls back to ``notify_url``."""
-    from remediation.notice import deliver
-    from remediation.settings import parse
     from tests.relay.fakebots import FakeWeCom
+    from xpuwatch.remediation.notice import deliver
+    from xpuwatch.remediation.settings import parse
 
     wecom, feishu = FakeWeCom(), FakeFeishu()
     await wecom.start()

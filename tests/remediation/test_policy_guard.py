@@ -6,12 +6,12 @@ from datetime import timedelta
 
 import pytest
 
-from remediation import guard, policy
-from remediation.guard import FleetView
-from remediation.policy import HistoryEntry, TargetState
-from remediation.progress import Progress, decode
-from remediation.settings import GuardSettings, ResizeSettings, Rule
 from tests.remediation.kit import T0, alerts_of, am_alert, drain_labels, make_settings
+from xpuwatch.remediation import guard, policy
+from xpuwatch.remediation.guard import FleetView
+from xpuwatch.remediation.policy import HistoryEntry, TargetState
+from xpuwatch.remediation.progress import Progress, decode
+from xpuwatch.remediation.settings import GuardSettings, ResizeSettings, Rule
 
 S = make_settings()
 G = GuardSettings(dry_run=False, max_disrupted_nodes=2, max_disrupted_ratio=0.5, cooldown_seconds=600)

@@ -23,9 +23,6 @@ import aiohttp
 import pytest
 from aiohttp import web
 
-from remediation.alert import parse_payload
-from remediation.recheck import selector
-from remediation.settings import DrainSettings, RecheckSettings
 from tests.ports import free_port
 from tests.remediation.kit import (
     alerts_of,
@@ -34,6 +31,9 @@ from tests.remediation.kit import (
     make_controller,
     make_settings,
 )
+from xpuwatch.remediation.alert import parse_payload
+from xpuwatch.remediation.recheck import selector
+from xpuwatch.remediation.settings import DrainSettings, RecheckSettings
 
 AM_BIN = "/usr/bin/prometheus-alertmanager"
 RULES = """

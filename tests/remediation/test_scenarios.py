@@ -9,19 +9,6 @@ import aiohttp
 import pytest
 from aiohttp import web
 
-from remediation.actions.drain import TAINT_KEY
-from remediation.actions.resize import CORDON_REASON, MIG_CONFIG, MIG_STATE
-from remediation.controller import Controller
-from remediation.lease import Elector
-from remediation.settings import (
-    DrainSettings,
-    GuardSettings,
-    LeaderSettings,
-    ResizeSettings,
-    Rule,
-    WebhookSettings,
-)
-from remediation.webhook import PATH, build_app
 from tests.remediation.fakekube import FakeKube
 from tests.remediation.kit import (
     Clock,
@@ -32,6 +19,19 @@ from tests.remediation.kit import (
     make_controller,
     make_settings,
 )
+from xpuwatch.remediation.actions.drain import TAINT_KEY
+from xpuwatch.remediation.actions.resize import CORDON_REASON, MIG_CONFIG, MIG_STATE
+from xpuwatch.remediation.controller import Controller
+from xpuwatch.remediation.lease import Elector
+from xpuwatch.remediation.settings import (
+    DrainSettings,
+    GuardSettings,
+    LeaderSettings,
+    ResizeSettings,
+    Rule,
+    WebhookSettings,
+)
+from xpuwatch.remediation.webhook import PATH, build_app
 
 TOKEN = "s3cret-token"
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from remediation.settings import ConfigError, Rule, load, parse
+from xpuwatch.remediation.settings import ConfigError, Rule, load, parse
 
 
 def test_defaults_are_safe() -> None:
@@ -148,7 +148,7 @@ def test_startup_failures_are_one_line(tmp_path: Path) -> None:
 
     def run(*argv: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
-            [sys.executable, "-m", "exporter.entry", "remediate", *argv],
+            [sys.executable, "-m", "xpuwatch", "remediate", *argv],
             env=env,
             capture_output=True,
             text=True,

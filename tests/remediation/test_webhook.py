@@ -11,11 +11,11 @@ import bcrypt
 import pytest
 from aiohttp import web
 
-from exporter import listener
-from exporter.credentials import Verdict
-from remediation.settings import GuardSettings, WebhookSettings
-from remediation.webhook import PATH, authenticator, build_app
 from tests.remediation.kit import Clock, am_alert, am_payload, drain_labels, make_controller, make_settings
+from xpuwatch.exporter import listener
+from xpuwatch.exporter.credentials import Verdict
+from xpuwatch.remediation.settings import GuardSettings, WebhookSettings
+from xpuwatch.remediation.webhook import PATH, authenticator, build_app
 
 TOKEN = "tok-123"
 HASH = bcrypt.hashpw(b"pa:ss", bcrypt.gensalt(rounds=4))

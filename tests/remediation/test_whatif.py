@@ -24,16 +24,16 @@ from pathlib import Path
 
 import pytest
 
-from exporter.catalog import ALLOCATED, INFO
-from remediation.alert import Alert
-from remediation.audit import Audit
-from remediation.controller import Controller
-from remediation.settings import DrainSettings, GuardSettings, ReclaimSettings, Rule, Settings
-from remediation.telemetry import Telemetry
-from remediation.whatif import Episode, Holding, alert_of, replay
-from remediation.whatif_cli import what_if
 from tests.ports import free_port
 from tests.remediation.kit import Clock
+from xpuwatch.exporter.catalog import ALLOCATED, INFO
+from xpuwatch.remediation.alert import Alert
+from xpuwatch.remediation.audit import Audit
+from xpuwatch.remediation.controller import Controller
+from xpuwatch.remediation.settings import DrainSettings, GuardSettings, ReclaimSettings, Rule, Settings
+from xpuwatch.remediation.telemetry import Telemetry
+from xpuwatch.remediation.whatif import Episode, Holding, alert_of, replay
+from xpuwatch.remediation.whatif_cli import what_if
 
 STEP = 60
 END = int(time.time()) // 3600 * 3600 - 3600  # an hour back: VictoriaMetrics hides the latest 30 s

@@ -18,12 +18,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from alerts.spec import load_spec
-from report import history
-from report.baseline import Baseline, Window, collect, figures
-from report.compare import compare, duration
-from report.prom import Prometheus
 from tests.report.backfill import served
+from xpuwatch.alerts.spec import load_spec
+from xpuwatch.report import history
+from xpuwatch.report.baseline import Baseline, Window, collect, figures
+from xpuwatch.report.compare import compare, duration
+from xpuwatch.report.prom import Prometheus
 
 STEP = 900
 DEVICES = 16
@@ -150,7 +150,7 @@ def test_the_comparison_shows_what_the_change_bought(windows: dict[str, Baseline
 @pytest.mark.slow
 def test_report_cli_compares_two_weeks(prometheus: str, tmp_path: Path) -> None:
     out = tmp_path / "report.html"
-    argv = [sys.executable, "-m", "exporter.entry", "report", "--prometheus", prometheus]
+    argv = [sys.executable, "-m", "xpuwatch", "report", "--prometheus", prometheus]
     argv += ["--range", "7d", "--compare", "7d", "--step", "15m", "--end", str(END)]
     argv += ["--timezone", "Asia/Shanghai", "-o", str(out)]
     run = subprocess.run(argv, capture_output=True, text=True, timeout=600)

@@ -15,11 +15,11 @@ from pathlib import Path
 
 import pytest
 
-from alerts.spec import load_spec
-from report.baseline import Window, collect, figures, queries, range_queries
-from report.prom import Prometheus, ReportError, Request
 from tests.report.prom_standin import StandIn, serve
 from tests.report.test_report import END, RANGE, STEP, prometheus  # noqa: F401 (the module fixture)
+from xpuwatch.alerts.spec import load_spec
+from xpuwatch.report.baseline import Window, collect, figures, queries, range_queries
+from xpuwatch.report.prom import Prometheus, ReportError, Request
 
 
 def test_gather_keeps_at_most_concurrency_queries_in_flight_and_keys_every_answer() -> None:
@@ -94,7 +94,7 @@ def test_figures_are_the_same_one_at_a_time_and_four_at_a_time(prometheus: str) 
 def test_report_cli_concurrency_option(tmp_path: Path) -> None:
     standin = StandIn("hold", pause=0.05)
     with serve(standin) as url:
-        cmd = [sys.executable, "-m", "exporter.entry", "report", "--prometheus", url, "--range", "1d"]
+        cmd = [sys.executable, "-m", "xpuwatch", "report", "--prometheus", url, "--range", "1d"]
         run = subprocess.run(
             [*cmd, "--concurrency", "2", "-o", str(tmp_path / "r.html")],
             capture_output=True,

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from alerts.spec import load_spec
-from report.baseline import (
+from xpuwatch.alerts.spec import load_spec
+from xpuwatch.report.baseline import (
     Baseline,
     DevicePoint,
     Hoarder,
@@ -22,9 +22,9 @@ from report.baseline import (
     resource_name,
     span,
 )
-from report.cli import system_zone, zone
-from report.prom import Series
-from report.render import TABLE_ROWS, html, overlaps, scatter, when
+from xpuwatch.report.cli import system_zone, zone
+from xpuwatch.report.prom import Series
+from xpuwatch.report.render import TABLE_ROWS, html, overlaps, scatter, when
 
 SHANGHAI = zoneinfo.ZoneInfo("Asia/Shanghai")
 END = 1_764_590_400  # 2025-12-01 12:00 UTC = 20:00 in Beijing

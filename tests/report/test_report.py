@@ -24,14 +24,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from alerts.spec import load_spec
-from report import chargeback, history
-from report.baseline import Window, collect, figures
-from report.cli import duration
-from report.prom import Prometheus, ReportError
 from tests.ports import free_port
 from tests.report.backfill import served
 from tests.report.prom_standin import StandIn, serve
+from xpuwatch.alerts.spec import load_spec
+from xpuwatch.report import chargeback, history
+from xpuwatch.report.baseline import Window, collect, figures
+from xpuwatch.report.cli import duration
+from xpuwatch.report.prom import Prometheus, ReportError
 
 STEP = 900
 DEVICES = 16
@@ -220,7 +220,7 @@ def test_report_cli_writes_html_that_chromium_renders(prometheus: str, tmp_path:
         [
             sys.executable,
             "-m",
-            "exporter.entry",
+            "xpuwatch",
             "report",
             "--prometheus",
             prometheus,
@@ -308,7 +308,7 @@ def test_report_fails_clearly_without_data_or_prometheus(prometheus: str, tmp_pa
         [
             sys.executable,
             "-m",
-            "exporter.entry",
+            "xpuwatch",
             "report",
             "--prometheus",
             f"http://127.0.0.1:{free_port()}",
@@ -408,7 +408,7 @@ def test_the_timeout_covers_an_answer_that_trickles_in() -> None:
 def test_report_cli_fails_with_one_line_on_a_huge_answer(tmp_path: Path) -> None:
     with serve(StandIn("huge", limit=64 * 2**20)) as url:
         t0 = time.monotonic()
-        cmd = [sys.executable, "-m", "exporter.entry", "report", "--prometheus", url, "--max-answer-mib", "1"]
+        cmd = [sys.executable, "-m", "xpuwatch", "report", "--prometheus", url, "--max-answer-mib", "1"]
         run = subprocess.run(
             [*cmd, "--timeout", "20", "-o", str(tmp_path / "r.html")],
             capture_output=True,
@@ -423,7 +423,7 @@ def test_report_cli_fails_with_one_line_on_a_huge_answer(tmp_path: Path) -> None
     ]
     assert took < 30 and not (tmp_path / "r.html").exists()
     bad = subprocess.run(
-        [sys.executable, "-m", "exporter.entry", "report", "--prometheus", url, "--max-answer-mib", "0"],
+        [sys.executable, "-m", "xpuwatch", "report", "--prometheus", url, "--max-answer-mib", "0"],
         capture_output=True,
         text=True,
         timeout=60,

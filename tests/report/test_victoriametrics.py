@@ -15,12 +15,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from alerts.spec import load_spec
-from report import history
-from report.baseline import Window, collect, figures
-from report.prom import Prometheus
 from tests.ports import free_port
 from tests.report.test_report import DEVICES, END, FLEET, POINTS, RANGE, START, STEP, TIMES, _usage
+from xpuwatch.alerts.spec import load_spec
+from xpuwatch.report import history
+from xpuwatch.report.baseline import Window, collect, figures
+from xpuwatch.report.prom import Prometheus
 
 pytestmark = pytest.mark.slow
 

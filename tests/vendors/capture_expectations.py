@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from vendors.base import DeviceSample
+from xpuwatch.vendors.base import DeviceSample
 
 DEVICE_FIELDS = ("model", "uuid", "pci_bus_id", "driver_version", "serial")
 

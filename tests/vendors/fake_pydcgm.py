@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from types import SimpleNamespace
 from typing import Any
 
-from vendors.dcgm import DcgmBindings
+from xpuwatch.vendors.dcgm import DcgmBindings
 
 DCGM_ST_OK = 0
 DCGM_ST_NOT_SUPPORTED = -6

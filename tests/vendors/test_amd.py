@@ -17,10 +17,10 @@ from hypothesis import strategies as st
 
 from tests.vendors import capture_expectations
 from tests.vendors.fake_amdsmi import AmdSmiRetCode, ProcHandle, make_amdsmi, mi300x_gcd
-from vendors import amd
-from vendors.base import BackendError, DeviceSample, ParseError, ProcessMemory
-from vendors.command import CommandResult, ReplayRunner, SubprocessRunner
-from vendors.registry import BackendContext, all_formats
+from xpuwatch.vendors import amd
+from xpuwatch.vendors.base import BackendError, DeviceSample, ParseError, ProcessMemory
+from xpuwatch.vendors.command import CommandResult, ReplayRunner, SubprocessRunner
+from xpuwatch.vendors.registry import BackendContext, all_formats
 
 FIX = Path(__file__).resolve().parent.parent / "fixtures" / "amd"
 MIB = 1024 * 1024

@@ -11,11 +11,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from exporter.cli import detect_format, inspect_files
 from tests.conftest import FIXTURES
-from vendors import amd
-from vendors.base import DeviceSample, ParseError, Partition
-from vendors.registry import all_formats
+from xpuwatch.exporter.cli import detect_format, inspect_files
+from xpuwatch.vendors import amd
+from xpuwatch.vendors.base import DeviceSample, ParseError, Partition
+from xpuwatch.vendors.registry import all_formats
 
 AMD = FIXTURES / "amd"
 R9700 = AMD / "amd-smi_default_R9700x2_26.2.1_rocm7.2.0_fan-pct-missing_procs-table.txt"
@@ -329,7 +329,7 @@ def test_amd_smi_static_partition_section_ties_partitions() -> None:
 
 def test_amdsmi_library_reads_partition_modes() -> None:
     from tests.vendors.fake_amdsmi import AmdSmiRetCode, make_amdsmi, mi300x_gcd
-    from vendors.amd import AmdSmiLibrary
+    from xpuwatch.vendors.amd import AmdSmiLibrary
 
     p0 = {**mi300x_gcd("0xabc", "0000:05:00.0"), "compute_partition": "DPX", "memory_partition": "NPS1"}
     p0["kfd"] = {"kfd_id": 1, "node_id": 2, "current_partition_id": 0}

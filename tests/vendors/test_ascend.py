@@ -14,10 +14,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from vendors import ascend
-from vendors.base import BackendError, DeviceSample, ParseError
-from vendors.command import CommandResult, SubprocessRunner
-from vendors.registry import BackendContext, all_formats, all_specs
+from xpuwatch.vendors import ascend
+from xpuwatch.vendors.base import BackendError, DeviceSample, ParseError
+from xpuwatch.vendors.command import CommandResult, SubprocessRunner
+from xpuwatch.vendors.registry import BackendContext, all_formats, all_specs
 
 FIX = Path(__file__).resolve().parents[1] / "fixtures" / "ascend"
 MIB = 1 << 20
@@ -514,7 +514,7 @@ def test_registration() -> None:
     names = [m.name for m in spec.metrics]
     assert len(names) == len(set(names))
     assert all(n.startswith("accelerator_huawei_") for n in names)
-    from exporter.catalog import by_name
+    from xpuwatch.exporter.catalog import by_name
 
     assert set(names) <= set(by_name())
 
@@ -739,7 +739,7 @@ def test_backend_detail_failures_cost_readings_never_the_chip(caplog: pytest.Log
     answers["info -t common -i 2"] = BackendError("npu-smi: no answer within 10s, killed", reason="timeout")
     answers["info -t health -i 3 -c 0"] = "+-----\n| garbage"
     answers["info -t usages -i 1"] = _renumber(fixture("npu-smi_info_-t_usages_-i_0_910B.txt"), 4)
-    caplog.set_level("WARNING", logger="vendors.ascend.backend")
+    caplog.set_level("WARNING", logger="xpuwatch.vendors.ascend.backend")
     for _ in range(2):
         s = by_index(backend.sample())
         assert all(v.up and v.error is None for v in s.values())
@@ -1190,7 +1190,7 @@ def test_dcmi_reading_maps_like_npu_smi() -> None:
 
 @pytest.mark.slow
 def test_capture_and_replay_give_the_same_samples(fake_tool: Path, tmp_path: Path) -> None:
-    from vendors.command import RecordingRunner, ReplayRunner, read_bundle, write_bundle
+    from xpuwatch.vendors.command import RecordingRunner, ReplayRunner, read_bundle, write_bundle
 
     live = SubprocessRunner(
         env={**os.environ, "PATH": f"{fake_tool}{os.pathsep}{os.environ.get('PATH', '')}"}

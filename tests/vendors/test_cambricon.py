@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from vendors import cambricon
-from vendors.base import Device, DeviceSample, ParseError
+from xpuwatch.vendors import cambricon
+from xpuwatch.vendors.base import Device, DeviceSample, ParseError
 
 FIX = Path(__file__).parents[1] / "fixtures" / "cambricon"
 MIB = 1024**2

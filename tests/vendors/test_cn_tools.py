@@ -15,10 +15,10 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from vendors import cambricon, enflame, iluvatar, kunlunxin, metax, mthreads
-from vendors.base import BackendError, DeviceSample, ParseError
-from vendors.command import CommandResult, RecordingRunner, ReplayRunner, SubprocessRunner
-from vendors.registry import BackendContext, OutputFormat, all_formats, all_specs
+from xpuwatch.vendors import cambricon, enflame, iluvatar, kunlunxin, metax, mthreads
+from xpuwatch.vendors.base import BackendError, DeviceSample, ParseError
+from xpuwatch.vendors.command import CommandResult, RecordingRunner, ReplayRunner, SubprocessRunner
+from xpuwatch.vendors.registry import BackendContext, OutputFormat, all_formats, all_specs
 
 FIXTURES = Path(__file__).parents[1] / "fixtures"
 

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from vendors.base import BackendError
-from vendors.command import (
+from xpuwatch.vendors.base import BackendError
+from xpuwatch.vendors.command import (
     MAX_BUNDLE_BYTES,
     RunningTools,
     SubprocessRunner,

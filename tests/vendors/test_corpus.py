@@ -32,10 +32,10 @@ from typing import Any
 import pytest
 import yaml
 
-from exporter.plausibility import implausible
 from tests.conftest import FIXTURES
-from vendors.base import DeviceSample
-from vendors.registry import all_formats
+from xpuwatch.exporter.plausibility import implausible
+from xpuwatch.vendors.base import DeviceSample
+from xpuwatch.vendors.registry import all_formats
 
 # Fixture folders that hold no vendor tool outputs (alert/relay payloads, capture bundles).
 NOT_VENDOR_DIRS = {"alertmanager", "bundles", "dingtalk", "feishu", "wecom"}

@@ -9,16 +9,16 @@ import pytest
 
 from tests.vendors.fake_pydcgm import DCGM_FP64_BLANK, FakeGpuInfo, FakeHostEngine
 from tests.vendors.fake_pynvml import FakeNvml, fleet
-from vendors.base import BackendError, merge_samples
-from vendors.dcgm import (
+from xpuwatch.vendors.base import BackendError, merge_samples
+from xpuwatch.vendors.dcgm import (
     PROFILING_SUSPECT,
     DcgmBackend,
     detect,
     is_blank,
     load_bindings,
 )
-from vendors.nvml import NvmlBackend
-from vendors.registry import BackendContext, all_specs
+from xpuwatch.vendors.nvml import NvmlBackend
+from xpuwatch.vendors.registry import BackendContext, all_specs
 
 GPU_UTIL, GR, SM, OCC, TENSOR, DRAM = 203, 1001, 1002, 1003, 1004, 1005
 HEALTHY = {

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from vendors import enflame
-from vendors.base import Device, DeviceSample, ParseError
+from xpuwatch.vendors import enflame
+from xpuwatch.vendors.base import Device, DeviceSample, ParseError
 
 FIX = Path(__file__).parents[1] / "fixtures" / "enflame"
 MIB = 1024**2

@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from exporter import catalog
 from tests.exporter.conftest import ROOT, cli_env
-from vendors.registry import all_formats
+from xpuwatch.exporter import catalog
+from xpuwatch.vendors.registry import all_formats
 
 FIXTURES = ROOT / "tests" / "fixtures"
 MIB = 2**20
@@ -419,7 +419,7 @@ EXCERPTS: dict[str, str | None] = {
 
 def _inspect(path: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "exporter.entry", "inspect", "--node-name", "n1", str(path)],
+        [sys.executable, "-m", "xpuwatch", "inspect", "--node-name", "n1", str(path)],
         cwd=ROOT,
         env=cli_env(),
         capture_output=True,
@@ -577,7 +577,7 @@ def test_each_fixture_is_claimed_by_exactly_its_format(name: str) -> None:
 def _ixsmi_csv() -> str:
     """Synthetic ``ixsmi --query-gpu=<CSV_FIELDS> --format=csv``: no real capture exists (vendors/iluvatar.py);
     the rows carry GPU 0 and 1 of the real ixsmi table fixture in nvidia-smi's CSV conventions."""
-    from vendors.iluvatar import CSV_FIELDS
+    from xpuwatch.vendors.iluvatar import CSV_FIELDS
 
     units = {"memory.used": " [MiB]", "memory.total": " [MiB]", "board.power.draw": " [W]"}
     units |= {"utilization.gpu": " [%]", "utilization.memory": " [%]"}

@@ -14,16 +14,16 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from exporter.attribution import Holder, slice_key
-from exporter.collector import families
-from exporter.kubelet import ContainerDevices
-from exporter.podmap import DeviceRef, SliceRef
-from exporter.podsource import PodMappingSettings, build_attribution
-from exporter.poller import BackendView
-from exporter.workload import PodMeta
-from vendors.base import BackendError, Device, DeviceSample, merge_samples
-from vendors.hami import HamiBackend, RegionError, detect, parse_region
-from vendors.registry import BackendContext
+from xpuwatch.exporter.attribution import Holder, slice_key
+from xpuwatch.exporter.collector import families
+from xpuwatch.exporter.kubelet import ContainerDevices
+from xpuwatch.exporter.podmap import DeviceRef, SliceRef
+from xpuwatch.exporter.podsource import PodMappingSettings, build_attribution
+from xpuwatch.exporter.poller import BackendView
+from xpuwatch.exporter.workload import PodMeta
+from xpuwatch.vendors.base import BackendError, Device, DeviceSample, merge_samples
+from xpuwatch.vendors.hami import HamiBackend, RegionError, detect, parse_region
+from xpuwatch.vendors.registry import BackendContext
 
 # Field offsets of shared_region_t on linux/amd64 as HAMi's layout test states them (not the module's).
 SIZE = 2008952
@@ -205,7 +205,7 @@ def test_hostile_files_in_one_container_cost_that_container_only(
     assert unread.keys() == {*hostile, "old"}
     for name, why in hostile.items():
         assert why in unread[name], (name, unread[name])
-    logged = [r.getMessage() for r in caplog.records if r.name == "vendors.hami"]
+    logged = [r.getMessage() for r in caplog.records if r.name == "xpuwatch.vendors.hami"]
     assert len(logged) == 7 and all(" region not read: " in m for m in logged)
 
 

@@ -15,10 +15,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.vendors import capture_expectations
-from vendors import amd, hygon
-from vendors.base import BackendError, DeviceSample, ParseError
-from vendors.command import SubprocessRunner
-from vendors.registry import BackendContext, all_formats, detect
+from xpuwatch.vendors import amd, hygon
+from xpuwatch.vendors.base import BackendError, DeviceSample, ParseError
+from xpuwatch.vendors.command import SubprocessRunner
+from xpuwatch.vendors.registry import BackendContext, all_formats, detect
 
 FIX = Path(__file__).resolve().parent.parent / "fixtures" / "hygon"
 JSON_FIXTURE = "rocm-smi_json_hygon_dcu_dtk24.04.3.json"

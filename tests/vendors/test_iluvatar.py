@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from vendors import iluvatar
-from vendors.base import Device, DeviceSample, ParseError
+from xpuwatch.vendors import iluvatar
+from xpuwatch.vendors.base import Device, DeviceSample, ParseError
 
 FIX = Path(__file__).parents[1] / "fixtures" / "iluvatar"
 MIB = 1024**2
@@ -111,8 +111,8 @@ def test_csv_nounits_and_missing_identity() -> None:
 
 
 def test_backend_mode_csv_runs_the_query() -> None:
-    from vendors.command import CommandResult
-    from vendors.registry import BackendContext, all_specs
+    from xpuwatch.vendors.command import CommandResult
+    from xpuwatch.vendors.registry import BackendContext, all_specs
 
     class Runner:
         argv: tuple[str, ...] = ()

@@ -15,11 +15,11 @@ from hypothesis import strategies as st
 
 from tests.conftest import FIXTURES
 from tests.vendors import fake_pyhlml
-from vendors import intel
-from vendors.base import BackendError, ParseError
-from vendors.command import SubprocessRunner
-from vendors.intel_hlsmi import CSV_FIELDS, parse_csv, parse_table, sniff_csv, sniff_table
-from vendors.registry import BackendContext, all_formats
+from xpuwatch.vendors import intel
+from xpuwatch.vendors.base import BackendError, ParseError
+from xpuwatch.vendors.command import SubprocessRunner
+from xpuwatch.vendors.intel_hlsmi import CSV_FIELDS, parse_csv, parse_table, sniff_csv, sniff_table
+from xpuwatch.vendors.registry import BackendContext, all_formats
 
 INTEL = FIXTURES / "intel"
 GAUDI3 = INTEL / "hl-smi_gaudi3-HL-325L_1.21.0-fw59.2.1_drv1.20.1_8aip.txt"

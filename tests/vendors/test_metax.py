@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from vendors import metax
-from vendors.base import Device, DeviceSample, ParseError
+from xpuwatch.vendors import metax
+from xpuwatch.vendors.base import Device, DeviceSample, ParseError
 
 FIX = Path(__file__).parents[1] / "fixtures" / "metax"
 MIB = 1024**2

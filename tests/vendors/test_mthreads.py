@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from vendors import mthreads
-from vendors.base import Device, DeviceSample, ParseError
+from xpuwatch.vendors import mthreads
+from xpuwatch.vendors.base import Device, DeviceSample, ParseError
 
 FIX = Path(__file__).parents[1] / "fixtures" / "mthreads"
 MIB = 1024**2

@@ -14,9 +14,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.conftest import FIXTURES
-from vendors.base import BackendError, ParseError
-from vendors.command import CommandResult, SubprocessRunner
-from vendors.nvidia_smi import (
+from xpuwatch.vendors.base import BackendError, ParseError
+from xpuwatch.vendors.command import CommandResult, SubprocessRunner
+from xpuwatch.vendors.nvidia_smi import (
     NvidiaSmiBackend,
     is_absent,
     mig_profile_name,
@@ -25,7 +25,7 @@ from vendors.nvidia_smi import (
     sniff_csv,
     sniff_xml,
 )
-from vendors.registry import BackendContext, all_formats, all_specs
+from xpuwatch.vendors.registry import BackendContext, all_formats, all_specs
 
 NV = FIXTURES / "nvidia"
 A100 = NV / "nvidia-smi_q_x_a100-sxm4-80gb-mig_535.54.03.xml"

@@ -22,9 +22,9 @@ from tests.vendors.fake_pynvml import (
     NVMLError,
     fleet,
 )
-from vendors.base import BackendError, ProcessMemory
-from vendors.nvml import KNOWN_XIDS, OTHER_XID, NvmlBackend, detect
-from vendors.registry import BackendContext, all_specs
+from xpuwatch.vendors.base import BackendError, ProcessMemory
+from xpuwatch.vendors.nvml import KNOWN_XIDS, OTHER_XID, NvmlBackend, detect
+from xpuwatch.vendors.registry import BackendContext, all_specs
 
 
 class Clock:

@@ -12,9 +12,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.vendors.test_cn_tools import check_parse, mutated, read
-from vendors import enflame, hygon, metax, mthreads
-from vendors.base import DeviceSample, ParseError
-from vendors.registry import all_formats
+from xpuwatch.vendors import enflame, hygon, metax, mthreads
+from xpuwatch.vendors.base import DeviceSample, ParseError
+from xpuwatch.vendors.registry import all_formats
 
 MIB = 1 << 20
 EFSMI_Q = "enflame/efsmi_-q_-d_S60x2_2024-2025_used-reserved-free.txt"

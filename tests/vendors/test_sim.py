@@ -11,9 +11,9 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from vendors import sim
-from vendors.base import BackendError, Partition
-from vendors.registry import BackendContext, all_specs
+from xpuwatch.vendors import sim
+from xpuwatch.vendors.base import BackendError, Partition
+from xpuwatch.vendors.registry import BackendContext, all_specs
 
 DEFAULT = sim.parse_scenario("")
 
@@ -249,7 +249,7 @@ def test_mi300x_in_dpx_lists_two_partitions_of_one_card_as_amd_smi_does() -> Non
 
 
 def test_s4000_reports_used_above_the_total_as_mthreads_gmi_does_on_a_misconfigured_iommu() -> None:
-    from exporter.plausibility import implausible
+    from xpuwatch.exporter.plausibility import implausible
 
     s = by_key(sim.simulate(DEFAULT, 0))["mthreads/0"]
     assert s.memory_total_bytes == 32768 * 2**20

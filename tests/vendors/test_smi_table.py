@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from vendors import smi_table as t
-from vendors.base import ParseError
+from xpuwatch.vendors import smi_table as t
+from xpuwatch.vendors.base import ParseError
 
 MIB = 1024**2
 

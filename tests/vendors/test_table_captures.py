@@ -17,10 +17,10 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from vendors import smi_table as t
-from vendors.base import DeviceSample, ParseError
-from vendors.command import RecordingRunner, ReplayRunner, SubprocessRunner
-from vendors.registry import BackendContext, all_formats, all_specs
+from xpuwatch.vendors import smi_table as t
+from xpuwatch.vendors.base import DeviceSample, ParseError
+from xpuwatch.vendors.command import RecordingRunner, ReplayRunner, SubprocessRunner
+from xpuwatch.vendors.registry import BackendContext, all_formats, all_specs
 
 FIXTURES = Path(__file__).parents[1] / "fixtures"
 VENDORS = ("cambricon", "enflame", "kunlunxin", "metax", "iluvatar", "mthreads")

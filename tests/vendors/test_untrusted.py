@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from vendors.untrusted import RefusedFile, opened, read_capped
+from xpuwatch.vendors.untrusted import RefusedFile, opened, read_capped
 
 
 def test_a_fifo_is_never_opened_for_reading(tmp_path: Path) -> None:

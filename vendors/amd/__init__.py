@@ -28,7 +28,7 @@ cards); the secondary GCD reports power as "N/A (Secondary die)" and the primary
 
 from __future__ import annotations
 
-from vendors.amd.amd_smi_json import (
+from xpuwatch.vendors.amd.amd_smi_json import (
     Identity,
     amd_smi_entries,
     amd_smi_sample,
@@ -38,17 +38,17 @@ from vendors.amd.amd_smi_json import (
     sniff_amd_smi_json,
     sniff_amd_smi_static_json,
 )
-from vendors.amd.amd_smi_monitor import parse_amd_smi_monitor, sniff_amd_smi_monitor
-from vendors.amd.amd_smi_process import (
+from xpuwatch.vendors.amd.amd_smi_monitor import parse_amd_smi_monitor, sniff_amd_smi_monitor
+from xpuwatch.vendors.amd.amd_smi_process import (
     GpuProcesses,
     parse_amd_smi_process,
     parse_amd_smi_process_samples,
     process_memory,
     sniff_amd_smi_process_json,
 )
-from vendors.amd.amd_smi_table import parse_amd_smi_table, sniff_amd_smi_table
-from vendors.amd.amdsmi_library import AmdSmiLibrary
-from vendors.amd.backend import (
+from xpuwatch.vendors.amd.amd_smi_table import parse_amd_smi_table, sniff_amd_smi_table
+from xpuwatch.vendors.amd.amdsmi_library import AmdSmiLibrary
+from xpuwatch.vendors.amd.backend import (
     AMD_SMI_METRIC,
     AMD_SMI_STATIC,
     FORMATS,
@@ -61,7 +61,7 @@ from vendors.amd.backend import (
     LostTracker,
     detect,
 )
-from vendors.amd.readings import (
+from xpuwatch.vendors.amd.readings import (
     ECC_DEFERRED,
     UNKNOWN_MODEL,
     VENDOR,
@@ -79,7 +79,7 @@ from vendors.amd.readings import (
     text,
     with_notes,
 )
-from vendors.amd.rocm_smi_json import (
+from xpuwatch.vendors.amd.rocm_smi_json import (
     hygon_card,
     hygon_markers,
     parse_rocm_smi_json,
@@ -88,7 +88,7 @@ from vendors.amd.rocm_smi_json import (
     rocm_smi_sample,
     sniff_rocm_smi_json,
 )
-from vendors.amd.rocm_smi_table import parse_rocm_smi_table, sniff_rocm_smi_table
+from xpuwatch.vendors.amd.rocm_smi_table import parse_rocm_smi_table, sniff_rocm_smi_table
 
 __all__ = [
     "AMD_SMI_METRIC",

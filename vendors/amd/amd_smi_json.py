@@ -10,8 +10,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from vendors.amd.partitions import partition_of, tie
-from vendors.amd.readings import (
+from xpuwatch.vendors.amd.partitions import partition_of, tie
+from xpuwatch.vendors.amd.readings import (
     ECC_DEFERRED,
     UNKNOWN_MODEL,
     VENDOR,
@@ -26,8 +26,8 @@ from vendors.amd.readings import (
     text,
     with_notes,
 )
-from vendors.amd.rocm_smi_json import hygon_markers
-from vendors.base import Device, DeviceSample, ParseError
+from xpuwatch.vendors.amd.rocm_smi_json import hygon_markers
+from xpuwatch.vendors.base import Device, DeviceSample, ParseError
 
 
 @dataclass(frozen=True)

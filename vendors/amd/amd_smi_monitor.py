@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import re
 
-from vendors.amd.amd_smi_json import amd_device
-from vendors.amd.readings import VENDOR, Notes, amount, count, ratio, scaled, with_notes
-from vendors.base import DeviceSample, ParseError
+from xpuwatch.vendors.amd.amd_smi_json import amd_device
+from xpuwatch.vendors.amd.readings import VENDOR, Notes, amount, count, ratio, scaled, with_notes
+from xpuwatch.vendors.base import DeviceSample, ParseError
 
 _MONITOR_TEMPS = {"GPU_TEMP": "hotspot", "HOTSPOT_TEMP": "hotspot", "MEM_TEMP": "memory", "EDGE_TEMP": "core"}
 

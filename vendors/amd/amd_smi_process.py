@@ -23,8 +23,8 @@ import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from vendors.amd.readings import UNKNOWN_MODEL, VENDOR, Notes, amount, count, device_uuid, load_json
-from vendors.base import Device, DeviceSample, ParseError, ProcessMemory
+from xpuwatch.vendors.amd.readings import UNKNOWN_MODEL, VENDOR, Notes, amount, count, device_uuid, load_json
+from xpuwatch.vendors.base import Device, DeviceSample, ParseError, ProcessMemory
 
 # The reading name processes problems are reported under in DeviceSample.unread.
 READING = "processes"

@@ -28,9 +28,9 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-from vendors.amd.readings import VENDOR, Notes, amount, count, device_uuid, ratio, scaled, with_notes
-from vendors.base import Device, DeviceSample, ParseError, Partition, ProcessMemory
-from vendors.smi_table import Row, is_index, pci_bus_id, table_rows
+from xpuwatch.vendors.amd.readings import VENDOR, Notes, amount, count, device_uuid, ratio, scaled, with_notes
+from xpuwatch.vendors.base import Device, DeviceSample, ParseError, Partition, ProcessMemory
+from xpuwatch.vendors.smi_table import Row, is_index, pci_bus_id, table_rows
 
 ANCHOR = "Partition-Mode"
 _PAIR = re.compile(r"\s*(N/A|[0-9.]+)\s*/\s*(N/A|[0-9.]+)\s*([A-Za-z]*)\s*")

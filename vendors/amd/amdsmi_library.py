@@ -9,10 +9,10 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
-from vendors.amd.amd_smi_json import first
-from vendors.amd.amd_smi_process import READING, process_memory
-from vendors.amd.partitions import partition_of, tie
-from vendors.amd.readings import (
+from xpuwatch.vendors.amd.amd_smi_json import first
+from xpuwatch.vendors.amd.amd_smi_process import READING, process_memory
+from xpuwatch.vendors.amd.partitions import partition_of, tie
+from xpuwatch.vendors.amd.readings import (
     ECC_DEFERRED,
     UNKNOWN_MODEL,
     VENDOR,
@@ -28,7 +28,7 @@ from vendors.amd.readings import (
     text,
     with_notes,
 )
-from vendors.base import BackendError, Device, DeviceSample, Partition, ProcessMemory
+from xpuwatch.vendors.base import BackendError, Device, DeviceSample, Partition, ProcessMemory
 
 log = logging.getLogger(__name__)
 

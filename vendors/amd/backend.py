@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
-from vendors.amd.amd_smi_json import (
+from xpuwatch.vendors.amd.amd_smi_json import (
     Identity,
     parse_amd_smi_metric,
     parse_amd_smi_static,
@@ -21,22 +21,26 @@ from vendors.amd.amd_smi_json import (
     sniff_amd_smi_json,
     sniff_amd_smi_static_json,
 )
-from vendors.amd.amd_smi_monitor import parse_amd_smi_monitor, sniff_amd_smi_monitor
-from vendors.amd.amd_smi_process import (
+from xpuwatch.vendors.amd.amd_smi_monitor import parse_amd_smi_monitor, sniff_amd_smi_monitor
+from xpuwatch.vendors.amd.amd_smi_process import (
     READING,
     GpuProcesses,
     parse_amd_smi_process,
     parse_amd_smi_process_samples,
     sniff_amd_smi_process_json,
 )
-from vendors.amd.amd_smi_table import explain_amd_smi_table, parse_amd_smi_table, sniff_amd_smi_table
-from vendors.amd.amdsmi_library import AmdSmiLibrary
-from vendors.amd.readings import ECC_DEFERRED, VENDOR
-from vendors.amd.rocm_smi_json import parse_rocm_smi_json, sniff_rocm_smi_json
-from vendors.amd.rocm_smi_table import explain_rocm_smi_table, parse_rocm_smi_table, sniff_rocm_smi_table
-from vendors.base import BackendError, Device, DeviceSample, ParseError
-from vendors.command import CommandRunner, SubprocessRunner
-from vendors.registry import BackendContext, BackendSpec, Detection, OutputFormat, register
+from xpuwatch.vendors.amd.amd_smi_table import explain_amd_smi_table, parse_amd_smi_table, sniff_amd_smi_table
+from xpuwatch.vendors.amd.amdsmi_library import AmdSmiLibrary
+from xpuwatch.vendors.amd.readings import ECC_DEFERRED, VENDOR
+from xpuwatch.vendors.amd.rocm_smi_json import parse_rocm_smi_json, sniff_rocm_smi_json
+from xpuwatch.vendors.amd.rocm_smi_table import (
+    explain_rocm_smi_table,
+    parse_rocm_smi_table,
+    sniff_rocm_smi_table,
+)
+from xpuwatch.vendors.base import BackendError, Device, DeviceSample, ParseError
+from xpuwatch.vendors.command import CommandRunner, SubprocessRunner
+from xpuwatch.vendors.registry import BackendContext, BackendSpec, Detection, OutputFormat, register
 
 log = logging.getLogger(__name__)
 

@@ -17,8 +17,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
-from vendors.amd.readings import text
-from vendors.base import DeviceSample, Partition
+from xpuwatch.vendors.amd.readings import text
+from xpuwatch.vendors.base import DeviceSample, Partition
 
 _COMPUTE = re.compile(r"[SDTQC]PX", re.IGNORECASE)
 _MEMORY = re.compile(r"NPS[1-8]", re.IGNORECASE)

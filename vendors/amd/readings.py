@@ -12,7 +12,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
-from vendors.base import DeviceSample, ParseError, VendorMetric
+from xpuwatch.vendors.base import DeviceSample, ParseError, VendorMetric
 
 VENDOR = "amd"
 UNKNOWN_MODEL = "unknown"

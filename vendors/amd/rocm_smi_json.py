@@ -9,7 +9,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from vendors.amd.readings import (
+from xpuwatch.vendors.amd.readings import (
     UNKNOWN_MODEL,
     VENDOR,
     Notes,
@@ -24,7 +24,7 @@ from vendors.amd.readings import (
     text,
     with_notes,
 )
-from vendors.base import Device, DeviceSample, ParseError
+from xpuwatch.vendors.base import Device, DeviceSample, ParseError
 
 _CARD = re.compile(r"^card(\d+)$")
 _KEY_UNIT = re.compile(r"^(?P<name>.*?)\s*\((?P<unit>[^()]*)\)\s*$")

@@ -35,8 +35,8 @@ from __future__ import annotations
 import re
 from dataclasses import replace
 
-from vendors.amd.readings import VENDOR, Notes, amount, device_uuid, ratio, scaled, with_notes
-from vendors.base import Device, DeviceSample, ParseError, Partition
+from xpuwatch.vendors.amd.readings import VENDOR, Notes, amount, device_uuid, ratio, scaled, with_notes
+from xpuwatch.vendors.base import Device, DeviceSample, ParseError, Partition
 
 _TOKEN = re.compile(r"\S+")
 _INDEX = ("GPU", "DEVICE")

@@ -30,13 +30,18 @@ their public names, so ``from vendors import ascend; ascend.parse_info_table(...
 
 from __future__ import annotations
 
-from vendors.ascend.backend import SOURCES, SPEC, AscendBackend, AscendOptions, create, detect
-from vendors.ascend.card_report import parse_card_report, parse_health
-from vendors.ascend.chip_map import parse_chip_map
-from vendors.ascend.dcmi import HEALTH_WORDS, blocks_from_reading, health_from_reading, row_from_reading
-from vendors.ascend.info_table import parse_info_table
-from vendors.ascend.libdcmi import ChipReading
-from vendors.ascend.records import (
+from xpuwatch.vendors.ascend.backend import SOURCES, SPEC, AscendBackend, AscendOptions, create, detect
+from xpuwatch.vendors.ascend.card_report import parse_card_report, parse_health
+from xpuwatch.vendors.ascend.chip_map import parse_chip_map
+from xpuwatch.vendors.ascend.dcmi import (
+    HEALTH_WORDS,
+    blocks_from_reading,
+    health_from_reading,
+    row_from_reading,
+)
+from xpuwatch.vendors.ascend.info_table import parse_info_table
+from xpuwatch.vendors.ascend.libdcmi import ChipReading
+from xpuwatch.vendors.ascend.records import (
     AICORE_FREQ,
     AICORE_RATED_FREQ,
     AICPU,
@@ -69,7 +74,7 @@ from vendors.ascend.records import (
     Process,
     model_name,
 )
-from vendors.ascend.samples import (
+from xpuwatch.vendors.ascend.samples import (
     FORMATS,
     card_power,
     device_of,
@@ -86,7 +91,7 @@ from vendors.ascend.samples import (
     sniff_info,
     sniff_usages,
 )
-from vendors.ascend.vnpu import Vnpu, VnpuReport, parse_vnpu_info, template_size, vnpu_slices
+from xpuwatch.vendors.ascend.vnpu import Vnpu, VnpuReport, parse_vnpu_info, template_size, vnpu_slices
 
 __all__ = [
     "AICORE_FREQ",

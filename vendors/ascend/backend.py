@@ -10,12 +10,12 @@ from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 
-from vendors.ascend.card_report import parse_card_report, parse_health
-from vendors.ascend.dcmi import blocks_from_reading, health_from_reading, row_from_reading
-from vendors.ascend.info_table import parse_info_table
-from vendors.ascend.libdcmi import ChipReading, Dcmi
-from vendors.ascend.libdcmi import find_library as find_dcmi_library
-from vendors.ascend.records import (
+from xpuwatch.vendors.ascend.card_report import parse_card_report, parse_health
+from xpuwatch.vendors.ascend.dcmi import blocks_from_reading, health_from_reading, row_from_reading
+from xpuwatch.vendors.ascend.info_table import parse_info_table
+from xpuwatch.vendors.ascend.libdcmi import ChipReading, Dcmi
+from xpuwatch.vendors.ascend.libdcmi import find_library as find_dcmi_library
+from xpuwatch.vendors.ascend.records import (
     AICORE_FREQ,
     AICORE_RATED_FREQ,
     AICPU,
@@ -37,11 +37,11 @@ from vendors.ascend.records import (
     HealthReport,
     InfoTable,
 )
-from vendors.ascend.samples import FORMATS, card_power, device_of, health_level, sample_chip
-from vendors.ascend.vnpu import VnpuReport, parse_vnpu_info, vnpu_slices
-from vendors.base import BackendError, Device, DeviceSample, ParseError
-from vendors.command import CommandRunner, SubprocessRunner
-from vendors.registry import BackendContext, BackendSpec, Detection, register
+from xpuwatch.vendors.ascend.samples import FORMATS, card_power, device_of, health_level, sample_chip
+from xpuwatch.vendors.ascend.vnpu import VnpuReport, parse_vnpu_info, vnpu_slices
+from xpuwatch.vendors.base import BackendError, Device, DeviceSample, ParseError
+from xpuwatch.vendors.command import CommandRunner, SubprocessRunner
+from xpuwatch.vendors.registry import BackendContext, BackendSpec, Detection, register
 
 log = logging.getLogger(__name__)
 

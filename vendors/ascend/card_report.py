@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from vendors.ascend.records import (
+from xpuwatch.vendors.ascend.records import (
     _HEX_CODE,
     _NA,
     MAX_FAULT_CODES,
@@ -14,7 +14,7 @@ from vendors.ascend.records import (
     _lines,
     _reject_usage_text,
 )
-from vendors.base import ParseError
+from xpuwatch.vendors.base import ParseError
 
 # --------------------------------------------------------------------------------------------------------
 # npu-smi info -t usages | common | health  ("Key  : value" blocks)

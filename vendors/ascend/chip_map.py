@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import re
 
-from vendors.ascend.records import ChipMapEntry, _int, _lines, _reject_usage_text
-from vendors.base import ParseError
+from xpuwatch.vendors.ascend.records import ChipMapEntry, _int, _lines, _reject_usage_text
+from xpuwatch.vendors.base import ParseError
 
 # --------------------------------------------------------------------------------------------------------
 # npu-smi info -m

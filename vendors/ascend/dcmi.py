@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from vendors.ascend.libdcmi import ChipReading
-from vendors.ascend.records import HEALTH_LEVELS, MAX_FAULT_CODES, ChipRow, HealthReport
+from xpuwatch.vendors.ascend.libdcmi import ChipReading
+from xpuwatch.vendors.ascend.records import HEALTH_LEVELS, MAX_FAULT_CODES, ChipRow, HealthReport
 
 # --------------------------------------------------------------------------------------------------------
 # DCMI readings in npu-smi's shapes (one mapping serves both sources)

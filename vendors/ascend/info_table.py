@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from vendors.ascend.records import (
+from xpuwatch.vendors.ascend.records import (
     _BUS_ID,
     _NA,
     ChipRow,
@@ -15,7 +15,7 @@ from vendors.ascend.records import (
     _number,
     _reject_usage_text,
 )
-from vendors.base import ParseError
+from xpuwatch.vendors.base import ParseError
 
 # --------------------------------------------------------------------------------------------------------
 # npu-smi info (main table)

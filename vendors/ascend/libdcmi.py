@@ -18,7 +18,7 @@ import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from vendors.base import BackendError
+from xpuwatch.vendors.base import BackendError
 
 LIBRARY_PATHS: tuple[str, ...] = (
     "/usr/local/Ascend/driver/lib64/driver/libdcmi.so",

@@ -7,7 +7,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from vendors.base import ParseError, VendorMetric
+from xpuwatch.vendors.base import ParseError, VendorMetric
 
 VENDOR = "huawei"
 BACKEND = "ascend"

@@ -5,10 +5,10 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Mapping
 
-from vendors.ascend.card_report import parse_card_report, parse_health
-from vendors.ascend.chip_map import parse_chip_map
-from vendors.ascend.info_table import _HEADER_KEYS, parse_info_table
-from vendors.ascend.records import (
+from xpuwatch.vendors.ascend.card_report import parse_card_report, parse_health
+from xpuwatch.vendors.ascend.chip_map import parse_chip_map
+from xpuwatch.vendors.ascend.info_table import _HEADER_KEYS, parse_info_table
+from xpuwatch.vendors.ascend.records import (
     AICORE_FREQ,
     AICORE_RATED_FREQ,
     AICPU,
@@ -35,9 +35,9 @@ from vendors.ascend.records import (
     _ratio,
     model_name,
 )
-from vendors.ascend.vnpu import parse_vnpu_info, vnpu_slices
-from vendors.base import Device, DeviceSample, ProcessMemory
-from vendors.registry import OutputFormat
+from xpuwatch.vendors.ascend.vnpu import parse_vnpu_info, vnpu_slices
+from xpuwatch.vendors.base import Device, DeviceSample, ProcessMemory
+from xpuwatch.vendors.registry import OutputFormat
 
 # --------------------------------------------------------------------------------------------------------
 # Mapping into the shared schema

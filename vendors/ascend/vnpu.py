@@ -17,8 +17,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from vendors.ascend.records import _int, _lines, _reject_usage_text
-from vendors.base import ParseError, Slice
+from xpuwatch.vendors.ascend.records import _int, _lines, _reject_usage_text
+from xpuwatch.vendors.base import ParseError, Slice
 
 GIB = 1 << 30
 _TEMPLATE = re.compile(
