@@ -25,6 +25,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from xpuwatch.alerts.selectors import recorded, series
 from xpuwatch.alerts.spec import AlertSpec, Spec
 from xpuwatch.exporter import catalog as c
 
@@ -91,8 +92,6 @@ def pending_age_expr(spec: Spec, pods: str | None = None) -> str:
     """Seconds since creation of the oldest waiting pod, by (cluster, namespace, resource, vendor); ``pods``
     is the waiting-pod expression (the record by default). Alerts evaluate it themselves rather than read
     the age record, so ``$value`` is the age at the alert's own evaluation."""
-    from xpuwatch.alerts.rules import recorded  # rules imports this module
-
     pods = pods if pods is not None else recorded(spec, QUEUE.pod_pending)
     return (
         "max by (cluster, namespace, resource, vendor) (\n"
@@ -103,8 +102,6 @@ def pending_age_expr(spec: Spec, pods: str | None = None) -> str:
 
 def recording_rules(spec: Spec, idle_p95: str) -> tuple[tuple[str, str], ...]:
     """(record, expr) pairs, in evaluation order. ``idle_p95`` is the device P95 utilization record."""
-    from xpuwatch.alerts.rules import series  # rules imports this module
-
     idle_max = spec.rec("queue_idle_utilization")
     up, alloc = series(spec, c.UP), series(spec, c.ALLOCATED)
     return (
@@ -131,16 +128,10 @@ def recording_rules(spec: Spec, idle_p95: str) -> tuple[tuple[str, str], ...]:
 _WAIT = "{{ $labels.namespace }} waits for {{ $labels.resource }}"
 
 
-def _recorded(spec: Spec, name: str) -> str:
-    from xpuwatch.alerts.rules import recorded  # rules imports this module
-
-    return recorded(spec, name)
-
-
 def jobs_queued_while_idle(a: AlertSpec, spec: Spec) -> Body:
     t = a.value("pending_seconds")
     return (
-        f"{pending_age_expr(spec)} > {t}\nand on (cluster, vendor)\n{_recorded(spec, QUEUE.idle)} > 0",
+        f"{pending_age_expr(spec)} > {t}\nand on (cluster, vendor)\n{recorded(spec, QUEUE.idle)} > 0",
         "Jobs queue for {{ $labels.resource }} while {{ $labels.vendor }} cards idle",
         f"{_WAIT} (oldest pod pending {{{{ $value | humanizeDuration }}}}, threshold {t:.0f}s) while "
         "{{ $labels.vendor }} devices in this cluster are free or held idle: check the pod's node selector, "
@@ -151,7 +142,7 @@ def jobs_queued_while_idle(a: AlertSpec, spec: Spec) -> Body:
 def queue_time_high(a: AlertSpec, spec: Spec) -> Body:
     t = a.value("pending_seconds")
     return (
-        f"{pending_age_expr(spec)} > {t}\nunless on (cluster, vendor)\n{_recorded(spec, QUEUE.idle)} > 0",
+        f"{pending_age_expr(spec)} > {t}\nunless on (cluster, vendor)\n{recorded(spec, QUEUE.idle)} > 0",
         "Jobs queue for {{ $labels.resource }}: {{ $labels.vendor }} pool saturated",
         f"{_WAIT} (oldest pod pending {{{{ $value | humanizeDuration }}}}, threshold {t:.0f}s) and no "
         "{{ $labels.vendor }} device in this cluster is free or idle: a capacity signal (add cards, share "

@@ -25,10 +25,10 @@ from typing import Any
 import yaml
 
 from xpuwatch.alerts import queue
-from xpuwatch.alerts.relay import metrics as relay_metrics
+from xpuwatch.alerts.selectors import matchers as _matchers
+from xpuwatch.alerts.selectors import recorded, series
 from xpuwatch.alerts.spec import AlertSpec, Spec, SpecError
 from xpuwatch.exporter import catalog as c
-from xpuwatch.remediation import telemetry as remediation_metrics
 
 GROUP_RECORDING = "xpuwatch.recording"
 # Records no alert reads, in groups of their own (Prometheus and vmalert evaluate groups concurrently, so no
@@ -138,22 +138,6 @@ class Records:
 def _eq(label: str, value: str, op: str = "=") -> str:
     """One label matcher, ``label="value"`` (or another operator)."""
     return f'{label}{op}"{value}"'
-
-
-def _matchers(*parts: str) -> str:
-    return ", ".join(p for p in parts if p)
-
-
-def series(spec: Spec, metric: str, extra: str = "") -> str:
-    """``metric{<job selector>, <cluster selector>, extra}``: an exporter series as every rule reads it, e.g.
-    ``accelerator_up{job=~"xpuwatch|xpuwatch-exporter"}`` with the default (empty) cluster selector."""
-    return f"{metric}{{{_matchers(spec.exporter_job_selector, spec.cluster_selector, extra)}}}"
-
-
-def recorded(spec: Spec, name: str, extra: str = "") -> str:
-    """A recorded series (already filtered by job when recorded), narrowed by the cluster selector."""
-    m = _matchers(spec.cluster_selector, extra)
-    return f"{name}{{{m}}}" if m else name
 
 
 def records(spec: Spec) -> Records:
@@ -797,7 +781,7 @@ def relay_down(a: AlertSpec, spec: Spec) -> Body:
 
 def relay_messages_failing(a: AlertSpec, spec: Spec) -> Body:
     w = a.value("window")
-    failed = _component(spec, relay_metrics.FAILED, a.value("relay_selector"))
+    failed = _component(spec, c.RELAY_FAILED.name, a.value("relay_selector"))
     return (
         _new_or_increased(failed, w),
         "Relay gave up messages to channel {{ $labels.channel }} ({{ $labels.reason }})",
@@ -809,7 +793,7 @@ def relay_messages_failing(a: AlertSpec, spec: Spec) -> Body:
 
 def relay_backlog(a: AlertSpec, spec: Spec) -> Body:
     t = a.value("max_age_seconds")
-    age = _component(spec, relay_metrics.OLDEST_AGE, a.value("relay_selector"))
+    age = _component(spec, c.RELAY_OLDEST_AGE.name, a.value("relay_selector"))
     return (
         f"{age} > {t}",
         "Relay messages to channel {{ $labels.channel }} are waiting",
@@ -819,9 +803,9 @@ def relay_backlog(a: AlertSpec, spec: Spec) -> Body:
 
 def relay_outbox_failing(a: AlertSpec, spec: Spec) -> Body:
     w, sel = a.value("window"), a.value("relay_selector")
-    up = _component(spec, relay_metrics.OUTBOX_UP, sel)
-    errors = _component(spec, relay_metrics.OUTBOX_ERRORS, sel)
-    store = _component(spec, relay_metrics.REJECTED, sel, _eq("reason", "store_failed"))
+    up = _component(spec, c.RELAY_OUTBOX_UP.name, sel)
+    errors = _component(spec, c.RELAY_OUTBOX_ERRORS.name, sel)
+    store = _component(spec, c.RELAY_REJECTED.name, sel, _eq("reason", "store_failed"))
     return (
         f"{up} == 0\nor\nincrease({errors}[{w}]) > 0\nor\n({_new_or_increased(store, w)})",
         "Relay outbox failing{{ with $labels.instance }} on {{ . }}{{ end }}",
@@ -840,7 +824,7 @@ def remediation_down(a: AlertSpec, spec: Spec) -> Body:
 def remediation_actions_failing(a: AlertSpec, spec: Spec) -> Body:
     w = a.value("window")
     failed = _component(
-        spec, remediation_metrics.ACTIONS_TOTAL, a.value("remediation_selector"), _eq("result", "failed")
+        spec, c.REMEDIATION_ACTIONS.name, a.value("remediation_selector"), _eq("result", "failed")
     )
     # The rule's own label action="none" replaces the series' action label (the controller must not act on
     # its own failures); remediation_action keeps which one failed, so two failing actions stay two alerts.
@@ -854,7 +838,7 @@ def remediation_actions_failing(a: AlertSpec, spec: Spec) -> Body:
 def remediation_cap_reached(a: AlertSpec, spec: Spec) -> Body:
     w = a.value("window")
     refused = _component(
-        spec, remediation_metrics.REFUSALS_TOTAL, a.value("remediation_selector"), _eq("reason", "cap")
+        spec, c.REMEDIATION_REFUSALS.name, a.value("remediation_selector"), _eq("reason", "cap")
     )
     return (
         _new_or_increased(refused, w),
@@ -867,7 +851,7 @@ def remediation_recheck_failing(a: AlertSpec, spec: Spec) -> Body:
     w = a.value("window")
     failed = _component(
         spec,
-        remediation_metrics.RECHECKS_TOTAL,
+        c.REMEDIATION_RECHECKS.name,
         a.value("remediation_selector"),
         _eq("result", "unreachable"),
     )
@@ -880,8 +864,8 @@ def remediation_recheck_failing(a: AlertSpec, spec: Spec) -> Body:
 
 def remediation_node_held_too_long(a: AlertSpec, spec: Spec) -> Body:
     sel = a.value("remediation_selector")
-    age = _component(spec, remediation_metrics.HELD_AGE, sel)
-    limit = _component(spec, remediation_metrics.MAX_HOLD, sel)
+    age = _component(spec, c.REMEDIATION_HELD_AGE.name, sel)
+    limit = _component(spec, c.REMEDIATION_MAX_HOLD.name, sel)
     return (
         f"label_replace(\n  {age}\n  > on ({CLUSTER}, job, instance) group_left ()\n  {limit},\n"
         '"remediation_action", "$1", "action", "(.+)")',

@@ -83,7 +83,7 @@ def traced(self, *args, **kwargs):
     print(f"SIM_START {self.start!r}", flush=True)
 sim.SimBackend.__init__ = traced
 sys.argv = ["xpuwatch", *sys.argv[1:]]
-runpy.run_module("xpuwatch.exporter.entry", run_name="__main__")
+runpy.run_module("xpuwatch.entry", run_name="__main__")
 """
 
 

@@ -82,11 +82,11 @@ from prometheus_client.parser import text_string_to_metric_families
 from tests.dashboards.test_prometheus import _dashboards, _targets, substitute
 from tests.ports import free_port
 from xpuwatch.alerts import queue
+from xpuwatch.alerts.promapi import Prometheus
 from xpuwatch.alerts.spec import load_spec
 from xpuwatch.report import history
 from xpuwatch.report.baseline import Window, collect, figures
 from xpuwatch.report.chargeback import by_team
-from xpuwatch.report.prom import Prometheus
 from xpuwatch.report.render import html
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -25,12 +25,12 @@ import urllib.request
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
+from xpuwatch.alerts.promapi import Prometheus, Request
 from xpuwatch.alerts.spec import Spec, load_spec
 from xpuwatch.report import history
 from xpuwatch.report.baseline import Window, collect, curve_step, figures, queries, range_queries
 from xpuwatch.report.chargeback import by_team
 from xpuwatch.report.compare import compare
-from xpuwatch.report.prom import Prometheus, Request
 from xpuwatch.report.render import html
 
 

@@ -14,21 +14,8 @@ from xpuwatch.dashboards.panel import Panel, Query, Threshold
 from xpuwatch.dashboards.sources import (
     ALERTS,
     CLUSTER,
-    RELAY_DELIVERED,
-    RELAY_FAILED,
-    RELAY_OLDEST_AGE,
-    RELAY_OUTBOX_UP,
-    RELAY_QUEUE_DEPTH,
-    RELAY_RECEIVED,
-    RELAY_REJECTED,
-    RELAY_RETRIES,
-    REMEDIATION_ACTIONS,
-    REMEDIATION_DISRUPTED,
-    REMEDIATION_LEADER,
-    REMEDIATION_REFUSALS,
     SPEC,
     UP_TARGET,
-    ForeignMetric,
     selector,
 )
 from xpuwatch.exporter import catalog as c
@@ -38,11 +25,11 @@ UID = "xpuwatch-operations"
 _firing = selector(ALERTS, CLUSTER, 'alertstate="firing"')
 
 
-def _rate(metric: ForeignMetric | str, by: str) -> str:
+def _rate(metric: c.ServiceMetric | str, by: str) -> str:
     return f"sum by ({by}) (rate({selector(metric, CLUSTER)}[$__rate_interval]))"
 
 
-def _total(metric: ForeignMetric | str, by: str) -> str:
+def _total(metric: c.ServiceMetric | str, by: str) -> str:
     return f"sum by ({by}) (increase({selector(metric, CLUSTER)}[$__range]))"
 
 
@@ -95,8 +82,8 @@ queue = Panel(
     "Relay queue",
     "timeseries",
     (
-        Query(f"sum by (channel) ({selector(RELAY_QUEUE_DEPTH, CLUSTER)})", "{{channel}} pending"),
-        Query(f"max by (channel) ({selector(RELAY_OLDEST_AGE, CLUSTER)})", "{{channel}} oldest age"),
+        Query(f"sum by (channel) ({selector(c.RELAY_QUEUE_DEPTH, CLUSTER)})", "{{channel}} pending"),
+        Query(f"max by (channel) ({selector(c.RELAY_OLDEST_AGE, CLUSTER)})", "{{channel}} oldest age"),
     ),
     "Messages waiting in the relay's outbox per channel, and the age of the oldest (seconds, right axis). "
     "A growing age means a bot keeps refusing or the channel is rate limited.",
@@ -116,10 +103,10 @@ deliveries = Panel(
     "Relay deliveries and failures",
     "timeseries",
     (
-        Query(_rate(RELAY_RECEIVED, "channel"), "{{channel}} received"),
-        Query(_rate(RELAY_DELIVERED, "channel"), "{{channel}} delivered"),
-        Query(_rate(RELAY_FAILED, "channel, reason"), "{{channel}} failed: {{reason}}"),
-        Query(_rate(RELAY_RETRIES, "channel, reason"), "{{channel}} retry: {{reason}}"),
+        Query(_rate(c.RELAY_RECEIVED, "channel"), "{{channel}} received"),
+        Query(_rate(c.RELAY_DELIVERED, "channel"), "{{channel}} delivered"),
+        Query(_rate(c.RELAY_FAILED, "channel, reason"), "{{channel}} failed: {{reason}}"),
+        Query(_rate(c.RELAY_RETRIES, "channel, reason"), "{{channel}} retry: {{reason}}"),
     ),
     "Notifications received from Alertmanager, messages the bots accepted, messages given up and send "
     "retries, per second, by channel and reason.",
@@ -132,9 +119,9 @@ relay_health = Panel(
     "Relay failures and rejects",
     "table",
     (
-        Query(_total(RELAY_FAILED, "channel, reason"), instant=True, table=True),
-        Query(_total(RELAY_REJECTED, "reason"), instant=True, table=True),
-        Query(f"min({selector(RELAY_OUTBOX_UP, CLUSTER)})", instant=True, table=True),
+        Query(_total(c.RELAY_FAILED, "channel, reason"), instant=True, table=True),
+        Query(_total(c.RELAY_REJECTED, "reason"), instant=True, table=True),
+        Query(f"min({selector(c.RELAY_OUTBOX_UP, CLUSTER)})", instant=True, table=True),
     ),
     "In the selected time range: messages given up by channel and reason (A), inbound requests refused by "
     "reason (B); and whether every relay's outbox is readable (C, 1 = yes).",
@@ -155,7 +142,7 @@ relay_health = Panel(
 actions = Panel(
     "Remediation actions",
     "table",
-    (Query(_total(REMEDIATION_ACTIONS, "action, result, mode"), instant=True, table=True),),
+    (Query(_total(c.REMEDIATION_ACTIONS, "action, result, mode"), instant=True, table=True),),
     "Remediation steps in the selected time range by action (drain, reclaim, resize), result (ok, failed, "
     "blocked, skipped) and mode (apply, dry-run).",
     width=12,
@@ -168,7 +155,7 @@ actions = Panel(
 actions_rate = Panel(
     "Remediation actions over time",
     "timeseries",
-    (Query(_rate(REMEDIATION_ACTIONS, "action, result, mode"), "{{action}} {{result}} ({{mode}})"),),
+    (Query(_rate(c.REMEDIATION_ACTIONS, "action, result, mode"), "{{action}} {{result}} ({{mode}})"),),
     "Remediation steps per second by action, result and mode.",
     unit="ops",
     width=12,
@@ -178,7 +165,7 @@ actions_rate = Panel(
 refusals = Panel(
     "Guard refusals",
     "timeseries",
-    (Query(_rate(REMEDIATION_REFUSALS, "reason"), "{{reason}}"),),
+    (Query(_rate(c.REMEDIATION_REFUSALS, "reason"), "{{reason}}"),),
     "Decisions the guard refused, by reason (rate limit, blast radius, duplicate): the controller held back.",
     unit="ops",
     width=12,
@@ -189,8 +176,8 @@ disrupted = Panel(
     "Nodes disrupted by xpuwatch",
     "stat",
     (
-        Query(f"max({selector(REMEDIATION_DISRUPTED, CLUSTER)})", "cordoned or tainted", instant=True),
-        Query(f"sum({selector(REMEDIATION_LEADER, CLUSTER)})", "leaders", instant=True),
+        Query(f"max({selector(c.REMEDIATION_DISRUPTED, CLUSTER)})", "cordoned or tainted", instant=True),
+        Query(f"sum({selector(c.REMEDIATION_LEADER, CLUSTER)})", "leaders", instant=True),
     ),
     "Nodes currently cordoned or tainted by the controller, and how many replicas hold the leader Lease "
     "(exactly 1 is healthy).",

@@ -3,14 +3,11 @@
 Metric names come from ``exporter.catalog`` (imported, never retyped); recording-rule names from
 ``alerts.rules.records`` applied to the alert spec (the same call that generates alerts/generated/rules.yml),
 and thresholds shown on panels from the same spec, so a panel's band moves when the spec's alert does.
-Names declared by packages that dashboards cannot import yet (the relay, the remediation controller) are in
-one table below, each with the module that owns it; tests compare them with the owner when it is present.
+The relay's and the remediation controller's own metrics come from the catalog too (``c.RELAY_*``,
+``c.REMEDIATION_*``), where those services take them from.
 """
 
 from __future__ import annotations
-
-from dataclasses import dataclass
-from typing import Literal
 
 from xpuwatch.alerts.rules import Records, records
 from xpuwatch.alerts.spec import Spec, load_spec
@@ -25,72 +22,6 @@ ALERTS = "ALERTS"
 UP_TARGET = "up"
 
 
-@dataclass(frozen=True)
-class ForeignMetric:
-    """A metric another xpuwatch package declares (prometheus-client). ``owner`` is ``module:CONSTANT``."""
-
-    name: str
-    type: Literal["counter", "gauge"]
-    labels: tuple[str, ...]
-    owner: str
-
-
-# Owned by alerts.relay.metrics (relay branch): the relay's prometheus-client metrics.
-RELAY_RECEIVED = ForeignMetric(
-    "xpuwatch_relay_notifications_received_total", "counter", ("channel",), "alerts.relay.metrics:RECEIVED"
-)
-RELAY_DELIVERED = ForeignMetric(
-    "xpuwatch_relay_messages_delivered_total", "counter", ("channel",), "alerts.relay.metrics:DELIVERED"
-)
-RELAY_FAILED = ForeignMetric(
-    "xpuwatch_relay_messages_failed_total", "counter", ("channel", "reason"), "alerts.relay.metrics:FAILED"
-)
-RELAY_RETRIES = ForeignMetric(
-    "xpuwatch_relay_send_retries_total", "counter", ("channel", "reason"), "alerts.relay.metrics:RETRIES"
-)
-RELAY_REJECTED = ForeignMetric(
-    "xpuwatch_relay_requests_rejected_total", "counter", ("reason",), "alerts.relay.metrics:REJECTED"
-)
-RELAY_QUEUE_DEPTH = ForeignMetric(
-    "xpuwatch_relay_queue_depth", "gauge", ("channel",), "alerts.relay.metrics:QUEUE_DEPTH"
-)
-RELAY_OLDEST_AGE = ForeignMetric(
-    "xpuwatch_relay_oldest_pending_age_seconds", "gauge", ("channel",), "alerts.relay.metrics:OLDEST_AGE"
-)
-RELAY_OUTBOX_UP = ForeignMetric("xpuwatch_relay_outbox_up", "gauge", (), "alerts.relay.metrics:OUTBOX_UP")
-# Owned by remediation.telemetry (remediation branch): the remediation controller's metrics.
-REMEDIATION_ACTIONS = ForeignMetric(
-    "xpuwatch_remediation_actions_total",
-    "counter",
-    ("action", "result", "mode"),
-    "remediation.telemetry:ACTIONS_TOTAL",
-)
-REMEDIATION_REFUSALS = ForeignMetric(
-    "xpuwatch_remediation_guard_refusals_total",
-    "counter",
-    ("reason",),
-    "remediation.telemetry:REFUSALS_TOTAL",
-)
-REMEDIATION_DISRUPTED = ForeignMetric(
-    "xpuwatch_remediation_disrupted_nodes", "gauge", (), "remediation.telemetry:DISRUPTED"
-)
-REMEDIATION_LEADER = ForeignMetric("xpuwatch_remediation_leader", "gauge", (), "remediation.telemetry:LEADER")
-
-FOREIGN: tuple[ForeignMetric, ...] = (
-    RELAY_RECEIVED,
-    RELAY_DELIVERED,
-    RELAY_FAILED,
-    RELAY_RETRIES,
-    RELAY_REJECTED,
-    RELAY_QUEUE_DEPTH,
-    RELAY_OLDEST_AGE,
-    RELAY_OUTBOX_UP,
-    REMEDIATION_ACTIONS,
-    REMEDIATION_REFUSALS,
-    REMEDIATION_DISRUPTED,
-    REMEDIATION_LEADER,
-)
-
 # Matchers each dashboard applies (Grafana multi-value variables with allValue ".*", which also matches a
 # missing label: single-cluster installs need no `cluster` label).
 FLEET = ("cluster", "node", "vendor", "model")
@@ -100,13 +31,13 @@ CLUSTER = ("cluster",)
 ON_DEVICE = "on (cluster, node, uuid)"
 
 
-def selector(metric: str | ForeignMetric, variables: tuple[str, ...] = FLEET, extra: str = "") -> str:
+def selector(metric: str | c.ServiceMetric, variables: tuple[str, ...] = FLEET, extra: str = "") -> str:
     """``metric{var=~"$var", ..., extra}``: the series filtered by the dashboard variables.
 
     >>> selector("m", ("node",), 'type="x"')
     'm{node=~"$node", type="x"}'
     """
-    name = metric.name if isinstance(metric, ForeignMetric) else metric
+    name = metric.name if isinstance(metric, c.ServiceMetric) else metric
     matchers = [f'{v}=~"${v}"' for v in variables]
     if extra:
         matchers.append(extra)

@@ -1,4 +1,4 @@
-"""`xpuwatch demo`: the local demo stack (hooked into the CLI by exporter/entry.py)."""
+"""`xpuwatch demo`: the local demo stack (hooked into the CLI by xpuwatch/entry.py)."""
 
 from __future__ import annotations
 

@@ -525,3 +525,206 @@ def catalog() -> tuple[MetricDef, ...]:
 
 def by_name() -> dict[str, MetricDef]:
     return {m.name: m for m in catalog()}
+
+
+# --- The services' own metrics -------------------------------------------------------------------------
+# The relay and the remediation controller serve these about themselves on their own /metrics. They live
+# here, below every room, because the meta alerts (alerts/rules.py) and the operations dashboard read them:
+# the rule builder must not import the services it watches. Not part of ``catalog()`` (the exporter's
+# schema and docs/metrics.md).
+
+
+@dataclass(frozen=True)
+class ServiceMetric:
+    """One family a service declares with prometheus-client. ``name`` is the exposed name (counters end in
+    ``_total``, which prometheus-client appends to the declared name); ``labels`` in declaration order."""
+
+    name: str
+    type: Literal["counter", "gauge"]
+    labels: tuple[str, ...]
+    help: str
+
+    @property
+    def declared(self) -> str:
+        """The name to give prometheus-client (it adds ``_total`` to counters itself)."""
+        return self.name.removesuffix("_total") if self.type == "counter" else self.name
+
+
+_CH = ("channel",)
+
+RELAY_RECEIVED = ServiceMetric(
+    "xpuwatch_relay_notifications_received_total",
+    "counter",
+    _CH,
+    "Alertmanager notifications accepted into the outbox.",
+)
+RELAY_ALERTS_RECEIVED = ServiceMetric(
+    "xpuwatch_relay_alerts_received_total", "counter", _CH, "Alerts in accepted notifications."
+)
+RELAY_DEDUPLICATED = ServiceMetric(
+    "xpuwatch_relay_notifications_deduplicated_total",
+    "counter",
+    _CH,
+    "Notifications repeating one seen within the dedup window (nothing sent).",
+)
+RELAY_ENQUEUED = ServiceMetric(
+    "xpuwatch_relay_messages_enqueued_total",
+    "counter",
+    _CH,
+    "Messages (parts and follow-ups) stored for delivery.",
+)
+RELAY_DELIVERED = ServiceMetric(
+    "xpuwatch_relay_messages_delivered_total", "counter", _CH, "Messages the bot accepted (errcode/code 0)."
+)
+RELAY_FAILED = ServiceMetric(
+    "xpuwatch_relay_messages_failed_total",
+    "counter",
+    ("channel", "reason"),
+    "Messages given up, by reason (bot code, http_<status>, expired, unconfirmed, channel_removed,"
+    " render_failed).",
+)
+RELAY_RETRIES = ServiceMetric(
+    "xpuwatch_relay_send_retries_total",
+    "counter",
+    ("channel", "reason"),
+    "Send attempts to retry later, by reason (rate limit code, http_<status>, timeout).",
+)
+RELAY_REJECTED = ServiceMetric(
+    "xpuwatch_relay_requests_rejected_total",
+    "counter",
+    ("reason",),
+    "Inbound requests refused, by reason (unauthorized, too_large, malformed, unknown_channel,"
+    " store_failed, render_failed, body_timeout).",
+)
+RELAY_FALLBACKS = ServiceMetric(
+    "xpuwatch_relay_render_fallbacks_total",
+    "counter",
+    _CH,
+    "Notifications rendered with the built-in templates after a template override failed.",
+)
+RELAY_SUMMARISED = ServiceMetric(
+    "xpuwatch_relay_alerts_summarised_total",
+    "counter",
+    _CH,
+    "Alerts summarised as 'N more alerts' instead of listed.",
+)
+RELAY_INGEST_COMMITS = ServiceMetric(
+    "xpuwatch_relay_ingest_commits_total",
+    "counter",
+    (),
+    "Outbox transactions that stored incoming notifications (committed or failed); concurrent webhooks"
+    " share one (group commit), so received notifications / commits is the mean batch.",
+)
+RELAY_OUTBOX_ERRORS = ServiceMetric(
+    "xpuwatch_relay_outbox_errors_total",
+    "counter",
+    (),
+    "Outbox reads or writes that failed in the sender (disk full, corrupt pages, I/O errors).",
+)
+RELAY_QUEUE_DEPTH = ServiceMetric(
+    "xpuwatch_relay_queue_depth", "gauge", _CH, "Messages waiting in the outbox."
+)
+RELAY_OLDEST_AGE = ServiceMetric(
+    "xpuwatch_relay_oldest_pending_age_seconds",
+    "gauge",
+    _CH,
+    "Age of the oldest pending message (0 when none), seconds.",
+)
+RELAY_OUTBOX_UP = ServiceMetric(
+    "xpuwatch_relay_outbox_up", "gauge", (), "1 if the outbox could be read at this scrape, else 0."
+)
+
+REMEDIATION_ACTIONS = ServiceMetric(
+    "xpuwatch_remediation_actions_total",
+    "counter",
+    ("action", "result", "mode"),
+    "Remediation steps executed, by action, result (ok|failed|blocked|skipped) and mode (apply|dry-run).",
+)
+REMEDIATION_DECISIONS = ServiceMetric(
+    "xpuwatch_remediation_decisions_total",
+    "counter",
+    ("action", "step"),
+    "Policy decisions by action and step (including ignore and wait).",
+)
+REMEDIATION_REFUSALS = ServiceMetric(
+    "xpuwatch_remediation_guard_refusals_total",
+    "counter",
+    ("reason",),
+    "Decisions refused by the guard, by reason.",
+)
+REMEDIATION_ALERTS = ServiceMetric(
+    "xpuwatch_remediation_alerts_received_total",
+    "counter",
+    ("status",),
+    "Alerts received in webhook payloads, by status.",
+)
+REMEDIATION_WEBHOOK = ServiceMetric(
+    "xpuwatch_remediation_webhook_requests_total",
+    "counter",
+    ("code",),
+    "Webhook requests by HTTP status code.",
+)
+REMEDIATION_ERRORS = ServiceMetric(
+    "xpuwatch_remediation_errors_total",
+    "counter",
+    ("component",),
+    "Failures talking to the API server, JupyterHub, notebooks or the relay, by component.",
+)
+REMEDIATION_RECHECKS = ServiceMetric(
+    "xpuwatch_remediation_rechecks_total",
+    "counter",
+    ("action", "step", "result"),
+    "Re-checks of the alert in Prometheus right before a disruptive step, by action, step and result "
+    "(holds: acted; cleared: cancelled; unreachable: not acted, fail safe).",
+)
+REMEDIATION_LEADER = ServiceMetric(
+    "xpuwatch_remediation_leader", "gauge", (), "1 while this replica holds the Lease."
+)
+REMEDIATION_HELD_AGE = ServiceMetric(
+    "xpuwatch_remediation_held_node_age_seconds",
+    "gauge",
+    ("node", "action"),
+    "Seconds since xpuwatch tainted (drain) or cordoned (resize) the node, one series per node it holds.",
+)
+REMEDIATION_MAX_HOLD = ServiceMetric(
+    "xpuwatch_remediation_max_hold_seconds",
+    "gauge",
+    (),
+    "guard.max_hold_seconds: a node held longer is paged to a human.",
+)
+REMEDIATION_DISRUPTED = ServiceMetric(
+    "xpuwatch_remediation_disrupted_nodes", "gauge", (), "Nodes currently cordoned or tainted by xpuwatch."
+)
+
+RELAY_METRICS: tuple[ServiceMetric, ...] = (
+    RELAY_RECEIVED,
+    RELAY_ALERTS_RECEIVED,
+    RELAY_DEDUPLICATED,
+    RELAY_ENQUEUED,
+    RELAY_DELIVERED,
+    RELAY_FAILED,
+    RELAY_RETRIES,
+    RELAY_REJECTED,
+    RELAY_FALLBACKS,
+    RELAY_SUMMARISED,
+    RELAY_INGEST_COMMITS,
+    RELAY_OUTBOX_ERRORS,
+    RELAY_QUEUE_DEPTH,
+    RELAY_OLDEST_AGE,
+    RELAY_OUTBOX_UP,
+)
+"""Every family of the relay's /metrics beyond xpuwatch_build_info, process_*, python_* and HTTP metrics."""
+REMEDIATION_METRICS: tuple[ServiceMetric, ...] = (
+    REMEDIATION_ACTIONS,
+    REMEDIATION_DECISIONS,
+    REMEDIATION_REFUSALS,
+    REMEDIATION_ALERTS,
+    REMEDIATION_WEBHOOK,
+    REMEDIATION_ERRORS,
+    REMEDIATION_RECHECKS,
+    REMEDIATION_LEADER,
+    REMEDIATION_HELD_AGE,
+    REMEDIATION_MAX_HOLD,
+    REMEDIATION_DISRUPTED,
+)
+"""Every family the remediation controller's Telemetry declares."""

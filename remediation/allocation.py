@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import aiohttp
 
+from xpuwatch.alerts.promapi import PromError
 from xpuwatch.exporter.catalog import ALLOCATED
-from xpuwatch.remediation.recheck import PromError, instant
+from xpuwatch.remediation.recheck import client
 
 
 class AllocationError(Exception):
@@ -33,12 +34,13 @@ async def holders_of(
 ) -> list[str]:
     """``["namespace/pod", ...]`` holding ``uuid`` on ``node``, sorted and de-duplicated."""
     try:
-        result = await instant(session, prometheus_url, query(node, uuid), timeout)
+        result = await client(prometheus_url, timeout).ainstant(session, query(node, uuid))
     except PromError as exc:
         raise AllocationError(str(exc)) from None
-    out = set()
-    for series in result:
-        metric = series.get("metric") if isinstance(series, dict) else None
-        if isinstance(metric, dict) and metric.get("namespace") and metric.get("pod"):
-            out.add(f"{metric['namespace']}/{metric['pod']}")
-    return sorted(out)
+    return sorted(
+        {
+            f"{s.labels['namespace']}/{s.labels['pod']}"
+            for s in result
+            if s.labels.get("namespace") and s.labels.get("pod")
+        }
+    )

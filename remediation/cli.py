@@ -14,9 +14,9 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from xpuwatch.alerts.promapi import duration
 from xpuwatch.exporter.logs import config_error
 from xpuwatch.exporter.settings import parse_listen_address
-from xpuwatch.report.cli import duration
 
 from .settings import ConfigError, Settings, load
 

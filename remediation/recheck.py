@@ -14,7 +14,9 @@ Any alert that asks for the same action on the same device or notebook keeps the
 that cleared while an XID alert on the same card fires still justifies the drain). API: ``GET
 /api/v1/query`` (prometheus.io/docs/prometheus/latest/querying/api/); a resolved alert's ``ALERTS`` series
 ends with a staleness marker, so an instant query stops returning it at the next rule evaluation.
-Prometheus unreachable or answering an error = the step does not run (fail safe).
+Prometheus unreachable, answering an error, or answering what cannot be read (over 1 MiB, series that are not
+``{metric, value}``) = the step does not run (fail safe). Queries go through ``alerts/promapi.py``, bounded in
+time and size like every Prometheus query xpuwatch makes.
 """
 
 from __future__ import annotations
@@ -25,6 +27,8 @@ from typing import Literal
 
 import aiohttp
 
+from xpuwatch.alerts.promapi import PromError, Prometheus
+
 IDENTITY: Mapping[str, tuple[str, ...]] = {
     "drain": ("node", "uuid"),
     "reclaim": ("namespace", "pod"),
@@ -34,10 +38,6 @@ IDENTITY: Mapping[str, tuple[str, ...]] = {
 
 Result = Literal["holds", "cleared", "unreachable"]
 RESULTS: tuple[Result, ...] = ("holds", "cleared", "unreachable")
-
-
-class PromError(Exception):
-    """Prometheus could not be asked or answered something unusable; the message says which."""
 
 
 @dataclass(frozen=True)
@@ -63,27 +63,17 @@ def selector(action: str, labels: Mapping[str, str]) -> str:
     return "ALERTS{" + ",".join(parts) + "}"
 
 
-async def instant(
-    session: aiohttp.ClientSession, prometheus_url: str, expr: str, timeout: float = 10.0
-) -> list[dict[str, object]]:
-    """``data.result`` of an instant query (a list of ``{"metric": {...}, "value": [t, "v"]}``). Raises
-    ``PromError`` on a connection error, timeout (``timeout`` seconds in all), non-200 or non-success."""
-    url = prometheus_url.rstrip("/") + "/api/v1/query"
-    try:
-        async with session.get(
-            url, params={"query": expr}, timeout=aiohttp.ClientTimeout(total=timeout)
-        ) as resp:
-            doc = await resp.json(content_type=None)
-            status = resp.status
-    except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
-        raise PromError(f"prometheus query failed: {exc.__class__.__name__}: {exc}") from None
-    if status != 200 or not isinstance(doc, dict) or doc.get("status") != "success":
-        err = doc.get("error", "") if isinstance(doc, dict) else ""
-        raise PromError(f"prometheus answered {status}: {err}".strip())
-    result = (doc.get("data") or {}).get("result")
-    if not isinstance(result, list):
-        raise PromError("prometheus answer lacks data.result")
-    return result
+MAX_ANSWER_BYTES = 2**20
+"""1 MiB: a re-check asks for the ALERTS series of one device or notebook, a few series of about 500 bytes
+each; a larger answer is not Prometheus answering this query, and is refused unread."""
+
+
+def client(prometheus_url: str, timeout: float) -> Prometheus:
+    """The bounded client of the re-check and the allocation lookup. Raises PromError for a URL that is not
+    http(s)."""
+    return Prometheus(
+        prometheus_url, timeout, MAX_ANSWER_BYTES, settings=("recheck.timeout_seconds", "the re-check's cap")
+    )
 
 
 async def still_holds(
@@ -96,17 +86,10 @@ async def still_holds(
     """Ask Prometheus whether the condition of ``action`` on ``labels`` (its identity labels) still fires."""
     expr = selector(action, labels)
     try:
-        found = await instant(session, prometheus_url, expr, timeout)
+        found = await client(prometheus_url, timeout).ainstant(session, expr)
     except PromError as exc:
         return Recheck("unreachable", expr, f"cannot confirm the condition, not acting: {exc}")
     if found:
-        names = sorted(
-            {
-                str(m.get("alertname", ""))
-                for x in found
-                if isinstance(x, dict) and isinstance(m := x.get("metric"), dict)
-            }
-            - {""}
-        )
+        names = sorted({x.labels.get("alertname", "") for x in found} - {""})
         return Recheck("holds", expr, f"still firing: {', '.join(names)}")
     return Recheck("cleared", expr, f"condition cleared: no firing {expr}")

@@ -1,6 +1,6 @@
 """What would ``--apply`` have done: a PURE replay of past alerts through the controller's policy and guard.
 
-Input (read from Prometheus by ``whatif_prom.py``; nothing here does I/O or talks to Kubernetes):
+Input (read from Prometheus by ``whatif_cli.py`` through ``alerts/promapi.py``; nothing here does I/O or talks to Kubernetes):
 ``Episode`` s of ``ALERTS`` (one per firing period of an alert, its labels minus ``alertstate``), the
 ``Holding`` s of ``accelerator_allocated`` (which pod held which device when), the number of nodes and the
 window. The replay feeds the controller what it would have received and done, in time order:

@@ -1,7 +1,7 @@
 """``xpuwatch remediate --what-if``: read a window of history from Prometheus (or VictoriaMetrics), replay it
 through ``whatif.replay`` and print (or write as JSON/HTML) what ``--apply`` would have done.
 
-Reads only, through report/prom.py's client (every answer bounded in size and time), never Kubernetes:
+Reads only, through alerts/promapi.py's client (every answer bounded in size and time), never Kubernetes:
 
 - ``ALERTS{alertstate="firing",action=~"<the config's actions>"}`` as RAW samples (an instant query of a
   range selector, one day per query), so episodes start and end at the rule evaluations that saw them
@@ -30,8 +30,8 @@ from pathlib import Path
 
 import jinja2
 
+from xpuwatch.alerts.promapi import PromError, Prometheus
 from xpuwatch.exporter.catalog import ALLOCATED, INFO
-from xpuwatch.report.prom import Prometheus, ReportError
 
 from .recheck import quote
 from .settings import Settings
@@ -42,21 +42,6 @@ DAY = 86400
 
 class WhatIfError(Exception):
     """The replay cannot be made; the message is the one line printed."""
-
-
-class _History(Prometheus):
-    """report/prom.py's bounded client plus raw samples of a range selector (an instant query)."""
-
-    def raw(
-        self, selector: str, at: float, window: int
-    ) -> list[tuple[dict[str, str], list[tuple[float, float]]]]:
-        """Raw samples ``(Unix seconds, value)`` of ``selector`` in ``(at - window, at]``, per series."""
-        result = self._call("/api/v1/query", {"query": f"{selector}[{window}s]", "time": f"{at:.3f}"})
-        return [
-            (dict(r.get("metric", {})), [(float(t), float(v)) for t, v in r.get("values", [])])
-            for r in result
-            if isinstance(r, dict)
-        ]
 
 
 def _chunks(start: float, end: float) -> Iterable[tuple[float, float]]:
@@ -71,19 +56,20 @@ def _alternation(values: Iterable[str]) -> str:
 
 
 def fetch_episodes(
-    prom: _History, actions: Sequence[str], start: float, end: float, gap: float
+    prom: Prometheus, actions: Sequence[str], start: float, end: float, gap: float
 ) -> list[Episode]:
     sel = f'ALERTS{{alertstate="firing",action=~"{"|".join(actions)}"}}'
     samples: dict[tuple[tuple[str, str], ...], list[float]] = defaultdict(list)
     for a, b in _chunks(start, end):
-        for labels, times in prom.raw(sel, b, int(b - a)):
+        for series in prom.raw(sel, b, int(b - a)):
+            labels, times = series.labels, series.values
             key = tuple(sorted((k, v) for k, v in labels.items() if k not in ("__name__", "alertstate")))
             samples[key] += [t for t, _ in times if start <= t <= end]
     return episodes_of(samples, gap, end)
 
 
 def fetch_holdings(
-    prom: _History, episodes: Sequence[Episode], start: float, end: float, gap: float
+    prom: Prometheus, episodes: Sequence[Episode], start: float, end: float, gap: float
 ) -> list[Holding]:
     """Raw ``accelerator_allocated == 1`` samples of the devices (drain, resize) and notebook pods (reclaim)
     the alerts name; samples more than ``gap`` apart are two holdings."""
@@ -100,7 +86,8 @@ def fetch_holdings(
     for sel in selectors:
         for a, b in _chunks(start, end):
             # a range selector cannot filter by value: keep the samples of 1 (held)
-            for m, values in prom.raw(sel, b, int(b - a)):
+            for series in prom.raw(sel, b, int(b - a)):
+                m, values = series.labels, series.values
                 key = (m.get("node", ""), m.get("uuid", ""), m.get("namespace", ""), m.get("pod", ""))
                 runs[key] |= {t for t, v in values if v == 1 and start <= t <= end}
     out = []
@@ -121,7 +108,7 @@ def _utc(t: float) -> datetime:
     return datetime.fromtimestamp(t, UTC)
 
 
-def count_nodes(prom: _History, window: int, end: float) -> int:
+def count_nodes(prom: Prometheus, window: int, end: float) -> int:
     found = prom.query(f"count(count by (node) (last_over_time({INFO}[{window}s])))", end)
     return int(found[0].values[0][1]) if found else 0
 
@@ -141,7 +128,7 @@ def what_if(
     end = float(end if end is not None else time.time())
     start = end - window
     try:
-        prom = _History(url, timeout=timeout)
+        prom = Prometheus(url, timeout=timeout)
         total = nodes if nodes is not None else count_nodes(prom, window, end)
         if nodes is None and total == 0:
             raise WhatIfError(
@@ -152,7 +139,7 @@ def what_if(
         gap = gap if gap is not None else max(step, 300.0)
         episodes = fetch_episodes(prom, actions, start, end, gap)
         holdings = fetch_holdings(prom, episodes, start, end, gap)
-    except ReportError as exc:
+    except PromError as exc:
         raise WhatIfError(str(exc)) from None
     return replay(episodes, holdings, total, settings, _utc(start), _utc(end), step, repeat_interval)
 

@@ -23,15 +23,20 @@ from dataclasses import dataclass
 import numpy as np
 
 from xpuwatch.alerts import queue
+from xpuwatch.alerts.promapi import DEFAULT_CONCURRENCY, Prometheus, Request, Series
 from xpuwatch.alerts.spec import Spec
 from xpuwatch.exporter import catalog as c
 from xpuwatch.report.chargeback import Usage
-from xpuwatch.report.prom import DEFAULT_CONCURRENCY, Prometheus, ReportError, Request, Series
 
 IDENT = "node, vendor, model, device, uuid"
 SLICE_IDENT = "node, vendor, model, device, uuid, slice_id, profile, slice_kind"
 PART_IDENT = "node, device, parent_uuid, partition_id, compute_partition, memory_partition"
 GIB = 1024.0**3
+
+
+class ReportError(Exception):
+    """The report cannot be made from what Prometheus holds (no xpuwatch series in the window). Prometheus
+    unreachable or refusing a query is ``promapi.PromError``."""
 
 
 ENERGY_RATE_MIN_S = 300

@@ -6,24 +6,14 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import os
-import re
 import sys
 import time
 import zoneinfo
 from collections.abc import Mapping
 from pathlib import Path
 
+from xpuwatch.alerts.promapi import duration
 from xpuwatch.alerts.spec import DEFAULT_SPEC_PATH, SpecError, load_spec
-
-_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
-
-
-def duration(text: str) -> int:
-    """``"7d"``, ``"36h"``, ``"1h30m"`` -> seconds (argparse type)."""
-    parts = re.fullmatch(r"((\d+)([smhdw]))+", text or "")
-    if not parts:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a duration like 7d, 36h or 90m")
-    return sum(int(n) * _UNITS[u] for n, u in re.findall(r"(\d+)([smhdw])", text))
 
 
 def positive(text: str) -> float:
@@ -179,9 +169,9 @@ def run_report(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 2
-    from xpuwatch.report.baseline import Window, collect, figures, queries, range_queries
+    from xpuwatch.alerts.promapi import PromError, Prometheus
+    from xpuwatch.report.baseline import ReportError, Window, collect, figures, queries, range_queries
     from xpuwatch.report.compare import compare
-    from xpuwatch.report.prom import Prometheus, ReportError
 
     try:
         spec = load_spec(args.spec)
@@ -211,7 +201,7 @@ def run_report(args: argparse.Namespace) -> int:
     try:
         prom = Prometheus(args.prometheus, args.timeout, int(args.max_answer_mib * 2**20))
         baselines = [figures(collect(prom, spec, w, progress, args.concurrency), spec, w) for w in windows]
-    except ReportError as exc:
+    except (PromError, ReportError) as exc:
         bar.close()
         print(f"xpuwatch report: {exc}", file=sys.stderr)
         return 1

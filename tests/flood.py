@@ -27,7 +27,7 @@ if soft:
     resource.setrlimit(resource.RLIMIT_NOFILE, (soft, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
 held = [os.open(os.devnull, os.O_RDONLY) for _ in range(eat)]  # descriptors something else holds
 sys.argv = ["xpuwatch", *sys.argv[3:]]
-from xpuwatch.exporter.entry import main
+from xpuwatch.entry import main
 sys.exit(main())
 """
 

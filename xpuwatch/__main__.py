@@ -1,6 +1,6 @@
 """``python -m xpuwatch``: the same command as the ``xpuwatch`` console script."""
 
-from xpuwatch.exporter.entry import main
+from xpuwatch.entry import main
 
 if __name__ == "__main__":
     main()

@@ -1,4 +1,4 @@
-"""`xpuwatch relay`: runs the Alertmanager -> WeCom/Feishu/DingTalk relay (hooked into the CLI by exporter/entry.py)."""
+"""`xpuwatch relay`: runs the Alertmanager -> WeCom/Feishu/DingTalk relay (hooked into the CLI by xpuwatch/entry.py)."""
 
 from __future__ import annotations
 

@@ -24,13 +24,13 @@ and ``text``, ``at.atMobiles``/``at.isAtAll``, ``timestamp``+``sign`` query para
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass
 from typing import Any
 
-from xpuwatch.alerts.relay.config import Channel, ConfigError, RateLimit
+from xpuwatch.alerts.relay.config import Channel, RateLimit
 from xpuwatch.alerts.relay.outcome import Outcome
+from xpuwatch.alerts.relay.platform import PHONE, MentionKind, check_mentions, dumps, read_answer, within
 from xpuwatch.alerts.relay.render import Layout, Markup
 from xpuwatch.alerts.relay.signing import dingtalk_url
 
@@ -45,8 +45,10 @@ ERR_SECURITY = 310000  # keyword / signature / IP allowlist: the errmsg says whi
 ERR_TOO_LONG = 460101
 ERR_SYSTEM_BUSY = -1
 
-_MOBILE = re.compile(r"^\+?[0-9][0-9-]{4,19}$")
-_USERID = re.compile(r"^[A-Za-z0-9_.@-]{1,64}$")
+MENTIONS = (
+    MentionKind("mobiles", PHONE, "a phone number"),
+    MentionKind("users", re.compile(r"^[A-Za-z0-9_.@-]{1,64}$"), "a DingTalk userid"),
+)
 # DingTalk markdown documents no escape syntax either: markup characters become full-width look-alikes.
 _ESCAPES = str.maketrans(
     {"<": "＜", ">": "＞", "`": "｀", "*": "＊", "_": "＿", "~": "～", "|": "｜", "@": "＠"}
@@ -100,20 +102,7 @@ class DingTalkBot:
         return {"title": TITLE_TEMPLATE, "alert": ALERT_TEMPLATE}
 
     def check(self, channel: Channel) -> None:
-        m = channel.mentions
-        if m.open_ids or m.user_ids:
-            raise ConfigError(
-                f"channels.{channel.name}.mentions: open_ids/user_ids are Feishu-only; DingTalk mentions by "
-                "mobiles or users (DingTalk userids)"
-            )
-        for mobile in m.mobiles:
-            if not _MOBILE.match(mobile):
-                raise ConfigError(
-                    f"channels.{channel.name}.mentions.mobiles: {mobile!r} is not a phone number"
-                )
-        for uid in m.users:
-            if not _USERID.match(uid):
-                raise ConfigError(f"channels.{channel.name}.mentions.users: {uid!r} is not a DingTalk userid")
+        check_mentions(channel, "DingTalk", MENTIONS)
 
     def url(self, channel: Channel, now: float) -> str:
         return dingtalk_url(channel.webhook_url, channel.secret, now)
@@ -146,30 +135,20 @@ class DingTalkBot:
         return body
 
     def fits(self, body: dict[str, Any]) -> bool:
-        return len(_dumps(body)) <= MAX_BODY_BYTES
+        return within(dumps(body), MAX_BODY_BYTES)
 
     def followups(self, layout: Layout, channel: Channel) -> list[dict[str, Any]]:
         return []
 
     def serialise(self, body: dict[str, Any], channel: Channel, now: float) -> bytes:
-        return _dumps(body)
+        return dumps(body)
 
     def classify(self, http_status: int, payload: bytes) -> Outcome:
         """HTTP status + body -> ok / retry / rate_limited / permanent, with the code recorded."""
-        if http_status == 429:
-            return Outcome("rate_limited", "http_429", "HTTP 429", window=0)
-        if http_status >= 500:
-            return Outcome("retry", f"http_{http_status}", f"HTTP {http_status}")
-        try:
-            doc = json.loads(payload)
-            code = int(doc["errcode"])
-            msg = str(doc.get("errmsg", ""))
-        except (ValueError, KeyError, TypeError):
-            if http_status != 200:
-                return Outcome("permanent", f"http_{http_status}", payload[:200].decode(errors="replace"))
-            return Outcome("retry", "bad_response", payload[:200].decode(errors="replace"))
-        if code == 0:
-            return Outcome("ok", "0", msg)
+        answer = read_answer(http_status, payload, _code, http_429_window=0)
+        if isinstance(answer, Outcome):
+            return answer
+        code, msg = answer
         if code in RATE_LIMIT_CODES:
             return Outcome("rate_limited", str(code), msg, window=0)
         if code == ERR_SYSTEM_BUSY:
@@ -179,8 +158,8 @@ class DingTalkBot:
         return Outcome("permanent", str(code), msg)
 
 
-def _dumps(body: dict[str, Any]) -> bytes:
-    return json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode()
+def _code(doc: Any) -> tuple[int, str]:
+    return int(doc["errcode"]), str(doc.get("errmsg", ""))
 
 
 BOT = DingTalkBot()

@@ -10,14 +10,14 @@ open_id/user_id or ``all``. Throttling: ``9499 "too many request"`` (HTTP 400, n
 
 from __future__ import annotations
 
-import json
 import re
 import time
 from dataclasses import dataclass
 from typing import Any
 
-from xpuwatch.alerts.relay.config import Channel, ConfigError, RateLimit
+from xpuwatch.alerts.relay.config import Channel, RateLimit
 from xpuwatch.alerts.relay.outcome import Outcome
+from xpuwatch.alerts.relay.platform import MentionKind, check_mentions, dumps, read_answer, within
 from xpuwatch.alerts.relay.render import Layout, Markup
 from xpuwatch.alerts.relay.signing import sign_body
 
@@ -28,8 +28,10 @@ LIMITS = (RateLimit(count=5, per_seconds=1.0), RateLimit(count=100, per_seconds=
 CODE_FREQUENCY_LIMITED = 11232
 CODE_BAD_REQUEST = 9499  # msg "too many request" = throttled; "Bad Request" = malformed or oversize
 
-_OPEN_ID = re.compile(r"^ou_[A-Za-z0-9]{1,64}$")
-_USER_ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+MENTIONS = (
+    MentionKind("open_ids", re.compile(r"^ou_[A-Za-z0-9]{1,64}$"), "an open_id (ou_...)"),
+    MentionKind("user_ids", re.compile(r"^[A-Za-z0-9_-]{1,64}$"), "a user_id"),
+)
 # lark_md renders HTML character references (the card markdown doc's escape table), so every character that
 # can start markup is written as one: `<at>`, links, emphasis, strike-through and code cannot be injected.
 _ESCAPES = str.maketrans({c: f"&#{ord(c)};" for c in "&<>*_~[]()`\\#"})
@@ -85,20 +87,7 @@ class FeishuBot:
         return {"title": TITLE_TEMPLATE, "alert": ALERT_TEMPLATE}
 
     def check(self, channel: Channel) -> None:
-        m = channel.mentions
-        if m.users or m.mobiles:
-            raise ConfigError(
-                f"channels.{channel.name}.mentions: users/mobiles are WeCom-only; Feishu custom bots mention "
-                "by open_ids or user_ids"
-            )
-        for oid in m.open_ids:
-            if not _OPEN_ID.match(oid):
-                raise ConfigError(
-                    f"channels.{channel.name}.mentions.open_ids: {oid!r} is not an open_id (ou_...)"
-                )
-        for uid in m.user_ids:
-            if not _USER_ID.match(uid):
-                raise ConfigError(f"channels.{channel.name}.mentions.user_ids: {uid!r} is not a user_id")
+        check_mentions(channel, "Feishu", MENTIONS)
 
     def url(self, channel: Channel, now: float) -> str:
         return channel.webhook_url
@@ -132,30 +121,20 @@ class FeishuBot:
         }
 
     def fits(self, body: dict[str, Any]) -> bool:
-        return len(_dumps(body)) <= BODY_BUDGET_BYTES
+        return within(dumps(body), BODY_BUDGET_BYTES)
 
     def followups(self, layout: Layout, channel: Channel) -> list[dict[str, Any]]:
         return []
 
     def serialise(self, body: dict[str, Any], channel: Channel, now: float | None = None) -> bytes:
         """Signed (when the channel has a secret) UTF-8 JSON, the exact bytes sent."""
-        return _dumps(sign_body(body, channel.secret, time.time() if now is None else now))
+        return dumps(sign_body(body, channel.secret, time.time() if now is None else now))
 
     def classify(self, http_status: int, payload: bytes) -> Outcome:
-        if http_status == 429:
-            return Outcome("rate_limited", "http_429", "HTTP 429")
-        if http_status >= 500:
-            return Outcome("retry", f"http_{http_status}", f"HTTP {http_status}")
-        try:
-            doc = json.loads(payload)
-            code = int(doc.get("code", doc.get("StatusCode")))
-            msg = str(doc.get("msg", doc.get("StatusMessage", "")))
-        except (ValueError, TypeError, AttributeError):
-            if http_status not in (200, 400):
-                return Outcome("permanent", f"http_{http_status}", payload[:200].decode(errors="replace"))
-            return Outcome("retry", "bad_response", payload[:200].decode(errors="replace"))
-        if code == 0:
-            return Outcome("ok", "0", msg)
+        answer = read_answer(http_status, payload, _code, readable_statuses=(200, 400))
+        if isinstance(answer, Outcome):
+            return answer
+        code, msg = answer
         if code == CODE_BAD_REQUEST and "too many" in msg.lower():
             return Outcome("rate_limited", str(code), msg, window=0)  # the 5/s window (nightingale#1437)
         if code == CODE_FREQUENCY_LIMITED:
@@ -165,12 +144,12 @@ class FeishuBot:
         return Outcome("permanent", str(code), msg)
 
 
+def _code(doc: Any) -> tuple[int, str]:
+    return int(doc.get("code", doc.get("StatusCode"))), str(doc.get("msg", doc.get("StatusMessage", "")))
+
+
 def _div(content: str) -> dict[str, Any]:
     return {"tag": "div", "text": {"tag": "lark_md", "content": content}}
-
-
-def _dumps(body: dict[str, Any]) -> bytes:
-    return json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode()
 
 
 BOT = FeishuBot()

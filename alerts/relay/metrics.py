@@ -12,84 +12,33 @@ from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
 from xpuwatch.alerts.relay.outbox import Outbox, QueueStats
-
-RECEIVED = "xpuwatch_relay_notifications_received_total"
-ALERTS_RECEIVED = "xpuwatch_relay_alerts_received_total"
-DEDUPLICATED = "xpuwatch_relay_notifications_deduplicated_total"
-ENQUEUED = "xpuwatch_relay_messages_enqueued_total"
-DELIVERED = "xpuwatch_relay_messages_delivered_total"
-FAILED = "xpuwatch_relay_messages_failed_total"
-RETRIES = "xpuwatch_relay_send_retries_total"
-REJECTED = "xpuwatch_relay_requests_rejected_total"
-FALLBACKS = "xpuwatch_relay_render_fallbacks_total"
-SUMMARISED = "xpuwatch_relay_alerts_summarised_total"
-QUEUE_DEPTH = "xpuwatch_relay_queue_depth"
-OUTBOX_ERRORS = "xpuwatch_relay_outbox_errors_total"
-OLDEST_AGE = "xpuwatch_relay_oldest_pending_age_seconds"
-OUTBOX_UP = "xpuwatch_relay_outbox_up"
-INGEST_COMMITS = "xpuwatch_relay_ingest_commits_total"
+from xpuwatch.exporter import catalog as C
+from xpuwatch.exporter.catalog import ServiceMetric
 
 
 class RelayMetrics:
-    """Counters the server and sender increment. Names end in _total without the suffix prometheus-client adds."""
+    """Counters the server and sender increment; names, labels and help from the catalog (``C.RELAY_*``)."""
 
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         self.registry = registry or CollectorRegistry()
         self._accepted: dict[str, tuple[Counter, Counter]] = {}
         r = self.registry
 
-        def counter(name: str, doc: str, labels: tuple[str, ...]) -> Counter:
-            return Counter(name.removesuffix("_total"), doc, labels, registry=r)
+        def counter(m: ServiceMetric) -> Counter:
+            return Counter(m.declared, m.help, m.labels, registry=r)
 
-        self.received = counter(
-            RECEIVED, "Alertmanager notifications accepted into the outbox.", ("channel",)
-        )
-        self.alerts_received = counter(ALERTS_RECEIVED, "Alerts in accepted notifications.", ("channel",))
-        self.deduplicated = counter(
-            DEDUPLICATED,
-            "Notifications repeating one seen within the dedup window (nothing sent).",
-            ("channel",),
-        )
-        self.enqueued = counter(
-            ENQUEUED, "Messages (parts and follow-ups) stored for delivery.", ("channel",)
-        )
-        self.delivered = counter(DELIVERED, "Messages the bot accepted (errcode/code 0).", ("channel",))
-        self.failed = counter(
-            FAILED,
-            "Messages given up, by reason (bot code, http_<status>, expired, unconfirmed, channel_removed,"
-            " render_failed).",
-            ("channel", "reason"),
-        )
-        self.retries = counter(
-            RETRIES,
-            "Send attempts to retry later, by reason (rate limit code, http_<status>, timeout).",
-            ("channel", "reason"),
-        )
-        self.rejected = counter(
-            REJECTED,
-            "Inbound requests refused, by reason (unauthorized, too_large, malformed, unknown_channel,"
-            " store_failed, render_failed, body_timeout).",
-            ("reason",),
-        )
-        self.fallbacks = counter(
-            FALLBACKS,
-            "Notifications rendered with the built-in templates after a template override failed.",
-            ("channel",),
-        )
-        self.summarised = counter(
-            SUMMARISED, "Alerts summarised as 'N more alerts' instead of listed.", ("channel",)
-        )
-        self.ingest_commits = Counter(
-            INGEST_COMMITS.removesuffix("_total"),
-            "Outbox transactions that stored incoming notifications (committed or failed); concurrent webhooks"
-            " share one (group commit), so received notifications / commits is the mean batch.",
-            registry=r,
-        )
-        self.outbox_errors = Counter(
-            OUTBOX_ERRORS.removesuffix("_total"),
-            "Outbox reads or writes that failed in the sender (disk full, corrupt pages, I/O errors).",
-            registry=r,
-        )
+        self.received = counter(C.RELAY_RECEIVED)
+        self.alerts_received = counter(C.RELAY_ALERTS_RECEIVED)
+        self.deduplicated = counter(C.RELAY_DEDUPLICATED)
+        self.enqueued = counter(C.RELAY_ENQUEUED)
+        self.delivered = counter(C.RELAY_DELIVERED)
+        self.failed = counter(C.RELAY_FAILED)
+        self.retries = counter(C.RELAY_RETRIES)
+        self.rejected = counter(C.RELAY_REJECTED)
+        self.fallbacks = counter(C.RELAY_FALLBACKS)
+        self.summarised = counter(C.RELAY_SUMMARISED)
+        self.ingest_commits = counter(C.RELAY_INGEST_COMMITS)
+        self.outbox_errors = counter(C.RELAY_OUTBOX_ERRORS)
 
     def accepted(self, channel: str) -> tuple[Counter, Counter]:
         """The ``received`` and ``alerts_received`` children of ``channel``, looked up once per channel (the
@@ -128,11 +77,10 @@ class OutboxCollector(Collector):
         self._wall = wall
 
     def collect(self) -> Iterator[Metric]:
-        depth = GaugeMetricFamily(QUEUE_DEPTH, "Messages waiting in the outbox.", labels=["channel"])
-        age = GaugeMetricFamily(
-            OLDEST_AGE, "Age of the oldest pending message (0 when none), seconds.", labels=["channel"]
+        depth, age, up = (
+            GaugeMetricFamily(m.name, m.help, labels=m.labels)
+            for m in (C.RELAY_QUEUE_DEPTH, C.RELAY_OLDEST_AGE, C.RELAY_OUTBOX_UP)
         )
-        up = GaugeMetricFamily(OUTBOX_UP, "1 if the outbox could be read at this scrape, else 0.")
         now = self._wall()
         try:
             stats = self._outbox.stats()

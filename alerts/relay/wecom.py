@@ -8,13 +8,13 @@ Follows the official doc "群机器人配置说明" (developer.work.weixin.qq.co
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass
 from typing import Any
 
-from xpuwatch.alerts.relay.config import Channel, ConfigError, RateLimit
+from xpuwatch.alerts.relay.config import Channel, RateLimit
 from xpuwatch.alerts.relay.outcome import Outcome
+from xpuwatch.alerts.relay.platform import PHONE, MentionKind, check_mentions, dumps, read_answer, within
 from xpuwatch.alerts.relay.render import Layout, Markup
 
 MARKDOWN_MAX_BYTES = 4096  # official doc: markdown.content 最长不超过4096个字节, UTF-8
@@ -25,8 +25,10 @@ ERR_BAD_KEY = 93000  # "invalid webhook url" (fixture resp-93000-invalid-webhook
 ERR_TOO_LONG = 40058  # "markdown.content exceed max length 4096" (PrometheusAlert#155)
 ERR_SYSTEM_BUSY = -1  # WeCom global code "系统繁忙": retry
 
-_USERID = re.compile(r"^[A-Za-z0-9_.@-]{1,64}$")
-_MOBILE = re.compile(r"^\+?[0-9][0-9-]{4,19}$")
+MENTIONS = (
+    MentionKind("users", re.compile(r"^[A-Za-z0-9_.@-]{1,64}$"), "a WeCom userid"),
+    MentionKind("mobiles", PHONE, "a phone number", also=("@all",)),
+)
 # No escape syntax is documented for WeCom markdown, so characters that start markup are replaced by their
 # full-width look-alikes: the text stays readable and can never open a tag, mention, link or code span.
 _ESCAPES = str.maketrans({"<": "＜", ">": "＞", "`": "｀", "*": "＊"})
@@ -78,19 +80,7 @@ class WeComBot:
         return {"title": TITLE_TEMPLATE, "alert": ALERT_TEMPLATE}
 
     def check(self, channel: Channel) -> None:
-        m = channel.mentions
-        if m.open_ids or m.user_ids:
-            raise ConfigError(
-                f"channels.{channel.name}.mentions: open_ids/user_ids are Feishu-only; use users"
-            )
-        for uid in m.users:
-            if not _USERID.match(uid):
-                raise ConfigError(f"channels.{channel.name}.mentions.users: {uid!r} is not a WeCom userid")
-        for mobile in m.mobiles:
-            if mobile != "@all" and not _MOBILE.match(mobile):
-                raise ConfigError(
-                    f"channels.{channel.name}.mentions.mobiles: {mobile!r} is not a phone number"
-                )
+        check_mentions(channel, "WeCom", MENTIONS)
 
     def url(self, channel: Channel, now: float) -> str:
         return channel.webhook_url
@@ -109,8 +99,8 @@ class WeComBot:
 
     def fits(self, body: dict[str, Any]) -> bool:
         if body.get("msgtype") == "text":
-            return len(body["text"]["content"].encode()) <= TEXT_MAX_BYTES
-        return len(body["markdown"]["content"].encode()) <= MARKDOWN_MAX_BYTES
+            return within(body["text"]["content"], TEXT_MAX_BYTES)
+        return within(body["markdown"]["content"], MARKDOWN_MAX_BYTES)
 
     def followups(self, layout: Layout, channel: Channel) -> list[dict[str, Any]]:
         m = channel.mentions
@@ -125,29 +115,23 @@ class WeComBot:
         return [{"msgtype": "text", "text": text}]
 
     def serialise(self, body: dict[str, Any], channel: Channel, now: float) -> bytes:
-        return json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode()
+        return dumps(body)
 
     def classify(self, http_status: int, payload: bytes) -> Outcome:
         """HTTP status + body -> ok / retry / rate_limited / permanent, with the code recorded."""
-        if http_status == 429:
-            return Outcome("rate_limited", "http_429", "HTTP 429")
-        if http_status >= 500:
-            return Outcome("retry", f"http_{http_status}", f"HTTP {http_status}")
-        try:
-            doc = json.loads(payload)
-            code = int(doc["errcode"])
-            msg = str(doc.get("errmsg", ""))
-        except (ValueError, KeyError, TypeError):
-            if http_status != 200:
-                return Outcome("permanent", f"http_{http_status}", payload[:200].decode(errors="replace"))
-            return Outcome("retry", "bad_response", payload[:200].decode(errors="replace"))
-        if code == 0:
-            return Outcome("ok", "0", msg)
+        answer = read_answer(http_status, payload, _code)
+        if isinstance(answer, Outcome):
+            return answer
+        code, msg = answer
         if code == ERR_RATE_LIMITED:
             return Outcome("rate_limited", str(code), msg, window=0)  # 20/min, the only window
         if code == ERR_SYSTEM_BUSY:
             return Outcome("retry", str(code), msg)
         return Outcome("permanent", str(code), msg)
+
+
+def _code(doc: Any) -> tuple[int, str]:
+    return int(doc["errcode"]), str(doc.get("errmsg", ""))
 
 
 BOT = WeComBot()

@@ -1,10 +1,11 @@
 """Stand-in for the relay's and the remediation controller's /metrics endpoints (Prometheus exposition).
 
-It stands for ``alerts.relay.metrics.RelayMetrics`` + ``OutboxCollector`` and
-``remediation.telemetry.Telemetry`` (prometheus-client, text exposition format 0.0.4), which live on branches
-not merged here yet. It serves exactly the families in ``dashboards.sources.FOREIGN`` with their declared
-types and labels, as a relay and a controller in dry-run would after handling a few alerts, so the
-Operations panels can be checked against a real Prometheus scraping real exposition.
+It stands for ``xpuwatch.alerts.relay.metrics.RelayMetrics`` + ``OutboxCollector`` and
+``xpuwatch.remediation.telemetry.Telemetry`` (prometheus-client, text exposition format 0.0.4): it serves
+exactly the families the catalog declares for them (``catalog.RELAY_METRICS``, ``REMEDIATION_METRICS``, which
+those services declare from; tests/exporter/test_service_metrics.py checks that), as a relay and a
+controller in dry-run would after handling a few alerts, so the Operations panels can be checked against a
+real Prometheus scraping real exposition without running both services.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from wsgiref.simple_server import WSGIServer
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_server
 
-from xpuwatch.dashboards.sources import FOREIGN
+from xpuwatch.exporter.catalog import RELAY_METRICS, REMEDIATION_METRICS
 
 # Label values a relay and a dry-run controller report (channels: contract; results/modes: remediation).
 LABEL_VALUES = {
@@ -24,13 +25,18 @@ LABEL_VALUES = {
     "action": "drain",
     "result": "ok",
     "mode": "dry-run",
+    "step": "taint",
+    "status": "firing",
+    "code": "200",
+    "component": "kube",
+    "node": "gpu-node-1",
 }
 
 
 def registry() -> CollectorRegistry:
-    """Every foreign family with one child: counters at 3, gauges at 1."""
+    """Every family of both services with one child: counters at 3, gauges at 1."""
     reg = CollectorRegistry()
-    for m in FOREIGN:
+    for m in (*RELAY_METRICS, *REMEDIATION_METRICS):
         values = [LABEL_VALUES[label] for label in m.labels]
         if m.type == "counter":
             counter = Counter(m.name.removesuffix("_total"), m.name, m.labels, registry=reg)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import ast
-import importlib
 import os
 import re
 import subprocess
@@ -99,7 +98,7 @@ def _prose(tree: ast.Module) -> set[int]:
 def test_dashboard_modules_never_retype_a_metric_name(path: Path) -> None:
     """Outside prose, metric names come from exporter.catalog, alerts.rules.records or dashboards.sources."""
     names = {m.name for m in catalog.catalog()} | set(vars(sources.RECORDS).values())
-    names |= {m.name for m in sources.FOREIGN} | {sources.ALERTS}
+    names |= {m.name for m in (*catalog.RELAY_METRICS, *catalog.REMEDIATION_METRICS)} | {sources.ALERTS}
     pattern = re.compile(
         r"(?<![\w:])(" + "|".join(map(re.escape, names)) + r"|accelerator_\w+|xpuwatch_\w+)(?![\w:])"
     )
@@ -113,16 +112,6 @@ def test_dashboard_modules_never_retype_a_metric_name(path: Path) -> None:
     assert [s for s in literals if pattern.search(s)] == []
 
 
-@pytest.mark.parametrize("metric", sources.FOREIGN, ids=lambda m: m.name)
-def test_foreign_names_match_their_owner_when_it_is_merged(metric: sources.ForeignMetric) -> None:
-    module, constant = metric.owner.split(":")
-    try:
-        owner = importlib.import_module(module)
-    except ModuleNotFoundError:
-        pytest.skip(f"{module} is not on this branch yet")
-    assert getattr(owner, constant) == metric.name
-
-
 def test_any_of_refuses_a_name_outside_the_catalog() -> None:
     assert sources.any_of(catalog.UP, catalog.HEALTH) == "accelerator_up|accelerator_health"
     with pytest.raises(KeyError, match="not in the metric catalog"):
@@ -133,7 +122,7 @@ def test_selector_applies_the_dashboard_variables() -> None:
     assert sources.selector(catalog.UP) == (
         'accelerator_up{cluster=~"$cluster", node=~"$node", vendor=~"$vendor", model=~"$model"}'
     )
-    assert sources.selector(sources.RELAY_QUEUE_DEPTH, sources.CLUSTER, 'channel="x"') == (
+    assert sources.selector(catalog.RELAY_QUEUE_DEPTH, sources.CLUSTER, 'channel="x"') == (
         'xpuwatch_relay_queue_depth{cluster=~"$cluster", channel="x"}'
     )
     assert sources.selector(sources.ALERTS, ()) == "ALERTS"

@@ -34,7 +34,7 @@ class Blocker(MetaPathFinder):
         return None
 sys.meta_path.insert(0, Blocker())
 sys.argv = ["xpuwatch", *{argv!r}]
-from xpuwatch.exporter.entry import main
+from xpuwatch.entry import main
 main()
 """
 

@@ -23,7 +23,7 @@ import pytest
 import yaml
 
 from tests.deploy.test_kustomize import KUSTOMIZE, ROOT, render
-from xpuwatch.exporter.entry import build_parser
+from xpuwatch.entry import build_parser
 
 OVERLAYS = sorted(
     p.parent.relative_to(KUSTOMIZE).as_posix()

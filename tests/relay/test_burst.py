@@ -14,8 +14,8 @@ import pytest
 from tests.relay.fakebots import FakeBot, FakeDingTalk, FakeFeishu, FakeWeCom
 from tests.relay.harness import metric_value, settings_for, start_relay
 from tests.relay.test_delivery import big_group
-from xpuwatch.alerts.relay import metrics as m
 from xpuwatch.alerts.relay.config import RateLimit
+from xpuwatch.exporter import catalog as C
 
 GROUPS, PER_GROUP = 200, 10
 # The documented limits with windows shrunk 200x (20/60 s -> 20/0.3 s; 5/1 s + 100/60 s -> 5/5 ms + 100/0.3 s):
@@ -77,7 +77,7 @@ async def test_burst_2000_alerts_200_groups_nothing_lost_nothing_duplicated(tmp_
     summarised = sum(int(n) for t in text_of for n in re.findall(r"… (\d+) more alerts", t))
     assert len(seen) + summarised == GROUPS * PER_GROUP  # nothing lost: each alert listed or counted
     assert set(seen.values()) == {1}  # nothing duplicated
-    assert summarised == metric_value(text, m.SUMMARISED, channel="ch")
+    assert summarised == metric_value(text, C.RELAY_SUMMARISED.name, channel="ch")
     for body in fake.accepted:
         if kind == "wecom":
             assert len(body["markdown"]["content"].encode()) <= 4096

@@ -11,8 +11,8 @@ import pytest
 
 from tests.relay.fakebots import FakeFeishu, FakeWeCom, Fault
 from tests.relay.harness import TOKEN, Harness, alertmanager_fixtures, metric_value, settings_for, start_relay
-from xpuwatch.alerts.relay import metrics as m
 from xpuwatch.alerts.relay.config import RateLimit
+from xpuwatch.exporter import catalog as C
 from xpuwatch.exporter import listener
 
 FAST_WECOM = [{"count": 20, "per_seconds": 0.2}]
@@ -109,12 +109,12 @@ async def test_retry_on_5xx_timeout_and_rate_limit_then_deliver_once(tmp_path, b
     assert "team-feishu: 9499 (too many request), retry in 0.05s" in caplog.text
     assert "team-feishu: 11232 (frequency limited psm[x]appID[1]), retry in 1.00s" in caplog.text
     assert "oncall-wecom: 45009 (api freq out of limit), retry in 0.20s" in caplog.text
-    assert metric_value(text, m.RETRIES, channel="oncall-wecom", reason="timeout") == 1
-    assert metric_value(text, m.RETRIES, channel="oncall-wecom", reason="45009") == 1
-    assert metric_value(text, m.RETRIES, channel="team-feishu", reason="11232") == 1
-    assert metric_value(text, m.DELIVERED, channel="oncall-wecom") == 1
-    assert metric_value(text, m.DELIVERED, channel="team-feishu") == 1
-    assert metric_value(text, m.QUEUE_DEPTH, channel="oncall-wecom") == 0
+    assert metric_value(text, C.RELAY_RETRIES.name, channel="oncall-wecom", reason="timeout") == 1
+    assert metric_value(text, C.RELAY_RETRIES.name, channel="oncall-wecom", reason="45009") == 1
+    assert metric_value(text, C.RELAY_RETRIES.name, channel="team-feishu", reason="11232") == 1
+    assert metric_value(text, C.RELAY_DELIVERED.name, channel="oncall-wecom") == 1
+    assert metric_value(text, C.RELAY_DELIVERED.name, channel="team-feishu") == 1
+    assert metric_value(text, C.RELAY_QUEUE_DEPTH.name, channel="oncall-wecom") == 0
 
 
 async def test_permanent_failures_are_recorded_with_code_and_not_retried(tmp_path, bots):
@@ -140,8 +140,8 @@ async def test_permanent_failures_are_recorded_with_code_and_not_retried(tmp_pat
     }
     assert wecom.codes() == ["93000"]
     assert sorted(feishu.codes()) == ["19021", "19024"]
-    assert metric_value(text, m.FAILED, channel="bad-key", reason="93000") == 1
-    assert metric_value(text, m.FAILED, channel="bad-sign", reason="19021") == 1
+    assert metric_value(text, C.RELAY_FAILED.name, channel="bad-key", reason="93000") == 1
+    assert metric_value(text, C.RELAY_FAILED.name, channel="bad-sign", reason="19021") == 1
 
 
 async def test_repeat_within_window_sends_nothing_new(tmp_path, bots):
@@ -158,7 +158,7 @@ async def test_repeat_within_window_sends_nothing_new(tmp_path, bots):
     assert first == (200, {"status": "queued", "stored": 1})
     assert second == (200, {"status": "duplicate", "stored": 0})
     assert len(wecom.accepted) == 1
-    assert metric_value(text, m.DEDUPLICATED, channel="oncall-wecom") == 1
+    assert metric_value(text, C.RELAY_DEDUPLICATED.name, channel="oncall-wecom") == 1
 
 
 def big_group(n: int, status: str = "firing", group: str = "g0") -> dict:
@@ -231,7 +231,7 @@ async def test_overflow_is_summarised_not_dropped(tmp_path, bots):
     listed = len({u for b in wecom.accepted for u in re.findall(r"GPU-g0-\d{4}", b["markdown"]["content"])})
     last = wecom.accepted[-1]["markdown"]["content"]
     assert f"… {200 - listed + 7} more alerts ({200 - listed} firing, 0 resolved not shown)" in last
-    assert metric_value(text, m.SUMMARISED, channel="oncall-wecom") == 200 - listed + 7
+    assert metric_value(text, C.RELAY_SUMMARISED.name, channel="oncall-wecom") == 200 - listed + 7
     fs_listed = len({u for b in feishu.accepted for u in re.findall(r"GPU-g0-\d{4}", json.dumps(b))})
     assert f"… {200 - fs_listed + 7} more alerts" in json.dumps(feishu.accepted[-1], ensure_ascii=False)
 
@@ -260,10 +260,10 @@ async def test_inbound_auth_size_malformed_and_unknown_channel(tmp_path, bots):
         assert (await h.get("/readyz"))[0] == 200
     finally:
         await h.close()
-    assert metric_value(text, m.REJECTED, reason="unauthorized") == 2
-    assert metric_value(text, m.REJECTED, reason="unknown_channel") == 1
-    assert metric_value(text, m.REJECTED, reason="malformed") == 3
-    assert metric_value(text, m.REJECTED, reason="too_large") == 1
+    assert metric_value(text, C.RELAY_REJECTED.name, reason="unauthorized") == 2
+    assert metric_value(text, C.RELAY_REJECTED.name, reason="unknown_channel") == 1
+    assert metric_value(text, C.RELAY_REJECTED.name, reason="malformed") == 3
+    assert metric_value(text, C.RELAY_REJECTED.name, reason="too_large") == 1
     assert wecom.accepted == []
 
 
@@ -300,8 +300,8 @@ async def test_store_failure_answers_503(tmp_path, bots):
     finally:
         await h.close()
     assert status == 503 and body["error"].startswith("could not store the notification")
-    assert metric_value(text, m.REJECTED, reason="store_failed") == 1
-    assert metric_value(text, m.OUTBOX_UP) == 0
+    assert metric_value(text, C.RELAY_REJECTED.name, reason="store_failed") == 1
+    assert metric_value(text, C.RELAY_OUTBOX_UP.name) == 0
 
 
 async def test_restart_delivers_what_was_pending(tmp_path, bots):
@@ -424,7 +424,7 @@ async def test_render_bug_is_recorded_with_the_payload_not_retried_forever(tmp_p
         await h.close()
     assert (status, body) == (200, {"status": "queued", "stored": 1})  # validated and stored: never lost
     assert state == [("failed", "render failed: RuntimeError: bug", len(json.dumps(payload())))]
-    assert metric_value(text, m.FAILED, channel="oncall-wecom", reason="render_failed") == 1
+    assert metric_value(text, C.RELAY_FAILED.name, channel="oncall-wecom", reason="render_failed") == 1
     assert wecom.accepted == []
 
 
@@ -525,7 +525,7 @@ async def test_lone_surrogate_is_400_with_the_reason(tmp_path, bots):
         await h.close()
     assert status == 400 and "invalid Unicode: lone surrogate U+D800" in body["error"]
     assert ok == 200
-    assert metric_value(text, m.REJECTED, reason="malformed") == 1
+    assert metric_value(text, C.RELAY_REJECTED.name, reason="malformed") == 1
 
 
 async def test_a_lone_surrogate_in_raw_bytes_is_400_too(tmp_path, bots):
@@ -566,7 +566,7 @@ async def test_nesting_bombs_and_huge_numbers_are_400_with_the_reason(tmp_path, 
         (400, "body is not JSON: Exceeds the limit (430"),
     ]
     assert ok == 200
-    assert metric_value(text, m.REJECTED, reason="malformed") == 3
+    assert metric_value(text, C.RELAY_REJECTED.name, reason="malformed") == 3
 
 
 async def test_a_body_sent_too_slowly_is_503_after_the_body_timeout(tmp_path, bots, monkeypatch):
@@ -589,7 +589,7 @@ async def test_a_body_sent_too_slowly_is_503_after_the_body_timeout(tmp_path, bo
     finally:
         await h.close()
     assert head.startswith(b"HTTP/1.1 503")
-    assert metric_value(text, m.REJECTED, reason="body_timeout") == 1
+    assert metric_value(text, C.RELAY_REJECTED.name, reason="body_timeout") == 1
 
 
 async def test_disk_full_is_503_with_sqlites_reason(tmp_path, bots):
@@ -672,6 +672,6 @@ async def test_a_bot_slower_than_the_timeout_shows_a_message_at_most_three_times
         await wecom.stop()
         await feishu.stop()
     assert len(wecom.accepted) == shown
-    assert metric_value(text, m.RETRIES, channel="oncall-wecom", reason="timeout") == 2
-    assert metric_value(text, m.DELIVERED, channel="oncall-wecom") == delivered
-    assert metric_value(text, m.FAILED, channel="oncall-wecom", reason="unconfirmed") == failed
+    assert metric_value(text, C.RELAY_RETRIES.name, channel="oncall-wecom", reason="timeout") == 2
+    assert metric_value(text, C.RELAY_DELIVERED.name, channel="oncall-wecom") == delivered
+    assert metric_value(text, C.RELAY_FAILED.name, channel="oncall-wecom", reason="unconfirmed") == failed

@@ -12,9 +12,9 @@ import pytest
 from tests.relay.fakebots import FakeDingTalk
 from tests.relay.harness import metric_value, settings_for, start_relay
 from xpuwatch.alerts.relay import dingtalk
-from xpuwatch.alerts.relay import metrics as m
 from xpuwatch.alerts.relay.config import RateLimit
 from xpuwatch.alerts.relay.signing import dingtalk_sign, dingtalk_url
+from xpuwatch.exporter import catalog as C
 
 FIXTURES = Path(__file__).parent.parent / "fixtures"
 DEMO = json.loads(
@@ -117,7 +117,7 @@ async def test_signed_markdown_with_mentions_keyword_and_all_annotations(tmp_pat
         "> alertInfo: server01 上的服务异常",
     ]
     assert "@13800001111" in content and content.endswith("xpuwatch")
-    assert metric_value(text, m.FAILED, channel="bad-sign", reason="310000") == 1
+    assert metric_value(text, C.RELAY_FAILED.name, channel="bad-sign", reason="310000") == 1
 
 
 @pytest.mark.slow
@@ -175,6 +175,6 @@ async def test_every_page_is_delivered_when_the_robot_rate_limits_with_either_co
         await fake.stop()
     assert len(fake.accepted) == 8
     assert str(rate_code) in fake.codes()  # the robot did refuse some: the relay waited and resent them
-    assert metric_value(text, m.FAILED, channel="ops", reason=str(rate_code)) == 0
-    assert metric_value(text, m.DELIVERED, channel="ops") == 8
-    assert metric_value(text, m.RETRIES, channel="ops", reason=str(rate_code)) >= 1
+    assert metric_value(text, C.RELAY_FAILED.name, channel="ops", reason=str(rate_code)) == 0
+    assert metric_value(text, C.RELAY_DELIVERED.name, channel="ops") == 8
+    assert metric_value(text, C.RELAY_RETRIES.name, channel="ops", reason=str(rate_code)) >= 1

@@ -20,8 +20,8 @@ from tests.relay.fakebots import FakeWeCom
 from tests.relay.harness import Harness, metric_value, settings_for, start_relay
 from tests.relay.test_delivery import big_group
 from xpuwatch.alerts.payload import _depth
-from xpuwatch.alerts.relay import metrics as m
 from xpuwatch.alerts.relay.webhook import parse_payload
+from xpuwatch.exporter import catalog as C
 from xpuwatch.exporter.listener import ConnectionGuard, listen
 
 
@@ -81,8 +81,8 @@ async def test_concurrent_webhooks_share_transactions_and_each_is_stored_before_
     assert sorted(keys) == sorted(f'{{}}:{{node="n{i:02d}"}}' for i in range(60))
     commits = h.relay.committer.commits
     assert 1 <= commits <= 3  # at most: the blocked first one, then everyone who arrived meanwhile
-    assert metric_value(text, m.INGEST_COMMITS) == commits
-    assert metric_value(text, m.RECEIVED, channel="ch") == 60
+    assert metric_value(text, C.RELAY_INGEST_COMMITS.name) == commits
+    assert metric_value(text, C.RELAY_RECEIVED.name, channel="ch") == 60
 
 
 async def test_a_failed_transaction_answers_503_to_all_its_webhooks_and_keeps_what_was_acknowledged(tmp_path):
@@ -114,7 +114,7 @@ async def test_a_failed_transaction_answers_503_to_all_its_webhooks_and_keeps_wh
     assert stored_groups(h.relay.settings.outbox) == [f'{{}}:{{node="ok{i}"}}' for i in range(5)] + [
         '{}:{node="full00"}'
     ]
-    assert metric_value(text, m.REJECTED, reason="store_failed") == 20
+    assert metric_value(text, C.RELAY_REJECTED.name, reason="store_failed") == 20
 
 
 async def test_the_writer_goes_on_after_a_failed_transaction_and_stops_with_the_app(tmp_path):

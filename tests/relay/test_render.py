@@ -166,8 +166,14 @@ def test_template_failing_at_runtime_falls_back_to_builtin():
     ("over", "message"),
     [
         ({"f": {"mentions": {"emails": ["a@example.com"]}}}, "cannot mention by email"),
-        ({"w": {"mentions": {"open_ids": ["ou_1"]}}}, "open_ids/user_ids are Feishu-only"),
-        ({"f": {"mentions": {"users": ["bob"]}}}, "users/mobiles are WeCom-only"),
+        (
+            {"w": {"mentions": {"open_ids": ["ou_1"]}}},
+            "open_ids mean nothing to WeCom; WeCom mentions by users or mobiles",
+        ),
+        (
+            {"f": {"mentions": {"users": ["bob"]}}},
+            "users mean nothing to Feishu; Feishu mentions by open_ids or user_ids",
+        ),
         ({"f": {"mentions": {"open_ids": ["bob@x"]}}}, "is not an open_id"),
         ({"w": {"mentions": {"mobiles": ["call me"]}}}, "is not a phone number"),
         ({"w": {"mentions": {"users": ["<@all>"]}}}, "is not a WeCom userid"),

@@ -61,6 +61,6 @@ async def prometheus() -> AsyncIterator[tuple[PromStandIn, str]]:
     """A PromStandIn on loopback: (stand-in, its base URL) for the controller's re-check."""
     prom = PromStandIn()
     app = web.Application()
-    app.router.add_get("/api/v1/query", prom.query)
+    app.router.add_route("*", "/api/v1/query", prom.query)
     async with serve(app) as base:
         yield prom, base

@@ -126,7 +126,7 @@ async def serve(app: web.Application) -> AsyncIterator[str]:
 
 
 class PromStandIn:
-    """Stands in for Prometheus' ``GET /api/v1/query`` (prometheus.io/docs/prometheus/latest/querying/api/):
+    """Stands in for Prometheus' ``GET|POST /api/v1/query`` (prometheus.io/docs/prometheus/latest/querying/api/):
     answers a vector with one ``ALERTS`` series when the query names a node in ``firing``, else an empty one."""
 
     def __init__(self) -> None:
@@ -134,7 +134,7 @@ class PromStandIn:
         self.queries: list[str] = []
 
     async def query(self, request: web.Request) -> web.Response:
-        q = request.query.get("query", "")
+        q = request.query.get("query", "") or str((await request.post()).get("query", ""))
         self.queries.append(q)
         hit = [n for n in self.firing if f'node="{n}"' in q]
         result = (

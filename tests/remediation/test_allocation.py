@@ -115,4 +115,4 @@ async def test_unreachable_prometheus_taints_but_evicts_nothing_on_a_guess(
     assert fake.evictions == []
     assert fake.get("nodes", "gpu-0")["spec"]["taints"][0]["value"] == "GPU-S"  # type: ignore[index]
     step = next(r for r in ctl.audit.records or [] if r.get("step") == "taint")
-    assert "holders from alert labels only (prometheus query failed: " in step["detail"]
+    assert "holders from alert labels only (cannot reach Prometheus at " in step["detail"]

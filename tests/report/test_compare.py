@@ -19,11 +19,11 @@ import numpy as np
 import pytest
 
 from tests.report.backfill import served
+from xpuwatch.alerts.promapi import Prometheus
 from xpuwatch.alerts.spec import load_spec
 from xpuwatch.report import history
 from xpuwatch.report.baseline import Baseline, Window, collect, figures
 from xpuwatch.report.compare import compare, duration
-from xpuwatch.report.prom import Prometheus
 
 STEP = 900
 DEVICES = 16

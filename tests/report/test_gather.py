@@ -1,4 +1,4 @@
-"""The report's queries run a few at a time (report.prom.Prometheus.gather, report.baseline.collect): at a
+"""The report's queries run a few at a time (alerts.promapi.Prometheus.gather, report.baseline.collect): at a
 fleet's size each query costs seconds on the server, and one at a time leaves its other cores idle.
 
 Against the hold stand-in (tests/report/prom_standin.py: real HTTP, each answer held ``pause`` seconds)
@@ -17,9 +17,9 @@ import pytest
 
 from tests.report.prom_standin import StandIn, serve
 from tests.report.test_report import END, RANGE, STEP, prometheus  # noqa: F401 (the module fixture)
+from xpuwatch.alerts.promapi import PromError, Prometheus, Request
 from xpuwatch.alerts.spec import load_spec
 from xpuwatch.report.baseline import Window, collect, figures, queries, range_queries
-from xpuwatch.report.prom import Prometheus, ReportError, Request
 
 
 def test_gather_keeps_at_most_concurrency_queries_in_flight_and_keys_every_answer() -> None:
@@ -45,7 +45,7 @@ def test_gather_fails_with_the_refused_querys_error_and_stops() -> None:
     reqs = [Request("bad", "refuse", 0.0), *(Request(f"k{i}", "up", 0.0) for i in range(20))]
     with serve(standin) as url:
         t0 = time.monotonic()
-        with pytest.raises(ReportError, match=r"refused a query \(400\): parse error at char 1"):
+        with pytest.raises(PromError, match=r"refused a query \(400\): parse error at char 1"):
             Prometheus(url).gather(reqs, 2)
         took = time.monotonic() - t0
     assert took < 1.5, took  # the 20 others (2 s at 2 in flight) were cancelled

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 import yaml
 
+from xpuwatch.alerts.promapi import Series
 from xpuwatch.alerts.spec import load_spec
 from xpuwatch.report.baseline import Window, figures, queries
-from xpuwatch.report.prom import Series
 
 pytestmark = pytest.mark.skipif(
     not shutil.which("promtool"), reason="promtool (Debian prometheus) not installed"

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from xpuwatch.alerts.promapi import Series
 from xpuwatch.alerts.spec import load_spec
 from xpuwatch.report.baseline import (
     Baseline,
@@ -23,7 +24,6 @@ from xpuwatch.report.baseline import (
     span,
 )
 from xpuwatch.report.cli import system_zone, zone
-from xpuwatch.report.prom import Series
 from xpuwatch.report.render import TABLE_ROWS, html, overlaps, scatter, when
 
 SHANGHAI = zoneinfo.ZoneInfo("Asia/Shanghai")

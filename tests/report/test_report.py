@@ -27,11 +27,10 @@ import pytest
 from tests.ports import free_port
 from tests.report.backfill import served
 from tests.report.prom_standin import StandIn, serve
+from xpuwatch.alerts.promapi import PromError, Prometheus, duration
 from xpuwatch.alerts.spec import load_spec
 from xpuwatch.report import chargeback, history
-from xpuwatch.report.baseline import Window, collect, figures
-from xpuwatch.report.cli import duration
-from xpuwatch.report.prom import Prometheus, ReportError
+from xpuwatch.report.baseline import ReportError, Window, collect, figures
 
 STEP = 900
 DEVICES = 16
@@ -344,7 +343,7 @@ def test_refused_query_names_the_error(tmp_path: Path) -> None:
     srv = HTTPServer(("127.0.0.1", 0), Refuse)
     threading.Thread(target=srv.serve_forever, daemon=True).start()
     try:
-        with pytest.raises(ReportError, match=r"refused a query \(400\): parse error at char 3"):
+        with pytest.raises(PromError, match=r"refused a query \(400\): parse error at char 3"):
             Prometheus(f"http://127.0.0.1:{srv.server_port}").query("up", 0)
     finally:
         srv.shutdown()
@@ -358,7 +357,7 @@ def test_durations() -> None:
 
 @pytest.mark.parametrize("url", ["notaurl", "localhost:9090", "ftp://prometheus:9090", "http://"])
 def test_a_url_that_is_no_prometheus_url_is_one_clear_error(url: str) -> None:
-    with pytest.raises(ReportError, match="is not a Prometheus URL like http://prometheus:9090"):
+    with pytest.raises(PromError, match="is not a Prometheus URL like http://prometheus:9090"):
         Prometheus(url)
 
 
@@ -375,7 +374,7 @@ def test_an_answer_over_the_size_limit_fails_at_the_limit_with_bounded_memory() 
     with serve(standin) as url:
         before = _rss()
         t0 = time.monotonic()
-        with pytest.raises(ReportError, match=r"an answer over 8 MiB \(--max-answer-mib\)"):
+        with pytest.raises(PromError, match=r"an answer over 8 MiB \(--max-answer-mib\)"):
             Prometheus(url, timeout=60, max_answer_bytes=cap).query("accelerator_utilization_ratio", 0)
         took = time.monotonic() - t0
         grew = _rss() - before
@@ -387,7 +386,7 @@ def test_an_answer_over_the_size_limit_fails_at_the_limit_with_bounded_memory() 
 def test_a_declared_length_over_the_limit_is_refused_before_reading() -> None:
     with serve(StandIn("declared")) as url:
         t0 = time.monotonic()
-        with pytest.raises(ReportError, match=r"an answer over 64 MiB"):
+        with pytest.raises(PromError, match=r"an answer over 64 MiB"):
             Prometheus(url, timeout=60).query("up", 0)
         assert time.monotonic() - t0 < 5
 
@@ -398,7 +397,7 @@ def test_the_timeout_covers_an_answer_that_trickles_in() -> None:
     per-read timeout let this run until the server stopped (here 30 s); now the query fails at 2 s."""
     with serve(StandIn("slow", limit=300, pause=0.1)) as url:
         t0 = time.monotonic()
-        with pytest.raises(ReportError, match=r"no complete answer within 2 s \(--timeout\)"):
+        with pytest.raises(PromError, match=r"no complete answer within 2 s \(--timeout\)"):
             Prometheus(url, timeout=2).query("up", 0)
         took = time.monotonic() - t0
     assert 1.9 < took < 5, took

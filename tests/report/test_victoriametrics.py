@@ -17,10 +17,10 @@ import pytest
 
 from tests.ports import free_port
 from tests.report.test_report import DEVICES, END, FLEET, POINTS, RANGE, START, STEP, TIMES, _usage
+from xpuwatch.alerts.promapi import Prometheus
 from xpuwatch.alerts.spec import load_spec
 from xpuwatch.report import history
 from xpuwatch.report.baseline import Window, collect, figures
-from xpuwatch.report.prom import Prometheus
 
 pytestmark = pytest.mark.slow
 
