@@ -3,7 +3,7 @@ exporter-toolkit's promlog flags, with $XPUWATCH_LOG_LEVEL / $XPUWATCH_LOG_FORMA
 
 Line shapes (go-kit logfmt, as Prometheus components print)::
 
-    ts=2026-12-01T20:00:00.123Z level=info logger=exporter.cli msg="listening on http://:9851/metrics"
+    ts=2026-12-01T20:00:00.123Z level=info logger=xpuwatch.exporter.cli msg="listening on http://:9851/metrics"
     {"ts": "2026-12-01T20:00:00.123Z", "level": "info", "logger": "xpuwatch.exporter.cli", "msg": "listening ..."}
 
 Also the one shape of a bad-configuration report shared by exporter, relay and remediation:

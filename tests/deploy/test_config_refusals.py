@@ -143,7 +143,7 @@ CASES = [
     (
         "rules",
         {"alerts": {"AcceleratorLowUtilization": {"workload_selector": 'workload_kind!~"(a)\\\\1"'}}},
-        "xpuwatch.alerts.AcceleratorLowUtilization.workload_selector",
+        "alerts.AcceleratorLowUtilization.workload_selector",
     ),
     (
         "rules",
@@ -153,10 +153,10 @@ CASES = [
     (
         "rules",
         {"alerts": {"AcceleratorEccCorrectableStorm": {"threshold": math.inf}}},
-        "xpuwatch.alerts.AcceleratorEccCorrectableStorm.threshold",
+        "alerts.AcceleratorEccCorrectableStorm.threshold",
     ),
     ("rules", {"runbook_base_url": "javascript:alert(1)"}, "runbook_base_url"),
-    ("rules", {"alerts": {"AcceleratorLost": {"for": "1m1h"}}}, "xpuwatch.alerts.AcceleratorLost.for"),
+    ("rules", {"alerts": {"AcceleratorLost": {"for": "1m1h"}}}, "alerts.AcceleratorLost.for"),
     (
         "rules",
         {"routing": {"hardware": {"repeat_interval": "300000000y"}}},

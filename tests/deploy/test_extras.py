@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 import subprocess
 import sys
 import tomllib
 from pathlib import Path
 
 import pytest
+
+from tests.conftest import copy_source
 
 ROOT = Path(__file__).resolve().parents[2]
 NVIDIA = ("pynvml",)
@@ -191,15 +192,7 @@ def test_demo_after_the_readme_install_names_every_missing_need(tmp_path: Path) 
     """The README's `pip install .` (no extras) into a fresh venv, then `xpuwatch demo` on a PATH without
     Prometheus or Alertmanager: one message naming the extra and both Debian packages, exit 2, nothing
     started. The source is copied first so the build leaves nothing in the checkout."""
-    src = tmp_path / "src"
-    include = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]["find"][
-        "include"
-    ]
-    skip = shutil.ignore_patterns("__pycache__", "*.pyc")
-    for pkg in {p.rstrip("*") for p in include}:
-        shutil.copytree(ROOT / pkg, src / pkg, ignore=skip)
-    for name in ("pyproject.toml", "README.md", "LICENSE"):
-        shutil.copy(ROOT / name, src / name)
+    src = copy_source(tmp_path / "src")
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("XPUWATCH_", "PYTHON", "VIRTUAL_ENV"))}

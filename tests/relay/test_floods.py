@@ -117,7 +117,9 @@ def test_1100_idle_connections_under_a_1024_fd_limit(tmp_path, capsys, eat_fds) 
     assert text.count("out of system resource") == 0, text[-2000:]
     # The cap dropped below what the descriptors allow, so the relay's own delivery (to a closed port
     # here) still got a socket: "Too many open files" only in the listener's lines.
-    assert all("logger=exporter.listener" in x for x in text.splitlines() if "Too many open files" in x), text
+    assert all(
+        "logger=xpuwatch.exporter.listener" in x for x in text.splitlines() if "Too many open files" in x
+    ), text
     # One line at the first error; a second one at shutdown with the count since (at most once a minute).
     assert text.count("accept() failed") in ((1, 2) if eat_fds else (0,)), text[-2000:]
     assert len(text) < 5_000, text[-2000:]
