@@ -5,8 +5,11 @@ that already holds two such packages, then run as ``python -m xpuwatch``."""
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
+import time
+import urllib.request
 import zipfile
 from pathlib import Path
 
@@ -105,3 +108,49 @@ def test_installs_beside_other_report_and_deploy_packages(wheel: Path, tmp_path:
     )
     assert res.returncode == 0, res.stderr
     assert 'accelerator_memory_total_bytes{device="0",model="Tesla T4"' in res.stdout
+
+
+@pytest.mark.slow
+def test_the_readme_s_first_command_from_the_wheel(wheel: Path, tmp_path: Path) -> None:
+    """`xpuwatch serve --simulate` from the installed wheel alone (the README's first command): the built-in
+    fleet and its data files load from the package, and /metrics answers with every simulated device."""
+    site = tmp_path / "site"
+    subprocess.run(
+        [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(site), str(wheel)],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"} | {"PYTHONPATH": str(site)}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "xpuwatch", "serve", "--simulate", "--web.listen-address", "127.0.0.1:0"],
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stderr is not None
+        log = []
+        for line in proc.stderr:  # ends when the process exits
+            log.append(line)
+            if m := re.search(r"listening on (http://[^/\s]+)", line):
+                url = m.group(1)
+                break
+        else:
+            raise AssertionError("".join(log))
+        body = ""
+        for _ in range(
+            600
+        ):  # the first poll lands within a second or two; up to a minute on a loaded machine
+            with urllib.request.urlopen(f"{url}/metrics", timeout=30) as r:
+                body = r.read().decode()
+            if "accelerator_up{" in body:
+                break
+            time.sleep(0.1)
+        ups = re.findall(r"^accelerator_up\{.*\} (\S+)$", body, re.M)
+        assert len(ups) == 18, body[:2000]  # the README: 18 devices of 11 models
+    finally:
+        proc.terminate()
+        proc.wait(10)
