@@ -83,3 +83,19 @@ def unused(text: str, header: re.Pattern[str], read: Sequence[str], what: str) -
             if "/" in key and key not in read:
                 seen.setdefault(f"{key}: no schema reading", None)
     return list(seen)
+
+
+def sections_read(text: str, header: re.Pattern[str], read: Sequence[str], what: str) -> list[str]:
+    """Per device section of ``text``, one ``"<device line>: read <sections>; not read <sections>"`` line
+    naming its top-level sections by whether a key of ``read`` lies in them (an ``OutputFormat.sections``
+    hook). Raises ParseError as ``records`` does."""
+    wanted = {key.split("/", 1)[0] for key in read if "/" in key}
+    out: list[str] = []
+    for rec in records(text, header, what):
+        tops = dict.fromkeys(key.split("/", 1)[0] for key in rec.row.values if "/" in key)
+        used = [s for s in tops if s in wanted]
+        skipped = [s for s in tops if s not in wanted]
+        plain = [k for k in rec.row.values if "/" not in k and k in read]
+        line = f"{rec.row.line}: read {', '.join([*plain, *used]) or 'nothing'}"
+        out.append(line + (f"; not read {', '.join(skipped)}" if skipped else ""))
+    return out
