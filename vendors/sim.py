@@ -57,7 +57,7 @@ from xpuwatch.vendors.enflame import ECC_ENABLED as ENFLAME_ECC
 from xpuwatch.vendors.hygon import MEMORY_AVAILABLE as HYGON_MEMORY_AVAILABLE
 from xpuwatch.vendors.kunlunxin import L3_TOTAL as KUNLUNXIN_L3_TOTAL
 from xpuwatch.vendors.kunlunxin import L3_USED as KUNLUNXIN_L3_USED
-from xpuwatch.vendors.nvidia_smi import MIG_MODE
+from xpuwatch.vendors.nvidia_fields import MIG_MODE
 from xpuwatch.vendors.registry import BackendContext, BackendSpec, Detection, register
 
 DEFAULT_NODE = "sim-node-1"
