@@ -147,7 +147,11 @@ def load_demo_scenario(path: Path | None) -> tuple[str, Scenario]:
     """The scenario text and its parse (the packaged one when ``path`` is None); DemoError(2) if bad."""
     try:
         if path is None:
-            text = importlib.resources.files("deploy").joinpath(SCENARIO_RESOURCE).read_text(encoding="utf-8")
+            text = (
+                importlib.resources.files("xpuwatch.deploy")
+                .joinpath(SCENARIO_RESOURCE)
+                .read_text(encoding="utf-8")
+            )
         else:
             text = path.read_text(encoding="utf-8")
         return text, parse_scenario(text)

@@ -346,7 +346,11 @@ DEFAULT_SCENARIO_FILE = "sim_default.yaml"
 
 def default_scenario_text() -> str:
     """The packaged default scenario (vendors/sim_default.yaml)."""
-    return importlib.resources.files("vendors").joinpath(DEFAULT_SCENARIO_FILE).read_text(encoding="utf-8")
+    return (
+        importlib.resources.files("xpuwatch.vendors")
+        .joinpath(DEFAULT_SCENARIO_FILE)
+        .read_text(encoding="utf-8")
+    )
 
 
 # --------------------------------------------------------------------------------------------------------
