@@ -162,8 +162,9 @@ def _sample(
 
 
 def sniff_table(text: str) -> bool:
-    """The hl-smi table: its version line, or its AIP column headers."""
-    return "HL-SMI Version" in text or ("AIP-Util" in text and "Pwr:Usage/Cap" in text)
+    """The hl-smi table: its version line ("| HL-SMI Version:  hl-..."; ``-L`` prints "HL-SMI Version   :"),
+    or its AIP column headers."""
+    return "HL-SMI Version:" in text or ("AIP-Util" in text and "Pwr:Usage/Cap" in text)
 
 
 def _cells_of(line: str) -> list[str]:
