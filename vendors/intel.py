@@ -12,7 +12,8 @@ error costs that reading only (``DeviceSample.unread``), except ``HLML_ERROR_AIP
 reported lost.
 
 Without the library (or with ``source: cli``) it runs ``hl-smi -Q <CSV_FIELDS> -f csv,noheader`` (the
-machine-readable query), or the default table with ``mode: table``; parsers in ``vendors/intel_hlsmi.py``.
+machine-readable query), or the default table with ``mode: table``; parsers in ``vendors/intel_hlsmi.py``,
+which also reads ``hl-smi -L`` (the per-AIP listing) for ``xpuwatch inspect``.
 Options: ``source`` (``auto`` default, ``hlml``, ``cli``), ``mode`` (``csv`` default, ``table``), ``path``,
 ``timeout_seconds``.
 """

@@ -1,6 +1,9 @@
 """NVIDIA backend over the `nvidia-smi` CLI: parses `nvidia-smi -q -x` XML (and `--query-gpu` CSV) into samples.
 
-Used where the NVML Python binding cannot load, and for capture/replay and ``xpuwatch inspect``. The parsers
+Used where the NVML Python binding cannot load, and for capture/replay and ``xpuwatch inspect``. The
+registration also carries the plain-table format (``vendors.nvidia_smi_table``), which ``inspect`` reads and
+this backend never runs (why: that module's docstring); the NVIDIA-only gauges and MIG profile names the
+readers share are in ``vendors.nvidia_fields``. The parsers
 are pure functions of the tool's text; the backend runs ``nvidia-smi -q -x`` through the injected
 ``CommandRunner`` with a timeout. Field names follow the nvsmi_device DTD (v10..v12 and the 535.113.01+
 renames); see docs/vendors/nvidia.md for the field-by-field mapping.
