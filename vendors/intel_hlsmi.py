@@ -547,27 +547,17 @@ def parse_listing(text: str) -> list[DeviceSample]:
     return out
 
 
+def _listing_keys_read(text: str) -> list[str]:
+    """The keys of this output that ``parse_listing`` reads (sensor and rail keys vary per board)."""
+    records = smi_query.records(text, _LISTING_AIP, "hl-smi -L")
+    return sorted({k for rec in records for k in rec.row.values if _listing_reads(k)})
+
+
 def explain_listing(text: str) -> list[str]:
     """The section/key paths of an ``hl-smi -L`` output the reader does not use, once each."""
-    read = sorted(
-        {
-            k
-            for rec in smi_query.records(text, _LISTING_AIP, "hl-smi -L")
-            for k in rec.row.values
-            if _listing_reads(k)
-        }
-    )
-    return smi_query.unused(text, _LISTING_AIP, read, "hl-smi -L")
+    return smi_query.unused(text, _LISTING_AIP, _listing_keys_read(text), "hl-smi -L")
 
 
 def listing_sections(text: str) -> list[str]:
     """Per AIP section, the sections read and not read."""
-    read = sorted(
-        {
-            k
-            for rec in smi_query.records(text, _LISTING_AIP, "hl-smi -L")
-            for k in rec.row.values
-            if _listing_reads(k)
-        }
-    )
-    return smi_query.sections_read(text, _LISTING_AIP, read, "hl-smi -L")
+    return smi_query.sections_read(text, _LISTING_AIP, _listing_keys_read(text), "hl-smi -L")

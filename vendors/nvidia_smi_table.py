@@ -132,10 +132,6 @@ def _cells(line: str) -> tuple[str, ...]:
     return tuple(s.split("|"))
 
 
-def _is_rule(line: str) -> bool:
-    return t.is_rule(line)
-
-
 def _is_equals_rule(line: str) -> bool:
     s = line.strip()
     return t.is_rule(s) and "=" in s
@@ -174,7 +170,7 @@ def read_layout(text: str) -> Layout:
             i += 1
             continue
         j = i + 1
-        while j < len(lines) and _is_rule(lines[j]) and not _is_equals_rule(lines[j]):
+        while j < len(lines) and t.is_rule(lines[j]) and not _is_equals_rule(lines[j]):
             j += 1
         section, i = _section(title, lines, j, title_line=i)
         sections.append(section)
@@ -187,11 +183,9 @@ def _section(title: str, lines: list[str], start: int, title_line: int | None) -
     header: list[tuple[str, ...]] = []
     if title_line is not None:
         # "| Processes:                    GPU Memory |" (before 450): the title line carries header names
-        rest = lines[title_line].strip().lstrip("|").strip()
-        for name in _SECTION_TITLES:
-            rest = rest.removeprefix(name)
-        if rest.strip(" |"):
-            header.append(_cells(lines[title_line].replace(title + ":", " " * (len(title) + 1), 1)))
+        blanked = _cells(lines[title_line].replace(f"{title}:", " " * (len(title) + 1), 1))
+        if "".join(blanked).strip():
+            header.append(blanked)
     i = start
     while i < len(lines) and not _is_equals_rule(lines[i]):
         if not lines[i].strip().startswith("|") or len(header) > 4:
@@ -206,7 +200,7 @@ def _section(title: str, lines: list[str], start: int, title_line: int | None) -
     closed = False
     while i < len(lines):
         s = lines[i].strip()
-        if _is_rule(s):
+        if t.is_rule(s):
             if current:
                 blocks.append(tuple(current))
                 current = []
@@ -489,9 +483,9 @@ def parse_table(text: str) -> list[DeviceSample]:
         except ParseError as exc:
             first_error = first_error or exc
             continue
-        if s.device.uuid in seen or s.device.index in {x.device.index for x in samples}:
+        if s.device.uuid in seen or s.device.index in seen:
             raise ParseError(f"nvidia-smi table: GPU {s.device.index} ({s.device.uuid}) listed twice")
-        seen.add(s.device.uuid)
+        seen.update((s.device.uuid, s.device.index))
         samples.append(s)
     if not samples:
         raise first_error or ParseError("nvidia-smi table: the GPU section lists no GPU")
