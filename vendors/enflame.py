@@ -122,25 +122,16 @@ _HEALTH = {"true": True, "false": False, "ok": True, "normal": True}
 def parse_query(text: str) -> Sequence[DeviceSample]:
     """``efsmi -q`` text -> one DeviceSample per ``DEV ID`` section (keys in the module docstring). Raises
     ParseError when there is no section or no section's PCI id can be read."""
-    out: list[DeviceSample] = []
-    seen: set[str] = set()
-    first_error: ParseError | None = None
-    for rec in smi_query.records(text, _DEV_ID, "efsmi -q"):
+
+    def identify(rec: smi_query.Record) -> Device:
         row = rec.row
-        try:
-            bus = t.pci_bus_id(
-                f"{row.get('pcie info/domain') or ''}:{row.get('pcie info/bus') or ''}:"
-                f"{row.get('pcie info/dev') or ''}.{row.get('pcie info/func') or ''}"
-            )
-        except ParseError as exc:
-            first_error = first_error or exc
-            continue
-        if bus in seen:
-            raise ParseError(f"efsmi -q: two devices with PCI id {bus!r}")
-        seen.add(bus)
+        bus = t.pci_bus_id(
+            f"{row.get('pcie info/domain') or ''}:{row.get('pcie info/bus') or ''}:"
+            f"{row.get('pcie info/dev') or ''}.{row.get('pcie info/func') or ''}"
+        )
         c = t.CellReader(row)
         sn = c.text("device info/dev sn")
-        device = Device(
+        return Device(
             vendor=VENDOR,
             model=c.text("device info/dev name") or "unknown",
             index=str(int(rec.header[0])),
@@ -149,6 +140,10 @@ def parse_query(text: str) -> Sequence[DeviceSample]:
             driver_version=c.text("driver info/ver"),
             serial=None if sn is None or t.is_masked(sn) else sn,
         )
+
+    out: list[DeviceSample] = []
+    for rec, device in smi_query.identified(text, _DEV_ID, "efsmi -q", identify):
+        c = t.CellReader(rec.row)
         health_text = (c.text("device info/health") or "").lower()
         health = _HEALTH.get(health_text)
         if health_text and health is None:
@@ -189,8 +184,6 @@ def parse_query(text: str) -> Sequence[DeviceSample]:
                 unread=c.unread,
             )
         )
-    if not out:
-        raise first_error or ParseError("efsmi -q: no device section")
     return out
 
 

@@ -481,19 +481,12 @@ def parse_listing(text: str) -> list[DeviceSample]:
     uncorrectable and pending. Raises ParseError when no section's PCI id can be read."""
     driver_m = re.search(r"Driver Version\s*:\s*([0-9][\w.\-]*)", text)
     driver = driver_m.group(1) if driver_m else None
-    out: list[DeviceSample] = []
-    seen: set[str] = set()
-    first_error: ParseError | None = None
-    for rec in smi_query.records(text, _LISTING_AIP, "hl-smi -L"):
-        row = rec.row
-        try:
-            bus = smi_table.pci_bus_id(row.get("pci/bus id") or rec.header[2])
-        except ParseError as exc:
-            first_error = first_error or exc
-            continue
-        c = smi_table.CellReader(row)
+
+    def identify(rec: smi_query.Record) -> Device:
+        bus = smi_table.pci_bus_id(rec.row.get("pci/bus id") or rec.header[2])
+        c = smi_table.CellReader(rec.row)
         aip_uuid, sn = c.text("aip uuid"), c.text("serial number")
-        device = Device(
+        return Device(
             VENDOR,
             c.text("product name") or "Gaudi",
             str(int(rec.header[0])),
@@ -502,9 +495,11 @@ def parse_listing(text: str) -> list[DeviceSample]:
             driver_version=driver,
             serial=None if sn is None or smi_table.is_masked(sn) else sn,
         )
-        if device.uuid in seen:
-            raise ParseError(f"hl-smi -L: AIP {device.uuid} listed twice")
-        seen.add(device.uuid)
+
+    out: list[DeviceSample] = []
+    for rec, device in smi_query.identified(text, _LISTING_AIP, "hl-smi -L", identify):
+        row = rec.row
+        c = smi_table.CellReader(row)
         on_chip = [k for k in row.values if _ON_CHIP.fullmatch(k)]
         hbm = [k for k in row.values if _HBM.fullmatch(k)]
         temps = {
@@ -542,8 +537,6 @@ def parse_listing(text: str) -> list[DeviceSample]:
                 unread=c.unread,
             )
         )
-    if not out:
-        raise first_error or ParseError("hl-smi -L: no AIP section")
     return out
 
 

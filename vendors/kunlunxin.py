@@ -33,6 +33,7 @@ under ``XPU <PCI id>``, like ``nvidia-smi -q``; keys read in ``parse_query`` (fi
 
 from __future__ import annotations
 
+import itertools
 import re
 from collections.abc import Sequence
 
@@ -256,31 +257,25 @@ def parse_query(text: str) -> Sequence[DeviceSample]:
     ``Power Readings / Power Draw, Enforced Power Limit``, ``Processes`` (``None``: no process). Raises
     ParseError when no section's PCI id can be read."""
     driver = t.header_value(text, _QUERY_DRIVER)
-    out: list[DeviceSample] = []
-    seen: set[str] = set()
-    first_error: ParseError | None = None
-    for position, rec in enumerate(smi_query.records(text, _QUERY_DEVICE, "xpu-smi -q")):
-        row = rec.row
-        try:
-            bus = t.pci_bus_id(row.get("pci/bus id") or rec.header[0])
-        except ParseError as exc:
-            first_error = first_error or exc
-            continue
-        if bus in seen:
-            raise ParseError(f"xpu-smi -q: two XPUs with PCI id {bus!r}")
-        seen.add(bus)
-        c = t.CellReader(row)
-        minor = c.text("minor number")
-        sn = c.text("serial number")
-        device = Device(
+    positions = itertools.count()
+
+    def identify(rec: smi_query.Record) -> Device:
+        position = next(positions)
+        bus = t.pci_bus_id(rec.row.get("pci/bus id") or rec.header[0])
+        minor, sn = rec.row.get("minor number"), (rec.row.get("serial number") or "").strip()
+        return Device(
             vendor=VENDOR,
-            model=c.text("product name") or "unknown",
-            index=minor if minor is not None and t.is_index(minor) else str(position),
+            model=(rec.row.get("product name") or "").strip() or "unknown",
+            index=minor.strip() if minor is not None and t.is_index(minor.strip()) else str(position),
             uuid=bus,
             pci_bus_id=bus,
             driver_version=driver,
-            serial=None if sn is None or t.is_masked(sn) else sn,
+            serial=None if not sn or t.is_not_available(sn) or t.is_masked(sn) else sn,
         )
+
+    out: list[DeviceSample] = []
+    for rec, device in smi_query.identified(text, _QUERY_DEVICE, "xpu-smi -q", identify):
+        c = t.CellReader(rec.row)
         ecc: dict[str, int] = {}
         for kind, key in (
             ("corrected", "ecc errors/volatile/dram correctable"),
@@ -312,8 +307,6 @@ def parse_query(text: str) -> Sequence[DeviceSample]:
                 unread=c.unread,
             )
         )
-    if not out:
-        raise first_error or ParseError("xpu-smi -q: no XPU section")
     return out
 
 
