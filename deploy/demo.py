@@ -47,7 +47,7 @@ from xpuwatch.deploy.standin_kube import KubeStandIn, scenario_objects
 from xpuwatch.vendors.sim import Scenario, ScenarioError, parse_scenario
 
 SCENARIO_RESOURCE = "demo_scenario.yaml"
-PACKAGE_ROOT = Path(__file__).parents[2]  # the folder holding the xpuwatch package (not resolved: xpuwatch/ links the rooms)
+PACKAGE_ROOT = Path(__file__).resolve().parents[1]  # the folder holding exporter/, deploy/, ...
 READY_TIMEOUT_SECONDS = 60.0
 STOP_TIMEOUT_SECONDS = 10.0
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
@@ -147,7 +147,11 @@ def load_demo_scenario(path: Path | None) -> tuple[str, Scenario]:
     """The scenario text and its parse (the packaged one when ``path`` is None); DemoError(2) if bad."""
     try:
         if path is None:
-            text = importlib.resources.files("xpuwatch.deploy").joinpath(SCENARIO_RESOURCE).read_text(encoding="utf-8")
+            text = (
+                importlib.resources.files("xpuwatch.deploy")
+                .joinpath(SCENARIO_RESOURCE)
+                .read_text(encoding="utf-8")
+            )
         else:
             text = path.read_text(encoding="utf-8")
         return text, parse_scenario(text)

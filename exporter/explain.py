@@ -26,11 +26,17 @@ MAX_UNUSED = 40  # unused columns listed per file; the rest are counted
 
 
 def explain(path: str, fmt: OutputFormat, text: str, samples: Sequence[DeviceSample]) -> list[str]:
-    """Comment lines: the format and device count; per device whether it is up (else the tool's reason),
+    """Comment lines: the format and device count; the sections the parser read, when the format names them
+    (``OutputFormat.sections``); per device whether it is up (else the tool's reason),
     each reading in ``DeviceSample.unread`` with its reason, and the readings the output did not give
     (the tool printed N/A or has no such column); then the columns/keys of the output the parser does not
     use, when the format has an ``explain`` hook. Never raises (a failing hook is reported as a line)."""
     out = [f"# explain {path}: format {fmt.name}, {len(samples)} device(s)"]
+    if fmt.sections is not None:
+        try:
+            out.extend(f"#   read: {line}" for line in fmt.sections(text))
+        except Exception as exc:  # a diagnostic aid, like the explain hook below
+            out.append(f"#   sections: could not be listed: {type(exc).__name__}: {exc}")
     for s in samples:
         d = s.device
         state = "up" if s.up else f"DOWN: {s.error or 'no reason given'}"

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from xpuwatch.vendors.base import BackendError, Device, DeviceSample, Slice, VendorMetric
-from xpuwatch.vendors.nvidia_smi import VENDOR
+from xpuwatch.vendors.nvidia_fields import VENDOR
 from xpuwatch.vendors.registry import BackendContext, BackendSpec, Detection, register
 
 log = logging.getLogger(__name__)

@@ -37,8 +37,9 @@ zstack-utility Enflame docstring)::
 
 from __future__ import annotations
 
+import itertools
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from xpuwatch.vendors import smi_query, smi_tool
 from xpuwatch.vendors import smi_table as t
@@ -121,25 +122,16 @@ _HEALTH = {"true": True, "false": False, "ok": True, "normal": True}
 def parse_query(text: str) -> Sequence[DeviceSample]:
     """``efsmi -q`` text -> one DeviceSample per ``DEV ID`` section (keys in the module docstring). Raises
     ParseError when there is no section or no section's PCI id can be read."""
-    out: list[DeviceSample] = []
-    seen: set[str] = set()
-    first_error: ParseError | None = None
-    for rec in smi_query.records(text, _DEV_ID, "efsmi -q"):
+
+    def identify(rec: smi_query.Record) -> Device:
         row = rec.row
-        try:
-            bus = t.pci_bus_id(
-                f"{row.get('pcie info/domain') or ''}:{row.get('pcie info/bus') or ''}:"
-                f"{row.get('pcie info/dev') or ''}.{row.get('pcie info/func') or ''}"
-            )
-        except ParseError as exc:
-            first_error = first_error or exc
-            continue
-        if bus in seen:
-            raise ParseError(f"efsmi -q: two devices with PCI id {bus!r}")
-        seen.add(bus)
+        bus = t.pci_bus_id(
+            f"{row.get('pcie info/domain') or ''}:{row.get('pcie info/bus') or ''}:"
+            f"{row.get('pcie info/dev') or ''}.{row.get('pcie info/func') or ''}"
+        )
         c = t.CellReader(row)
         sn = c.text("device info/dev sn")
-        device = Device(
+        return Device(
             vendor=VENDOR,
             model=c.text("device info/dev name") or "unknown",
             index=str(int(rec.header[0])),
@@ -148,6 +140,10 @@ def parse_query(text: str) -> Sequence[DeviceSample]:
             driver_version=c.text("driver info/ver"),
             serial=None if sn is None or t.is_masked(sn) else sn,
         )
+
+    out: list[DeviceSample] = []
+    for rec, device in smi_query.identified(text, _DEV_ID, "efsmi -q", identify):
+        c = t.CellReader(rec.row)
         health_text = (c.text("device info/health") or "").lower()
         health = _HEALTH.get(health_text)
         if health_text and health is None:
@@ -188,8 +184,6 @@ def parse_query(text: str) -> Sequence[DeviceSample]:
                 unread=c.unread,
             )
         )
-    if not out:
-        raise first_error or ParseError("efsmi -q: no device section")
     return out
 
 
@@ -226,6 +220,122 @@ def sniff_query(text: str) -> bool:
     return _DEV_ID.search(head) is not None and ("Device Mem Info" in head or "Device Usage Info" in head)
 
 
+# --- the monitor view: one row per GCU --------------------------------------------------------------------
+
+# Column name -> (reading, units of the reading, the unit efsmi prints in its unit row).
+_MONITOR_COLUMNS: dict[str, tuple[str, Mapping[str, float], str]] = {
+    "Pwr": ("power_watts", t.WATTS, "W"),
+    "DTemp": ("temperatures_celsius.core", t.CELSIUS, "C"),
+    "DUsed": ("utilization_ratio", t.PERCENT_AS_RATIO, "%"),
+    "MUsed": ("memory_used_ratio", t.PERCENT_AS_RATIO, "%"),
+    "Mem": ("memory_total_bytes", t.MEMORY_AS_BYTES, "MiB"),
+    "Mclk": ("clocks_hertz.memory", t.MHZ_AS_HERTZ, "MHz"),
+}
+_MONITOR_UNUSED = {
+    "Sip": "SIP (compute core) utilization: the device's utilization is DUsed",
+    "Dpm": "DPM power level (Sleep, ...): no reading of the shared schema",
+    "TxPci": "PCIe transmit rate: no reading of the shared schema",
+    "RxPci": "PCIe receive rate: no reading of the shared schema",
+}
+
+
+def _monitor_header(lines: Sequence[str]) -> tuple[int, list[str], list[str]]:
+    """(index of the first row, column names, their units) of the ``*Dev ...`` / ``*Idx ...`` header."""
+    for i, line in enumerate(lines):
+        names = line.strip().lstrip("*").split()
+        if line.strip().startswith("*") and names[:1] == ["Dev"]:
+            below = lines[i + 1].strip() if i + 1 < len(lines) else ""
+            units = below.lstrip("*").split() if below.startswith("*") else []
+            if units[:1] != ["Idx"]:
+                units = []
+            return i + (2 if units else 1), names, units
+    raise ParseError("efsmi monitor: no '*Dev Pwr ...' header")
+
+
+def sniff_monitor(text: str) -> bool:
+    """efsmi's monitor view: a ``*Dev`` header line and its ``*Idx`` unit line."""
+    lines = [ln.strip() for ln in text[:20000].splitlines()]
+    return any(a.startswith("*Dev") and b.startswith("*Idx") for a, b in itertools.pairwise(lines))
+
+
+def parse_monitor(text: str) -> Sequence[DeviceSample]:
+    """efsmi's monitor view (one row per GCU under ``*Dev Pwr DTemp Sip DUsed Dpm MUsed Mem Mclk TxPci
+    RxPci`` and a ``*Idx W C % % L % MiB MHz MiB/s MiB/s`` unit row) -> one DeviceSample per GCU.
+
+    Columns by header name, each value in the unit its unit row prints: Pwr -> power, DTemp -> temperature
+    ``core``, DUsed -> utilization (the same column as the table's DUsed), MUsed -> ``memory_used_ratio``
+    (the view prints memory in use only as a share of Mem), Mem -> memory total, Mclk -> memory clock. A
+    ``-`` (a sleeping GCU) is no reading. The view names a GCU only by its index: ``uuid`` is
+    ``efsmi-dev<n>`` and the model ``unknown``, so its series do not join the table's (bus id) ones. A
+    monitor that repeats its header prints a GCU again: the last row of each GCU is kept. A row whose
+    value count differs from the header's cannot be aligned: its GCU stays up with every reading unread.
+    Raises ParseError when there is no header or no row."""
+    lines = text.splitlines()
+    start, names, units = _monitor_header(lines)
+    rows: dict[str, list[str]] = {}
+    for line in lines[start:]:
+        tokens = line.split()
+        if not tokens or line.strip().startswith("*"):
+            continue
+        if not t.is_index(tokens[0]):
+            if rows:
+                break
+            continue
+        rows[str(int(tokens[0]))] = tokens
+    if not rows:
+        raise ParseError("efsmi monitor: no GCU row under the header")
+    out: list[DeviceSample] = []
+    for index, tokens in rows.items():
+        device = Device(vendor=VENDOR, model="unknown", index=index, uuid=f"efsmi-dev{index}")
+        c = t.CellReader(t.Row(dict(zip((n.lower() for n in names), tokens, strict=False)), " ".join(tokens)))
+        if len(tokens) != len(names):
+            why = f"{len(tokens)} values under {len(names)} columns"
+            c.unread.update({reading: why for n, (reading, _, _) in _MONITOR_COLUMNS.items() if n in names})
+            out.append(DeviceSample(device=device, unread=c.unread))
+            continue
+        got: dict[str, float] = {}
+        for name, (reading, table, unit) in _MONITOR_COLUMNS.items():
+            if name not in names:
+                continue
+            printed = units[names.index(name)] if len(units) == len(names) else unit
+            value = c.number(reading, [name], table, default_unit=printed)
+            if value is not None:
+                got[reading] = value
+        out.append(
+            DeviceSample(
+                device=device,
+                utilization_ratio=got.get("utilization_ratio"),
+                memory_total_bytes=got.get("memory_total_bytes"),
+                memory_used_ratio=got.get("memory_used_ratio"),
+                temperatures_celsius=t.temperatures(got.get("temperatures_celsius.core")),
+                power_watts=got.get("power_watts"),
+                clocks_hertz={}
+                if "clocks_hertz.memory" not in got
+                else {"memory": got["clocks_hertz.memory"]},
+                unread=c.unread,
+            )
+        )
+    return out
+
+
+def explain_monitor(text: str) -> list[str]:
+    """The monitor columns the reader does not use."""
+    _, names, _ = _monitor_header(text.splitlines())
+    known = {"Dev", *_MONITOR_COLUMNS}
+    return [
+        f"{n}: {_MONITOR_UNUSED.get(n, 'no reading of the shared schema')}" for n in names if n not in known
+    ]
+
+
+def monitor_sections(text: str) -> list[str]:
+    """The header with its unit row, and how many GCU rows were read."""
+    lines = text.splitlines()
+    start, names, units = _monitor_header(lines)
+    gcus = {tok.split()[0] for tok in lines[start:] if tok.split() and t.is_index(tok.split()[0])}
+    unit_row = "with its unit row" if units else "without a unit row (units assumed: W, C, %, MiB, MHz)"
+    return [f"monitor header: {len(names)} columns {unit_row}", f"GCU rows: {len(gcus)} GCU(s)"]
+
+
 def create(ctx: BackendContext) -> Backend:
     return ToolBackend("enflame", ctx, TOOLS, (), parse)
 
@@ -243,6 +353,13 @@ register(
         formats=(
             OutputFormat("efsmi-table", parse, sniff),
             OutputFormat("efsmi-query", parse_query, sniff_query, explain_query),
+            OutputFormat(
+                "efsmi-monitor",
+                parse_monitor,
+                sniff_monitor,
+                explain=explain_monitor,
+                sections=monitor_sections,
+            ),
         ),
         metrics=(ECC_ENABLED,),
         priority=80,

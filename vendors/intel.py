@@ -12,7 +12,8 @@ error costs that reading only (``DeviceSample.unread``), except ``HLML_ERROR_AIP
 reported lost.
 
 Without the library (or with ``source: cli``) it runs ``hl-smi -Q <CSV_FIELDS> -f csv,noheader`` (the
-machine-readable query), or the default table with ``mode: table``; parsers in ``vendors/intel_hlsmi.py``.
+machine-readable query), or the default table with ``mode: table``; parsers in ``vendors/intel_hlsmi.py``,
+which also reads ``hl-smi -L`` (the per-AIP listing) for ``xpuwatch inspect``.
 Options: ``source`` (``auto`` default, ``hlml``, ``cli``), ``mode`` (``csv`` default, ``table``), ``path``,
 ``timeout_seconds``.
 """
@@ -31,10 +32,14 @@ from xpuwatch.vendors.intel_hlsmi import (
     CSV_FIELDS,
     VENDOR,
     explain_csv,
+    explain_listing,
     explain_table,
+    listing_sections,
     parse_csv,
+    parse_listing,
     parse_table,
     sniff_csv,
+    sniff_listing,
     sniff_table,
 )
 from xpuwatch.vendors.registry import BackendContext, BackendSpec, Detection, OutputFormat, register
@@ -264,6 +269,13 @@ SPEC = register(
         formats=(
             OutputFormat("hl-smi-table", parse_table, sniff_table, explain_table),
             OutputFormat("hl-smi-csv", parse_csv, sniff_csv, explain_csv),
+            OutputFormat(
+                "hl-smi-listing",
+                parse_listing,
+                sniff_listing,
+                explain=explain_listing,
+                sections=listing_sections,
+            ),
         ),
         priority=82,
         options={**smi_tool.OPTIONS, "source": "string", "mode": "string"},

@@ -18,7 +18,8 @@ Two outputs, both read by column name, never by position:
   brackets (``power.draw [W]``); without ``noheader`` the columns are found by name, with it the caller
   passes the field list it asked for.
 
-Units as printed: C, W, MiB (binary), %; memory MiB -> bytes, percent -> ratio. A cell the tool marks
+Units as printed: C, W, MiB (binary; hl-smi 1.4 prints ``Mib``, read by ``smi_table.MEMORY_AS_BYTES``), %;
+memory -> bytes, percent -> ratio. A cell the tool marks
 unavailable (``N/A``) gives no reading. A cell that is printed but cannot be read (garbled, masked, a
 wrong unit) costs that reading only: it is listed in ``DeviceSample.unread`` and the device stays up.
 Identity: ``index`` is the AIP index (the CSV's row position when it has no ``index`` column); ``uuid`` is
@@ -34,10 +35,10 @@ import math
 import re
 from collections.abc import Mapping, Sequence
 
+from xpuwatch.vendors import smi_query, smi_table
 from xpuwatch.vendors.base import Device, DeviceSample, ParseError
 
 VENDOR = "intel"
-MIB = 1 << 20
 NA = frozenset({"n/a", "na", "-", "[n/a]", "[not supported]", ""})
 # The -Q fields the backend asks for (order = CSV columns with noheader).
 CSV_FIELDS = (
@@ -114,6 +115,22 @@ class _Cells:
         self.unread[reading] = f"{text.strip()[:40]!r} is not a number in {'/'.join(u for u in units if u)}"
         return None
 
+    def memory(self, text: str | None, reading: str) -> float | None:
+        """A memory amount in bytes, its unit read by ``smi_table.MEMORY_AS_BYTES`` (``MiB``; hl-smi 1.4's
+        ``Mib``; a bare number, as ``-f csv,nounits`` prints, is MiB); None when absent or N/A; an unread
+        entry when printed but not an amount."""
+        if text is None or text.strip().lower() in NA:
+            return None
+        t = text.strip()
+        if _NUMBER.match(t):
+            t += "MiB"
+        try:
+            got = smi_table.quantity(t, smi_table.MEMORY_AS_BYTES, reading)
+        except ParseError as exc:
+            self.unread[reading] = str(exc)
+            return None
+        return got
+
 
 def _sample(
     cells: _Cells,
@@ -121,8 +138,8 @@ def _sample(
     *,
     temp: float | None,
     util_percent: float | None,
-    used_mib: float | None,
-    total_mib: float | None,
+    used_bytes: float | None,
+    total_bytes: float | None,
     power: float | None,
     cap: float | None,
     ecc: float | None,
@@ -130,8 +147,8 @@ def _sample(
     return DeviceSample(
         device=device,
         utilization_ratio=None if util_percent is None else util_percent / 100.0,
-        memory_used_bytes=None if used_mib is None else used_mib * MIB,
-        memory_total_bytes=None if total_mib is None else total_mib * MIB,
+        memory_used_bytes=used_bytes,
+        memory_total_bytes=total_bytes,
         temperatures_celsius={} if temp is None else {"core": temp},
         power_watts=power,
         power_limit_watts=cap,
@@ -145,8 +162,9 @@ def _sample(
 
 
 def sniff_table(text: str) -> bool:
-    """The hl-smi table: its version line, or its AIP column headers."""
-    return "HL-SMI Version" in text or ("AIP-Util" in text and "Pwr:Usage/Cap" in text)
+    """The hl-smi table: its version line ("| HL-SMI Version:  hl-..."; ``-L`` prints "HL-SMI Version   :"),
+    or its AIP column headers."""
+    return "HL-SMI Version:" in text or ("AIP-Util" in text and "Pwr:Usage/Cap" in text)
 
 
 def _cells_of(line: str) -> list[str]:
@@ -240,9 +258,7 @@ def parse_table(text: str) -> list[DeviceSample]:
             driver_version=driver,
         )
         power, cap = _pair(cells, second.get("Pwr:Usage/Cap"), ("W",), "power_watts", "power_limit_watts")
-        used, total = _pair(
-            cells, second.get("Memory-Usage"), ("MiB",), "memory_used_bytes", "memory_total_bytes"
-        )
+        used, total = _memory_pair(cells, second.get("Memory-Usage"))
         ecc_cell = first.get("Volatile Uncorr. ECC", first.get("Volatile Uncor-Events"))
         out.append(
             _sample(
@@ -250,8 +266,8 @@ def parse_table(text: str) -> list[DeviceSample]:
                 device,
                 temp=cells.quantity(second.get("Temp"), ("C", "°C"), "temperatures_celsius.core"),
                 util_percent=cells.quantity(second.get("AIP-Util"), ("%",), "utilization_ratio"),
-                used_mib=used,
-                total_mib=total,
+                used_bytes=used,
+                total_bytes=total,
                 power=power,
                 cap=cap,
                 ecc=cells.quantity(ecc_cell, ("",), "ecc_errors.uncorrected"),
@@ -274,6 +290,19 @@ def _pair(
         cells.unread[first] = f"{text[:40]!r} is not 'used / total'"
         return None, None
     return cells.quantity(parts[0], units, first), cells.quantity(parts[1], units, second)
+
+
+def _memory_pair(cells: _Cells, text: str | None) -> tuple[float | None, float | None]:
+    """``768MiB / 98304MiB`` (hl-smi 1.4: ``512Mib / 32768Mib``) -> (used, total) bytes, each on its own."""
+    if text is None or text.strip().lower() in NA:
+        return None, None
+    parts = re.split(r"\s+/\s*|\s*/\s+", text.strip())  # "N/A / N/A": the spaced slash splits
+    if len(parts) != 2:
+        parts = text.split("/")
+    if len(parts) != 2:
+        cells.unread["memory_used_bytes"] = f"{text[:40]!r} is not 'used / total'"
+        return None, None
+    return cells.memory(parts[0], "memory_used_bytes"), cells.memory(parts[1], "memory_total_bytes")
 
 
 def explain_table(text: str) -> list[str]:
@@ -361,8 +390,8 @@ def _csv_sample(r: Mapping[str, str], position: int) -> DeviceSample:
         device,
         temp=cells.quantity(r.get("temperature.aip"), ("C",), "temperatures_celsius.core"),
         util_percent=cells.quantity(r.get("utilization.aip"), ("%",), "utilization_ratio"),
-        used_mib=cells.quantity(r.get("memory.used"), ("MiB",), "memory_used_bytes"),
-        total_mib=cells.quantity(r.get("memory.total"), ("MiB",), "memory_total_bytes"),
+        used_bytes=cells.memory(r.get("memory.used"), "memory_used_bytes"),
+        total_bytes=cells.memory(r.get("memory.total"), "memory_total_bytes"),
         power=cells.quantity(r.get("power.draw"), ("W",), "power_watts"),
         cap=cells.quantity(r.get("power.max"), ("W",), "power_limit_watts"),
         ecc=None,
@@ -378,3 +407,150 @@ def explain_csv(text: str) -> list[str]:
     first = next(csv.reader(io.StringIO(text.lstrip().split("\n", 1)[0]), skipinitialspace=True))
     names = [re.sub(r"\s*\[[^\]]*\]$", "", h.strip()) for h in first]
     return [f"{n}: no reading maps it" for n in names if n not in _CSV_READ]
+
+
+# --------------------------------------------------------------------------------------------------------
+# -L (the per-AIP key-value listing)
+
+_LISTING_AIP = re.compile(
+    r"\[(\d{1,4})\]\s+AIP\s+\(([^)]*)\)\s+((?:[0-9A-Fa-f]{4,8}:)?[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-7])$"
+)
+_ON_CHIP = re.compile(r"temperature/\[\s*\d+\]\s+on chip (\d+)")
+_HBM = re.compile(r"temperature/\[\s*\d+\]\s+hbm (\d+) temp")
+_LISTING_KEYS_READ = frozenset(
+    {
+        "product name",
+        "serial number",
+        "aip uuid",
+        "pci/bus id",
+        "memory usage/total",
+        "memory usage/used",
+        "replaced rows/single bit ecc",
+        "replaced rows/double bit ecc",
+        "replaced rows/pending",
+    }
+)
+_RAIL_KEY = re.compile(r"power readings[^/]*/(power draw|power limit)")
+
+
+def _listing_reads(key: str) -> bool:
+    return (
+        key in _LISTING_KEYS_READ
+        or _ON_CHIP.fullmatch(key) is not None
+        or _HBM.fullmatch(key) is not None
+        or _RAIL_KEY.fullmatch(key) is not None
+    )
+
+
+def sniff_listing(text: str) -> bool:
+    """``hl-smi -L``: the HL-SMI LOG banner, or an ``[n] AIP (accelN) <PCI id>`` line."""
+    head = text[:20000]
+    return "HL-SMI LOG" in head or any(_LISTING_AIP.fullmatch(ln.strip()) for ln in head.splitlines())
+
+
+def _hottest(c: smi_table.CellReader, keys: Sequence[str], reading: str) -> float | None:
+    """The highest of several sensors (one reading): None when none is printed; when one is printed but
+    cannot be read the reading is unread (the hottest might be the one lost)."""
+    values = [c.number(reading, [k], smi_table.CELSIUS) for k in keys]
+    if reading in c.unread:
+        return None
+    got = [v for v in values if v is not None]
+    return max(got) if got else None
+
+
+def _rails(c: smi_table.CellReader, rails: Sequence[str], key: str, reading: str) -> float | None:
+    """The sum of ``key`` (``power draw``, ``power limit``) over the power rails (``Power Readings (54V
+    PSU)``, ``(12V PSU)``): None unless every rail prints it, unread when one cannot be read."""
+    values = [c.number(reading, [f"{rail}/{key}"], smi_table.WATTS) for rail in rails]
+    if reading in c.unread or not values or any(v is None for v in values):
+        return None
+    return sum(v for v in values if v is not None)
+
+
+def parse_listing(text: str) -> list[DeviceSample]:
+    """``hl-smi -L`` (optionally ``-i <bus id>``) -> one sample per ``[n] AIP (accelN) <PCI id>`` section
+    (``vendors.smi_query``; real capture: Gaudi 2 HL-225, hl-smi 1.12.1, in ``tests/fixtures/intel/``).
+
+    Keys: ``Product Name``, ``Serial Number``, ``AIP UUID`` (the uuid, as HLML and ``-Q`` name the AIP; else
+    ``hl-<bus id>``), ``PCI / Bus Id``, ``Memory Usage / Total, Used`` (printed ``MB``, binary: the table of
+    the same host prints 98304MiB); ``Temperature``: the hottest ``On Chip N`` sensor is ``core`` (the
+    table's Temp on the same host sits within a degree of it) and the hottest ``HBM N Temp`` is
+    ``memory``, board, VRM and CPLD sensors are not read; ``Power Readings (54V PSU)`` and ``(12V PSU)``:
+    power and its limit are the sums over the rails (the table prints the sum: 600 W = 550 W + 50 W on
+    Gaudi 2); ``Replaced Rows / Single Bit ECC, Double Bit ECC, Pending`` -> remapped rows correctable,
+    uncorrectable and pending. Raises ParseError when no section's PCI id can be read."""
+    driver_m = re.search(r"Driver Version\s*:\s*([0-9][\w.\-]*)", text)
+    driver = driver_m.group(1) if driver_m else None
+
+    def identify(rec: smi_query.Record) -> Device:
+        bus = smi_table.pci_bus_id(rec.row.get("pci/bus id") or rec.header[2])
+        c = smi_table.CellReader(rec.row)
+        aip_uuid, sn = c.text("aip uuid"), c.text("serial number")
+        return Device(
+            VENDOR,
+            c.text("product name") or "Gaudi",
+            str(int(rec.header[0])),
+            aip_uuid if aip_uuid and not smi_table.is_masked(aip_uuid) else f"hl-{bus}",
+            pci_bus_id=bus,
+            driver_version=driver,
+            serial=None if sn is None or smi_table.is_masked(sn) else sn,
+        )
+
+    out: list[DeviceSample] = []
+    for rec, device in smi_query.identified(text, _LISTING_AIP, "hl-smi -L", identify):
+        row = rec.row
+        c = smi_table.CellReader(row)
+        on_chip = [k for k in row.values if _ON_CHIP.fullmatch(k)]
+        hbm = [k for k in row.values if _HBM.fullmatch(k)]
+        temps = {
+            sensor: v
+            for sensor, v in (
+                ("core", _hottest(c, on_chip, "temperatures_celsius.core")),
+                ("memory", _hottest(c, hbm, "temperatures_celsius.memory")),
+            )
+            if v is not None
+        }
+        rails = sorted({k.split("/", 1)[0] for k in row.values if k.startswith("power readings")})
+        remapped: dict[str, int] = {}
+        for kind, key in (("correctable", "single bit ecc"), ("uncorrectable", "double bit ecc")):
+            got = c.number(f"remapped_rows.{kind}", [f"replaced rows/{key}"], smi_table.COUNT)
+            if got is not None:
+                remapped[kind] = int(got)
+        pending_text = (c.text("replaced rows/pending") or "").lower()
+        pending = {"yes": True, "no": False}.get(pending_text)
+        if pending_text and pending is None:
+            c.unread["remap_pending"] = f"Pending: {pending_text[:20]!r} is not Yes/No"
+        out.append(
+            DeviceSample(
+                device=device,
+                memory_used_bytes=c.number(
+                    "memory_used_bytes", ["memory usage/used"], smi_table.MEMORY_AS_BYTES
+                ),
+                memory_total_bytes=c.number(
+                    "memory_total_bytes", ["memory usage/total"], smi_table.MEMORY_AS_BYTES
+                ),
+                temperatures_celsius=temps,
+                power_watts=_rails(c, rails, "power draw", "power_watts"),
+                power_limit_watts=_rails(c, rails, "power limit", "power_limit_watts"),
+                remapped_rows=remapped,
+                remap_pending=pending if remapped else None,
+                unread=c.unread,
+            )
+        )
+    return out
+
+
+def _listing_keys_read(text: str) -> list[str]:
+    """The keys of this output that ``parse_listing`` reads (sensor and rail keys vary per board)."""
+    records = smi_query.records(text, _LISTING_AIP, "hl-smi -L")
+    return sorted({k for rec in records for k in rec.row.values if _listing_reads(k)})
+
+
+def explain_listing(text: str) -> list[str]:
+    """The section/key paths of an ``hl-smi -L`` output the reader does not use, once each."""
+    return smi_query.unused(text, _LISTING_AIP, _listing_keys_read(text), "hl-smi -L")
+
+
+def listing_sections(text: str) -> list[str]:
+    """Per AIP section, the sections read and not read."""
+    return smi_query.sections_read(text, _LISTING_AIP, _listing_keys_read(text), "hl-smi -L")

@@ -25,14 +25,20 @@ probed. Its default output has two generations, told apart by their header:
 
 Identity: no UUID is printed, so ``uuid`` is the PCI bus id (sysfs form); the 4.x SN column goes to
 ``serial``. L3 (on-chip SRAM) usage is a vendor metric.
+
+``xpu-smi -q`` (format ``xpu-smi-query``; driver 5.x) prints each XPU as indented ``key : value`` sections
+under ``XPU <PCI id>``, like ``nvidia-smi -q``; keys read in ``parse_query`` (fixture
+``xpu-smi_-q_P800-PCIe_drv5.0.21.26_1of2.txt``, zstack-utility's Kunlunxin module docstring).
 """
 
 from __future__ import annotations
 
+import itertools
+import re
 from collections.abc import Sequence
 
+from xpuwatch.vendors import smi_query, smi_tool
 from xpuwatch.vendors import smi_table as t
-from xpuwatch.vendors import smi_tool
 from xpuwatch.vendors.base import Backend, Device, DeviceSample, ParseError, VendorMetric
 from xpuwatch.vendors.registry import BackendContext, BackendSpec, Detection, OutputFormat, register
 from xpuwatch.vendors.smi_tool import ToolBackend, detect_tool
@@ -209,6 +215,111 @@ def parse(text: str) -> Sequence[DeviceSample]:
     raise ParseError("neither an xpu-smi 5.x table nor an xpu_smi 4.x DEVICES table")
 
 
+# --- xpu-smi -q ------------------------------------------------------------------------------------------
+
+_QUERY_DEVICE = re.compile(r"XPU\s+((?:[0-9a-fA-F]{4,8}:)?[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7])$")
+_QUERY_DRIVER = r"Driver Version\s*:\s*([0-9][\w.\-]*)"
+_QUERY_KEYS_READ = (
+    "product name",
+    "serial number",
+    "minor number",
+    "pci/bus id",
+    "memory usage/total",
+    "memory usage/used",
+    "l3 usage/total",
+    "l3 usage/used",
+    "utilization/xpu",
+    "ecc errors/volatile/dram correctable",
+    "ecc errors/volatile/dram uncorrectable",
+    "temperature/xpu current temp",
+    "power readings/power draw",
+    "power readings/enforced power limit",
+    "processes",
+)
+
+
+def sniff_query(text: str) -> bool:
+    """``xpu-smi -q``: the XPUSMI LOG banner, or an ``XPU <PCI id>`` line with xpu-smi's section names."""
+    head = text[:20000]
+    if "XPUSMI LOG" in head:
+        return True
+    return any(_QUERY_DEVICE.fullmatch(ln.strip()) for ln in head.splitlines()) and "XPU Current Temp" in head
+
+
+def parse_query(text: str) -> Sequence[DeviceSample]:
+    """``xpu-smi -q`` (driver 5.x, P800; also ``-q --id=<bus>`` for one XPU) -> one DeviceSample per ``XPU
+    <PCI id>`` section (``smi_query``), keys by section path:
+
+    ``Product Name``, ``Serial Number``, ``Minor Number`` (the index ``xpu-smi`` prints in its table),
+    ``PCI / Bus Id`` (the uuid, as the table's: the ``XPU UUID`` is not used so that both outputs name one
+    device), ``Memory Usage / Total, Used`` and ``L3 Usage / Total, Used`` (MiB), ``Utilization / Xpu``,
+    ``ECC Errors / Volatile / DRAM Correctable, Uncorrectable``, ``Temperature / XPU Current Temp``,
+    ``Power Readings / Power Draw, Enforced Power Limit``, ``Processes`` (``None``: no process). Raises
+    ParseError when no section's PCI id can be read."""
+    driver = t.header_value(text, _QUERY_DRIVER)
+    positions = itertools.count()
+
+    def identify(rec: smi_query.Record) -> Device:
+        position = next(positions)
+        bus = t.pci_bus_id(rec.row.get("pci/bus id") or rec.header[0])
+        minor, sn = rec.row.get("minor number"), (rec.row.get("serial number") or "").strip()
+        return Device(
+            vendor=VENDOR,
+            model=(rec.row.get("product name") or "").strip() or "unknown",
+            index=minor.strip() if minor is not None and t.is_index(minor.strip()) else str(position),
+            uuid=bus,
+            pci_bus_id=bus,
+            driver_version=driver,
+            serial=None if not sn or t.is_not_available(sn) or t.is_masked(sn) else sn,
+        )
+
+    out: list[DeviceSample] = []
+    for rec, device in smi_query.identified(text, _QUERY_DEVICE, "xpu-smi -q", identify):
+        c = t.CellReader(rec.row)
+        ecc: dict[str, int] = {}
+        for kind, key in (
+            ("corrected", "ecc errors/volatile/dram correctable"),
+            ("uncorrected", "ecc errors/volatile/dram uncorrectable"),
+        ):
+            got = c.number(f"ecc_errors.{kind}", [key], t.COUNT)
+            if got is not None:
+                ecc[kind] = int(got)
+        procs = c.text("processes")
+        out.append(
+            DeviceSample(
+                device=device,
+                utilization_ratio=c.number("utilization_ratio", ["utilization/xpu"], t.PERCENT_AS_RATIO),
+                memory_used_bytes=c.number("memory_used_bytes", ["memory usage/used"], t.MEMORY_AS_BYTES),
+                memory_total_bytes=c.number("memory_total_bytes", ["memory usage/total"], t.MEMORY_AS_BYTES),
+                temperatures_celsius=t.temperatures(
+                    c.number("temperatures_celsius.core", ["temperature/xpu current temp"], t.CELSIUS)
+                ),
+                power_watts=c.number("power_watts", ["power readings/power draw"], t.WATTS),
+                power_limit_watts=c.number(
+                    "power_limit_watts", ["power readings/enforced power limit"], t.WATTS
+                ),
+                ecc_errors=ecc,
+                vendor_metrics=_l3(
+                    c.number(f"vendor_metrics.{L3_USED.name}", ["l3 usage/used"], t.MEMORY_AS_BYTES),
+                    c.number(f"vendor_metrics.{L3_TOTAL.name}", ["l3 usage/total"], t.MEMORY_AS_BYTES),
+                ),
+                processes=() if procs is not None and procs.lower() == "none" else None,
+                unread=c.unread,
+            )
+        )
+    return out
+
+
+def explain_query(text: str) -> list[str]:
+    """The section/key paths of an ``xpu-smi -q`` output the reader does not use, once each."""
+    return smi_query.unused(text, _QUERY_DEVICE, _QUERY_KEYS_READ, "xpu-smi -q")
+
+
+def query_sections(text: str) -> list[str]:
+    """Per XPU section, the sections read and not read."""
+    return smi_query.sections_read(text, _QUERY_DEVICE, _QUERY_KEYS_READ, "xpu-smi -q")
+
+
 def create(ctx: BackendContext) -> Backend:
     return ToolBackend("kunlunxin", ctx, TOOLS, (), parse)
 
@@ -226,6 +337,9 @@ register(
         formats=(
             OutputFormat("xpu-smi-table", parse_v5, sniff_v5),
             OutputFormat("xpu-smi-devices", parse_v4, sniff_v4),
+            OutputFormat(
+                "xpu-smi-query", parse_query, sniff_query, explain=explain_query, sections=query_sections
+            ),
         ),
         metrics=(L3_USED, L3_TOTAL),
         priority=72,

@@ -1,6 +1,9 @@
 """NVIDIA backend over the `nvidia-smi` CLI: parses `nvidia-smi -q -x` XML (and `--query-gpu` CSV) into samples.
 
-Used where the NVML Python binding cannot load, and for capture/replay and ``xpuwatch inspect``. The parsers
+Used where the NVML Python binding cannot load, and for capture/replay and ``xpuwatch inspect``. The
+registration also carries the plain-table format (``vendors.nvidia_smi_table``), which ``inspect`` reads and
+this backend never runs (why: that module's docstring); the NVIDIA-only gauges and MIG profile names the
+readers share are in ``vendors.nvidia_fields``. The parsers
 are pure functions of the tool's text; the backend runs ``nvidia-smi -q -x`` through the injected
 ``CommandRunner`` with a timeout. Field names follow the nvsmi_device DTD (v10..v12 and the 535.113.01+
 renames); see docs/vendors/nvidia.md for the field-by-field mapping.
@@ -16,12 +19,20 @@ import xml.etree.ElementTree as ET
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from xpuwatch.vendors.base import BackendError, Device, DeviceSample, ParseError, Slice, VendorMetric
+from xpuwatch.vendors.base import BackendError, Device, DeviceSample, ParseError, Slice
 from xpuwatch.vendors.command import CommandRunner
+from xpuwatch.vendors.nvidia_fields import (
+    FAN_SPEED,
+    METRICS,
+    MIG_MODE,
+    PERFORMANCE_STATE,
+    PERSISTENCE_MODE,
+    VENDOR,
+    mig_profile_name,
+    performance_state,
+)
+from xpuwatch.vendors.nvidia_smi_table import TABLE_FORMAT
 from xpuwatch.vendors.registry import BackendContext, BackendSpec, Detection, OutputFormat, register
-
-VENDOR = "nvidia"
-MIG_MODE = "accelerator_nvidia_mig_mode"
 
 MIB = 1024 * 1024
 MHZ = 1e6
@@ -51,16 +62,6 @@ _SMI_REASON_NAMES: Mapping[str, str] = {
     "hw_power_brake_slowdown": "hw_power_brake",
     "display_clocks_setting": "display_clocks",
 }
-
-# Streaming multiprocessors per MIG compute slice, by product (NVIDIA MIG User Guide, "Supported MIG
-# Profiles"): nvidia-smi -q -x has no profile name, so it is derived from SM count and memory share.
-_SMS_PER_GPC_SLICE: tuple[tuple[str, int], ...] = (
-    ("A100", 14),
-    ("A30", 14),
-    ("H100", 16),
-    ("H200", 16),
-    ("H800", 16),
-)
 
 _UNIT_SCALE: Mapping[str, float] = {
     "": 1.0,
@@ -161,6 +162,25 @@ def _nonneg(value: float | None) -> float | None:
     return value if value is not None and value >= 0 else None
 
 
+def _state_metrics(
+    mig: bool | None, fan: str | None, pstate: str | None, persistence: bool | None
+) -> dict[str, float]:
+    """The NVIDIA-only gauges (``vendors.nvidia_fields``) of one GPU; what is absent or N/A is left out.
+    ``fan``: ``"30 %"`` (or a bare ``30`` from ``csv,nounits``)."""
+    out: dict[str, float] = {}
+    if mig is not None:
+        out[MIG_MODE] = 1.0 if mig else 0.0
+    ratio = quantity(fan, "%")
+    if ratio is not None and 0.0 <= ratio <= 1.0:
+        out[FAN_SPEED] = ratio
+    state = performance_state(pstate)
+    if state is not None:
+        out[PERFORMANCE_STATE] = state
+    if persistence is not None:
+        out[PERSISTENCE_MODE] = 1.0 if persistence else 0.0
+    return out
+
+
 # ---------------------------------------------------------------------------------------------- XML
 
 
@@ -258,7 +278,9 @@ def _gpu_sample(gpu: ET.Element, index: str, driver: str | None) -> DeviceSample
         remap_pending=pending,
         remap_failed=failed,
         pcie_replay_errors=count(_t(gpu, "pci/replay_counter")),
-        vendor_metrics={} if mig_enabled is None else {MIG_MODE: 1.0 if mig_enabled else 0.0},
+        vendor_metrics=_state_metrics(
+            mig_enabled, text("fan_speed"), text("performance_state"), flag(text("persistence_mode"))
+        ),
         slices=slices,
         unread=_unread(lambda p: _t(gpu, p), _XML_CELLS),
     )
@@ -448,26 +470,6 @@ def _mig_slices(gpu: ET.Element, parent: Device) -> tuple[Slice, ...]:
     return tuple(out)
 
 
-def mig_profile_name(
-    model: str, sms: int | None, total_mib: float | None, parent_total_mib: float | None
-) -> str:
-    """Derive a MIG profile name (``"1g.20gb"``) from what nvidia-smi -q -x shows of an instance.
-
-    Compute slices = SMs / SMs-per-slice of the product (MIG User Guide tables); memory = the instance's
-    share of eight memory slices of the board's nominal size (the ``80GB`` in the product name, else its
-    total rounded to GiB). Returns ``"unknown"`` when the product is not in the table: a wrong name would be
-    worse than none. NVML gives the real name (vendors.nvml).
-    """
-    per_slice = next((n for key, n in _SMS_PER_GPC_SLICE if key in model), None)
-    if not per_slice or not sms or not total_mib or not parent_total_mib or parent_total_mib <= 0:
-        return "unknown"
-    g = max(1, round(sms / per_slice))
-    m = re.search(r"(\d+)\s*GB", model)
-    nominal_gb = int(m.group(1)) if m else round(parent_total_mib / 1024)
-    mem_slices = max(1, round(total_mib / (parent_total_mib / 8)))
-    return f"{g}g.{round(nominal_gb * mem_slices / 8)}gb"
-
-
 def sniff_xml(text: str) -> bool:
     """True when the text looks like ``nvidia-smi -q -x`` output."""
     return "<nvidia_smi_log" in text[:4096]
@@ -632,7 +634,7 @@ def _csv_sample(row: Mapping[str, str], position: str) -> DeviceSample:
         remapped_rows=remapped,
         remap_pending=pending,
         remap_failed=failed,
-        vendor_metrics={} if mig is None else {MIG_MODE: 1.0 if mig else 0.0},
+        vendor_metrics=_state_metrics(mig, get("fan.speed"), get("pstate"), flag(get("persistence_mode"))),
         unread=_unread(row.get, _CSV_CELLS),
     )
 
@@ -752,22 +754,14 @@ CSV_FORMAT = OutputFormat(
     name="nvidia-smi-csv", parse=parse_nvidia_smi_csv, sniff=sniff_csv, explain=explain_csv
 )
 
-MIG_MODE_METRIC = VendorMetric(
-    name=MIG_MODE,
-    type="gauge",
-    unit="",
-    help="1 when MIG mode is enabled on the GPU (current mode), 0 when disabled.",
-    source="NVML nvmlDeviceGetMigMode current; nvidia-smi mig_mode/current_mig, mig.mode.current",
-)
-
 SPEC = register(
     BackendSpec(
         name="nvidia-smi",
         vendor=VENDOR,
         create=_create,
         detect=_detect,
-        formats=(XML_FORMAT, CSV_FORMAT),
-        metrics=(MIG_MODE_METRIC,),
+        formats=(XML_FORMAT, CSV_FORMAT, TABLE_FORMAT),
+        metrics=METRICS,
         priority=20,
         options={"binary": "string", "timeout_seconds": "seconds"},
     )

@@ -22,7 +22,8 @@ from types import ModuleType
 from typing import Any
 
 from xpuwatch.vendors.base import BackendError, Device, DeviceSample, ProcessMemory, Slice
-from xpuwatch.vendors.nvidia_smi import CLOCK_EVENT_REASONS, MIG_MODE, MIG_MODE_METRIC, VENDOR
+from xpuwatch.vendors.nvidia_fields import MIG_MODE, MIG_MODE_METRIC, VENDOR
+from xpuwatch.vendors.nvidia_smi import CLOCK_EVENT_REASONS
 from xpuwatch.vendors.registry import BackendContext, BackendSpec, Detection, register
 
 log = logging.getLogger(__name__)

@@ -50,7 +50,8 @@ class OutputFormat:
     ``parse`` raises only ``vendors.base.ParseError``; ``sniff`` says whether a text looks like this format
     (used when ``--format`` is not given) and never raises. ``explain`` (optional) lists the columns/keys
     the text holds that ``parse`` does not read, one ``"<column>: <why>"`` line each, for
-    ``xpuwatch inspect --explain``. ``named_by_command`` (optional), for outputs that name no device
+    ``xpuwatch inspect --explain``; ``sections`` (optional, below) what it did read, section by section.
+    ``named_by_command`` (optional), for outputs that name no device
     (``npu-smi info -t health -i 3 -c 0`` prints only the health lines): given the command line a pasted
     transcript shows above the output, the ``Device`` its arguments select, or None when they select none.
     """
@@ -60,6 +61,9 @@ class OutputFormat:
     sniff: Callable[[str], bool]
     explain: Callable[[str], Sequence[str]] | None = None
     named_by_command: Callable[[str], Device | None] | None = None
+    sections: Callable[[str], Sequence[str]] | None = None
+    """(optional) The sections of the output the parser found and read, one ``"<section>: <what>"`` line
+    each (``"MIG devices section: 4 MIG device(s) read as slices"``), for ``xpuwatch inspect --explain``."""
 
 
 @dataclass(frozen=True)

@@ -57,7 +57,7 @@ from xpuwatch.vendors.enflame import ECC_ENABLED as ENFLAME_ECC
 from xpuwatch.vendors.hygon import MEMORY_AVAILABLE as HYGON_MEMORY_AVAILABLE
 from xpuwatch.vendors.kunlunxin import L3_TOTAL as KUNLUNXIN_L3_TOTAL
 from xpuwatch.vendors.kunlunxin import L3_USED as KUNLUNXIN_L3_USED
-from xpuwatch.vendors.nvidia_smi import MIG_MODE
+from xpuwatch.vendors.nvidia_fields import FAN_SPEED, MIG_MODE, PERFORMANCE_STATE, PERSISTENCE_MODE
 from xpuwatch.vendors.registry import BackendContext, BackendSpec, Detection, register
 
 DEFAULT_NODE = "sim-node-1"
@@ -182,6 +182,7 @@ MODELS: dict[str, ModelSpec] = {
         fault_codes=NVIDIA_XIDS,
         throttle=True,
         processes=True,
+        extras="geforce",
     ),
     # MI300X in DPX/NPS1, as amd-smi lists it (ROCm/amdsmi#132): two logical GPUs per card, one PCI function
     # each; the card's power and cap on partition 0 only; the whole card's memory total (196592 MiB) on
@@ -346,7 +347,11 @@ DEFAULT_SCENARIO_FILE = "sim_default.yaml"
 
 def default_scenario_text() -> str:
     """The packaged default scenario (vendors/sim_default.yaml)."""
-    return importlib.resources.files("xpuwatch.vendors").joinpath(DEFAULT_SCENARIO_FILE).read_text(encoding="utf-8")
+    return (
+        importlib.resources.files("xpuwatch.vendors")
+        .joinpath(DEFAULT_SCENARIO_FILE)
+        .read_text(encoding="utf-8")
+    )
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -942,8 +947,25 @@ def _ascend310p(d: _SimDevice, x: _Reading, noise: Callable[[str], float]) -> di
     return out
 
 
+def _geforce(d: _SimDevice, x: _Reading, noise: Callable[[str], float]) -> dict[str, float]:
+    """A GeForce board as the plain nvidia-smi table shows one: a fan that follows the load, P2 while busy
+    and P8 idle, persistence off (the consumer default)."""
+    return {
+        FAN_SPEED: round(_clip(0.3 + 0.5 * x.util + 0.02 * noise("fan")), 2),
+        PERFORMANCE_STATE: 2.0 if x.util > 0.05 else 8.0,
+        PERSISTENCE_MODE: 0.0,
+    }
+
+
 EXTRAS: dict[str, Callable[[_SimDevice, _Reading, Callable[[str], float]], dict[str, float]]] = {
-    "a100": lambda d, x, n: {MIG_MODE: 1.0 if d.mig else 0.0, PROFILING_SUSPECT: 0.0},
+    # A100 SXM: passively cooled (fan N/A, no series), P0 even idle, persistence on (as in the captures)
+    "a100": lambda d, x, n: {
+        MIG_MODE: 1.0 if d.mig else 0.0,
+        PROFILING_SUSPECT: 0.0,
+        PERFORMANCE_STATE: 0.0,
+        PERSISTENCE_MODE: 1.0,
+    },
+    "geforce": _geforce,
     "amd": lambda d, x, n: {AMD_ECC_DEFERRED.name: 0.0},
     "ascend": _ascend,
     "ascend310p": _ascend310p,

@@ -17,10 +17,10 @@ Each value is keyed by its section path and by its bare key, lower-case (``devic
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from xpuwatch.vendors.base import ParseError
+from xpuwatch.vendors.base import Device, ParseError
 from xpuwatch.vendors.smi_table import Row
 
 _KEY_VALUE = re.compile(r"^(?P<indent>\s*)(?P<key>[^:\s][^:]*?)\s*:(?:\s+(?P<value>.*?))?\s*$")
@@ -83,3 +83,44 @@ def unused(text: str, header: re.Pattern[str], read: Sequence[str], what: str) -
             if "/" in key and key not in read:
                 seen.setdefault(f"{key}: no schema reading", None)
     return list(seen)
+
+
+def sections_read(text: str, header: re.Pattern[str], read: Sequence[str], what: str) -> list[str]:
+    """Per device section of ``text``, one ``"<device line>: read <sections>; not read <sections>"`` line
+    naming its top-level sections by whether a key of ``read`` lies in them (an ``OutputFormat.sections``
+    hook). Raises ParseError as ``records`` does."""
+    wanted = {key.split("/", 1)[0] for key in read if "/" in key}
+    out: list[str] = []
+    for rec in records(text, header, what):
+        tops = dict.fromkeys(key.split("/", 1)[0] for key in rec.row.values if "/" in key)
+        used = [s for s in tops if s in wanted]
+        skipped = [s for s in tops if s not in wanted]
+        plain = [k for k in rec.row.values if "/" not in k and k in read]
+        line = f"{rec.row.line}: read {', '.join([*plain, *used]) or 'nothing'}"
+        out.append(line + (f"; not read {', '.join(skipped)}" if skipped else ""))
+    return out
+
+
+def identified(
+    text: str, header: re.Pattern[str], what: str, identify: Callable[[Record], Device]
+) -> list[tuple[Record, Device]]:
+    """Every device section of ``text`` with its identity, as ``smi_table.samples_from_rows`` does for
+    table rows: a section whose ``identify`` raises ParseError (PCI id garbled or masked) is left out, a
+    device that cannot be named cannot be reported; ParseError when none is left (naming the first
+    failure) or when two sections name one uuid."""
+    out: list[tuple[Record, Device]] = []
+    seen: set[str] = set()
+    first_error: ParseError | None = None
+    for rec in records(text, header, what):
+        try:
+            device = identify(rec)
+        except ParseError as exc:
+            first_error = first_error or exc
+            continue
+        if device.uuid in seen:
+            raise ParseError(f"{what}: two devices with uuid {device.uuid!r}")
+        seen.add(device.uuid)
+        out.append((rec, device))
+    if not out:
+        raise first_error or ParseError(f"{what}: no device section")
+    return out

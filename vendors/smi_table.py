@@ -30,9 +30,12 @@ PERCENT_AS_RATIO: Mapping[str, float] = {"%": 0.01}
 CELSIUS: Mapping[str, float] = {"C": 1.0, "℃": 1.0, "°C": 1.0}
 WATTS: Mapping[str, float] = {"W": 1.0}
 MIB_AS_BYTES: Mapping[str, float] = {"MiB": MIB}
-# Memory cells of the boxed tables: "MiB" as labelled, "GiB" x 1024; "MB" is read as MiB because every
-# tool here that prints "MB" means binary sizes (xpu_smi 4.x: an R300 with 32 GiB prints "32768 MB").
-MEMORY_AS_BYTES: Mapping[str, float] = {"MiB": MIB, "MB": MIB, "GiB": 1024 * MIB}
+# Memory as the tools print it, the one table of memory unit spellings every reader uses (the test
+# tests/vendors/test_units.py lists them): "MiB" as labelled, "GiB" x 1024, "KiB" / 1024; "MB" is read as MiB
+# because every tool here that prints "MB" means binary sizes (xpu_smi 4.x: an R300 with 32 GiB prints
+# "32768 MB"; hl-smi -L prints "98304 MB" where its table prints 98304MiB); "Mib" (hl-smi 1.4: a 32 GiB
+# HL-205 prints "32768Mib") is MiB too, not mebibits.
+MEMORY_AS_BYTES: Mapping[str, float] = {"MiB": MIB, "Mib": MIB, "MB": MIB, "GiB": 1024 * MIB, "KiB": 1024.0}
 MHZ_AS_HERTZ: Mapping[str, float] = {"MHz": 1e6}
 COUNT: Mapping[str, float] = {"": 1.0}
 
@@ -124,7 +127,7 @@ def header_value(text: str, pattern: str) -> str | None:
 # "0 / 63 MB", "N/A / N/A" and "39 C" each stay one token. Several tokens under one name are joined by a
 # space ("Iluvatar BI-V150", "105W 300W").
 
-_UNIT = r"(?:MiB|MB|GiB|KiB|W|C|°C|℃|%|MHz)"
+_UNIT = r"(?:MiB|Mib|MB|GiB|KiB|W|C|°C|℃|%|MHz)"
 _QTY = rf"(?:N/A|{_NUMBER}\s?{_UNIT}?|[xX*]{{2,}}\s?{_UNIT}?)"
 _TOKEN = re.compile(rf"{_QTY}\s*/\s*{_QTY}(?![\w/])|{_NUMBER}\s{_UNIT}(?![\w/])|\S+")
 _HEADER_NAME = re.compile(r"\S+(?: \S+)*")

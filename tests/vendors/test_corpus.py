@@ -14,6 +14,9 @@ Expectations format (BRIEF, issue 11 item 7)::
         absent: [power_limit_watts]   # readings that must NOT be given
         unread: [memory_used_bytes]   # readings that must be in DeviceSample.unread (and no other may be)
         implausible: {used_above_total: 1}   # exporter.plausibility counts (default: none may be)
+        slices:                       # optional: the device's slices by slice_id, and nothing else
+          "3/1": {kind: mig, profile: 1c.2g.10gb, memory_used_bytes: 74448896, memory_total_bytes: 10468982784}
+        processes: 2                  # optional: how many processes it lists; null = cannot tell (None)
 
 A diagnostic dump of several tool calls (each command line at column 0, its output indented) has
 ``blocks: {"<command line as printed>": {format: ..., devices: ..., device: ...}}`` instead.
@@ -190,7 +193,16 @@ def check_text(name: str, text: str, exp: Mapping[str, Any]) -> list[str]:
             continue
         s = found
         spec = spec or {}
-        unknown = set(spec) - {"up", "values", "absent", "unread", "implausible", *DEVICE_FIELDS}
+        unknown = set(spec) - {
+            "up",
+            "values",
+            "absent",
+            "unread",
+            "implausible",
+            "slices",
+            "processes",
+            *DEVICE_FIELDS,
+        }
         if unknown:
             problems.append(f"{where}: unknown expectation keys {sorted(unknown)}")
         for f in DEVICE_FIELDS:
@@ -218,6 +230,12 @@ def check_text(name: str, text: str, exp: Mapping[str, Any]) -> list[str]:
         for key in spec.get("unread") or ():
             if key not in s.unread:
                 problems.append(f"{where}: {key} not in unread (unread: {dict(s.unread)})")
+        if "slices" in spec:
+            problems += _check_slices(where, s, spec["slices"] or {})
+        if "processes" in spec:
+            got_n = None if s.processes is None else len(s.processes)
+            if got_n != spec["processes"]:
+                problems.append(f"{where}: {got_n} processes listed, expected {spec['processes']}")
     for index, s in by_index.items():
         odd = dict(implausible(s))
         if odd != ((wanted.get(index) or {}).get("implausible") or {}):
@@ -231,6 +249,22 @@ def check_text(name: str, text: str, exp: Mapping[str, Any]) -> list[str]:
                 problems.append(
                     f"{name}: device {index}: {key} printed but not read ({why}), not in 'unread'"
                 )
+    return problems
+
+
+def _check_slices(where: str, sample: DeviceSample, want: Mapping[str, Mapping[str, Any]]) -> list[str]:
+    """The device's slices against ``{slice_id: {field: value}}``: the same slice ids, each field equal."""
+    got = {sl.slice_id: sl for sl in sample.slices}
+    problems = []
+    if set(got) != set(want):
+        problems.append(f"{where}: slices {sorted(got)}, expected {sorted(want)}")
+    for slice_id, fields in want.items():
+        sl = got.get(slice_id)
+        for f, value in (fields or {}).items() if sl is not None else ():
+            if not hasattr(sl, f):
+                problems.append(f"{where}: slice {slice_id}: {f!r} is not a Slice field")
+            elif not same(getattr(sl, f), value):
+                problems.append(f"{where}: slice {slice_id}: {f} is {getattr(sl, f)!r}, expected {value!r}")
     return problems
 
 

@@ -33,6 +33,8 @@ T4 = NV / "nvidia-smi_q_x_tesla-t4_515.105.01.xml"
 H100_CSV = NV / "nvidia-smi_query-gpu_h100-80gb-hbm3_590.48.01_load.csv.txt"
 H100_MIG_CSV = NV / "nvidia-smi_query-gpu_h100-mig_590.48.01_load.csv.txt"
 MIB = 1024 * 1024
+PSTATE = "accelerator_nvidia_performance_state"
+PERSISTENCE = "accelerator_nvidia_persistence_mode"
 REASONS_ALL_INACTIVE = {
     "gpu_idle": False,
     "clocks_setting": False,
@@ -74,7 +76,8 @@ def test_a100_mig_v12_exact_values() -> None:
     assert s.remapped_rows == {}  # remapped_rows N/A, retired pages N/A
     assert (s.remap_pending, s.remap_failed) == (None, None)
     assert s.pcie_replay_errors == 0
-    assert s.vendor_metrics == {"accelerator_nvidia_mig_mode": 1.0}
+    # mig_mode Enabled, performance_state P0, persistence_mode Disabled; fan_speed N/A gives no series
+    assert s.vendor_metrics == {"accelerator_nvidia_mig_mode": 1.0, PSTATE: 0.0, PERSISTENCE: 0.0}
     assert [(x.slice_id, x.profile, x.kind, x.parent_uuid) for x in s.slices] == [
         ("3/0", "1g.20gb", "mig", d.uuid),
         ("4/0", "1g.20gb", "mig", d.uuid),
@@ -104,7 +107,8 @@ def test_tesla_t4_v11_exact_values() -> None:
     assert s.remapped_rows == {"correctable": 0, "uncorrectable": 0}  # retired pages (Turing)
     assert (s.remap_pending, s.remap_failed) == (False, None)
     assert s.pcie_replay_errors == 0
-    assert s.vendor_metrics == {}  # mig_mode N/A: not a MIG-capable GPU
+    # mig_mode N/A (not a MIG-capable GPU) and fan_speed N/A give no series; P0, persistence Disabled
+    assert s.vendor_metrics == {PSTATE: 0.0, PERSISTENCE: 0.0}
     assert s.slices == ()
 
 
@@ -129,7 +133,7 @@ def test_h100_query_gpu_csv_exact_values() -> None:
     assert s.ecc_errors == {"corrected": 0, "uncorrected": 0}
     assert s.remapped_rows == {"correctable": 0, "uncorrectable": 0}
     assert (s.remap_pending, s.remap_failed) == (False, False)
-    assert s.vendor_metrics == {"accelerator_nvidia_mig_mode": 0.0}
+    assert s.vendor_metrics == {"accelerator_nvidia_mig_mode": 0.0, PSTATE: 0.0, PERSISTENCE: 1.0}
 
 
 def test_h100_mig_query_gpu_csv_na_fields_are_absent() -> None:
@@ -139,7 +143,7 @@ def test_h100_mig_query_gpu_csv_na_fields_are_absent() -> None:
     assert s.memory_used_bytes == 11125 * MIB
     assert s.temperatures_celsius == {"core": 53.0, "memory": 59.0}
     assert s.power_watts == 433.78
-    assert s.vendor_metrics == {"accelerator_nvidia_mig_mode": 1.0}
+    assert s.vendor_metrics == {"accelerator_nvidia_mig_mode": 1.0, PSTATE: 0.0, PERSISTENCE: 1.0}
 
 
 def test_csv_nounits() -> None:

@@ -11,8 +11,10 @@ ROCm/ROCm#5706 (2 x Radeon AI PRO R9700: GPU-Name cut from the LEFT as ``...Rade
 ``N/A`` power and mode on partition 1, partition 1 at function ``.1`` of the same BDF).
 
 Readings: Power-Usage ``used/cap W`` -> power and its limit; Mem-Usage ``used/total MB`` (MB = MiB, as in
-every amd-smi output); Temp -> the ``hotspot`` sensor (the sensor ``amd-smi monitor`` prints as GPU_TEMP;
-the dashboard does not name it); GFX-Uti -> utilization; Mem-Uti (UMC activity) -> memory bandwidth
+every amd-smi output); Temp -> the ``hotspot`` sensor: the dashboard does not name it, AMD's CLI guide does
+("GPU table (first row per GPU): ... memory utilization, hotspot temperature, uncorrectable ECC error
+count ...", amdsmi docs how-to/amdsmi-cli-tool.md, "Example output from amd-smi (default)", amd-smi
+26.2.1), and its example prints the same 47/46/43/44 °C there as ``amd-smi monitor``'s GPU_T; GFX-Uti -> utilization; Mem-Uti (UMC activity) -> memory bandwidth
 utilization; UEC (uncorrectable error count) -> ``ecc_errors.uncorrected``. Fan and HIP-ID/OAM-ID have no
 field in the schema. The process table's VRAM_MEM is each process's memory on that GPU.
 
