@@ -63,6 +63,16 @@ def site_spec(*files: str) -> Spec:
     return parse_spec(overlay(doc, FAST))
 
 
+def site_file(tmp: Path, name: str) -> Path:
+    """The example site spec with :data:`FAST` merged in, as a file for the command line."""
+    doc = yaml.safe_load((EXAMPLES / name).read_text())
+    for route, timing in FAST["routing"].items():
+        doc["routing"].setdefault(route, {}).update(timing)
+    path = tmp / "site.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    return path
+
+
 @dataclass
 class Stack:
     am: str
@@ -286,8 +296,7 @@ async def test_a_receiver_without_a_channel_shows_where_it_breaks(tmp_path: Path
 
 
 async def test_the_cli_prints_each_hop_and_exits_0(tmp_path: Path) -> None:
-    spec_file = tmp_path / "site.yaml"
-    spec_file.write_text((EXAMPLES / "dingtalk-one-bot.yaml").read_text() + yaml.safe_dump(FAST))
+    spec_file = site_file(tmp_path, "dingtalk-one-bot.yaml")
     spec = site_spec("dingtalk-one-bot.yaml")
     token = tmp_path / "token-for-cli"
     token.write_text(TOKEN + "\n")
@@ -307,3 +316,14 @@ async def test_the_cli_prints_each_hop_and_exits_0(tmp_path: Path) -> None:
             in lines
         )
         assert len(lines) == 1 + 9
+        # without --alertmanager-url: straight to the relay channels the site spec names
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "xpuwatch", "rules", "test-page", "--spec", str(spec_file),
+            "--relay-url", st.relay.url, "--relay-credentials-file", str(token),
+            cwd=ROOT, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        )  # fmt: skip
+        out, err = await asyncio.wait_for(proc.communicate(), 120)
+        assert proc.returncode == 0, out.decode() + err.decode()
+        lines = out.decode().splitlines()
+        assert "hardware     relay         ok    channel ops-dingtalk: HTTP 200 queued" in lines
+        assert len(lines) == 1 + 6
