@@ -356,10 +356,11 @@ def check_regex(pattern: str, path: str) -> str:
 def parse_matchers(selector: str) -> list[tuple[str, str, str]]:
     """``'job=~"a|b", cluster="x"'`` -> ``[("job", "=~", "a|b"), ("cluster", "=", "x")]`` (values unescaped
     as PromQL reads them). The selector must already be valid (the spec's selectors are)."""
-    return [
-        (m.group(0).split(m.group(1))[0].strip(), m.group(1), _promql_string(m.group(2), "selector"))
-        for m in _ONE_MATCHER.finditer(selector)
-    ]
+    out = []
+    for m in _ONE_MATCHER.finditer(selector):
+        name = m.group(0).strip().partition(m.group(1))[0].strip()  # label names hold no operator characters
+        out.append((name, m.group(1), _promql_string(m.group(2), "selector")))
+    return out
 
 
 def matches(matcher: tuple[str, str, str], value: str) -> bool:
