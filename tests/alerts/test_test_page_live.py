@@ -75,6 +75,9 @@ def site_file(tmp: Path, name: str) -> Path:
 
 @dataclass
 class Stack:
+    """What :func:`stack` started: Alertmanager's and the relay's base URLs, the robots by token, and what the
+    sink received (path, webhook payload)."""
+
     am: str
     relay: Harness
     bots: dict[str, FakeDingTalk]
@@ -97,8 +100,9 @@ def _total(metrics: Mapping[tuple[str, Any], float], name: str) -> float:
 
 @asynccontextmanager
 async def stack(tmp: Path, config: dict[str, Any], channels: Mapping[str, str]) -> AsyncIterator[Stack]:
-    """``config``: a function of nothing yet: the Alertmanager config with ``RELAY`` / ``SINK`` placeholders in
-    its URLs; ``channels``: relay channel -> robot token (one FakeDingTalk per distinct token)."""
+    """A DingTalk stand-in per robot token, the relay with ``channels`` (relay channel -> robot token), a
+    loopback sink, and Alertmanager running ``config``, whose URLs and token files name ``http://RELAY``,
+    ``http://SINK`` and ``/TOKEN_FILE`` (see :data:`ENDPOINTS`), replaced here by the real ones."""
     bots = {token: FakeDingTalk(tokens={token}, keywords=["xpuwatch"]) for token in set(channels.values())}
     for bot in bots.values():
         await bot.start()
