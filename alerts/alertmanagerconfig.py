@@ -1,12 +1,15 @@
 """AlertmanagerConfig builder: the generated alertmanager.yml dict -> a prometheus-operator AlertmanagerConfig
 (``monitoring.coreos.com/v1alpha1``) routing the same way in a shared Alertmanager (kube-prometheus-stack), pure.
 
-One source of truth: the object is a translation of :func:`alerts.alertmanager.build_config`, so a receiver,
-route or inhibit rule added to the spec shows up in both. What differs, and why:
+One source of truth: the object is a translation of :func:`alerts.alertmanager.build_fragment` (itself
+:func:`alerts.alertmanager.build_config` scoped to xpuwatch's alerts), so a receiver, route or inhibit rule
+added to the spec shows up in all three. What differs from alertmanager.yml, and why:
 
-- The top route carries ``category=~"<every category>"``: in a shared Alertmanager the operator makes it a
-  child of the global root with ``continue: true``, and without a matcher it would catch every alert of the
-  cluster (kube-prometheus-stack's own rules included) and send them to the performance channel.
+- The top route carries the fragment's scope matchers (xpuwatch's categories and alert names): in a shared
+  Alertmanager the operator makes it a child of the global root with ``continue: true``, and without a
+  matcher it would catch every alert of the cluster (kube-prometheus-stack's own rules included) and send
+  them to the performance channel. The inhibit rules carry the alert-name matcher on both sides, so they
+  touch no other alert of the cluster.
 - Bearer tokens come from the Secret :data:`SECRET` in the object's namespace, one key per token file of the
   generated config, named like the file (``.../relay-token`` -> key ``relay-token``), the same keys the
   operator mounts at ``/etc/alertmanager/secrets/<secret>/<key>`` when the Secret is listed in
@@ -25,7 +28,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import PurePosixPath
 from typing import Any
 
-from xpuwatch.alerts.alertmanager import Endpoints, build_config
+from xpuwatch.alerts.alertmanager import Endpoints, build_fragment
 from xpuwatch.alerts.rules import dump_yaml
 from xpuwatch.alerts.spec import CATEGORIES, Spec
 
@@ -94,6 +97,36 @@ def _receiver(r: Mapping[str, Any], secret: str) -> dict[str, Any]:
     return {"name": r["name"], "webhookConfigs": hooks}
 
 
+def from_fragment(
+    fragment: Mapping[str, Any],
+    *,
+    name: str = NAME,
+    namespace: str = NAMESPACE,
+    secret: str = SECRET,
+) -> dict[str, Any]:
+    """The AlertmanagerConfig object (a dict, keys in the CRD's order) for a fragment as
+    :func:`alerts.alertmanager.build_fragment` returns it: its one route becomes the object's top route.
+    Raises ValueError on a matcher or receiver it cannot translate."""
+    (top,) = fragment["route"]["routes"]
+    return {
+        "apiVersion": "monitoring.coreos.com/v1alpha1",
+        "kind": "AlertmanagerConfig",
+        "metadata": {"name": name, "namespace": namespace, "labels": dict(LABELS)},
+        "spec": {
+            "route": _route(top),
+            "receivers": [_receiver(r, secret) for r in fragment["receivers"]],
+            "inhibitRules": [
+                {
+                    "sourceMatch": [matcher(t) for t in rule["source_matchers"]],
+                    "targetMatch": [matcher(t) for t in rule["target_matchers"]],
+                    "equal": list(rule["equal"]),
+                }
+                for rule in fragment.get("inhibit_rules", [])
+            ],
+        },
+    }
+
+
 def from_config(
     config: Mapping[str, Any],
     categories: Sequence[str] = CATEGORIES,
@@ -102,32 +135,17 @@ def from_config(
     namespace: str = NAMESPACE,
     secret: str = SECRET,
 ) -> dict[str, Any]:
-    """The AlertmanagerConfig object (a dict, keys in the CRD's order) for an alertmanager.yml dict as
-    :func:`alerts.alertmanager.build_config` returns it. ``categories``: the values of the ``category`` label
-    the top route accepts. Raises ValueError on a matcher or receiver it cannot translate."""
-    route = _route(config["route"])
-    top = [matcher(f'category=~"{"|".join(categories)}"')]
-    route = {"receiver": route.pop("receiver"), "matchers": top, **route}
-    return {
-        "apiVersion": "monitoring.coreos.com/v1alpha1",
-        "kind": "AlertmanagerConfig",
-        "metadata": {"name": name, "namespace": namespace, "labels": dict(LABELS)},
-        "spec": {
-            "route": route,
-            "receivers": [_receiver(r, secret) for r in config["receivers"]],
-            "inhibitRules": [
-                {
-                    "sourceMatch": [matcher(t) for t in rule["source_matchers"]],
-                    "targetMatch": [matcher(t) for t in rule["target_matchers"]],
-                    "equal": list(rule["equal"]),
-                }
-                for rule in config.get("inhibit_rules", [])
-            ],
-        },
-    }
+    """The AlertmanagerConfig for a whole alertmanager.yml dict (:func:`alerts.alertmanager.build_config`): its
+    root becomes the top route with ``category=~"<categories>"`` as its only matcher, inhibit rules as they
+    are. Raises ValueError on a matcher or receiver it cannot translate."""
+    root = config["route"]
+    top = {"receiver": root["receiver"], "matchers": [f'category=~"{"|".join(categories)}"']}
+    top.update({k: v for k, v in root.items() if k not in top})
+    fragment = {"route": {"routes": [top]}, **{k: v for k, v in config.items() if k != "route"}}
+    return from_fragment(fragment, name=name, namespace=namespace, secret=secret)
 
 
 def render_alertmanagerconfig(spec: Spec, endpoints: Endpoints = _DEFAULT_ENDPOINTS) -> str:
     """alertmanagerconfig.yaml text for the spec and endpoints (deploy/kustomize/components/alertmanagerconfig
     holds a copy)."""
-    return dump_yaml(from_config(build_config(spec, endpoints)))
+    return dump_yaml(from_fragment(build_fragment(spec, endpoints)))

@@ -1,9 +1,11 @@
 """Alert subcommands: `xpuwatch rules generate [--check]` writes (or verifies) alerts/generated/ from the spec
-(and reads.yaml: the catalog families each rule reads, exporter.readers)."""
+(and reads.yaml: the catalog families each rule reads, exporter.readers); `xpuwatch rules test-page` sends a
+test alert of each category through the configured path and prints each hop's answer (alerts/testpage.py)."""
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import shutil
 import subprocess
 import sys
@@ -13,10 +15,24 @@ from typing import Any
 
 import yaml
 
-from xpuwatch.alerts.alertmanager import Endpoints, render_alertmanager
+from xpuwatch.alerts import testpage
+from xpuwatch.alerts.alertmanager import (
+    Endpoints,
+    build_fragment,
+    merge_fragment,
+    render_alertmanager,
+    render_fragment,
+)
 from xpuwatch.alerts.alertmanagerconfig import render_alertmanagerconfig
-from xpuwatch.alerts.rules import render_prometheusrule, render_rules
-from xpuwatch.alerts.spec import DEFAULT_SPEC_PATH, SpecError, load_user_spec
+from xpuwatch.alerts.rules import dump_yaml, render_prometheusrule, render_rules
+from xpuwatch.alerts.spec import (
+    DEFAULT_SPEC_PATH,
+    Spec,
+    SpecError,
+    load_user_spec,
+    matches,
+    parse_matchers,
+)
 from xpuwatch.exporter import readers, validation
 from xpuwatch.exporter.logs import config_error
 
@@ -44,8 +60,27 @@ def render_all(spec_path: Path, endpoints: Endpoints) -> dict[str, str]:
         "reads.yaml": readers.dump(readers.rule_readers(yaml.safe_load(rules)), "rules generate", "rule"),
         "prometheusrule.yaml": render_prometheusrule(spec),
         "alertmanager.yml": render_alertmanager(spec, endpoints),
+        "alertmanager-fragment.yml": render_fragment(spec, endpoints),
         "alertmanagerconfig.yaml": render_alertmanagerconfig(spec, endpoints),
     }
+
+
+def scrape_config_problem(spec: Spec, doc: Any, source: str) -> str | None:
+    """None when a job of the Prometheus scrape config ``doc`` (decoded prometheus.yml) satisfies every
+    ``job`` matcher of ``exporter_job_selector`` (or the selector names no job), else the complaint naming
+    the jobs there. Only ``scrape_configs[].job_name`` is read: jobs from ``scrape_config_files`` or a
+    ServiceMonitor (prometheus-operator names the job after the Service or its ``jobLabel``) are not seen."""
+    if not isinstance(doc, dict) or not isinstance(doc.get("scrape_configs"), list):
+        return f"--scrape-config {source}: no scrape_configs list"
+    jobs = [str(sc["job_name"]) for sc in doc["scrape_configs"] if isinstance(sc, dict) and "job_name" in sc]
+    on_job = [m for m in parse_matchers(spec.exporter_job_selector) if m[0] == "job"]
+    if not on_job or any(all(matches(m, job) for m in on_job) for job in jobs):
+        return None
+    return (
+        f"exporter_job_selector {spec.exporter_job_selector} matches no scrape job of {source} "
+        f"({', '.join(jobs) or 'none'}): no exporter alert would fire; set exporter_job_selector in your site "
+        'spec to the exporter\'s job, e.g. job="<its job_name>"'
+    )
 
 
 def promtool_problem(rules_yml: str, promtool: str | None = None) -> str | None:
@@ -88,8 +123,8 @@ def add_commands(sub: Any) -> None:
     rules_sub = rules.add_subparsers(dest="rules_command", metavar="SUBCOMMAND")
     gen = rules_sub.add_parser(
         "generate",
-        help="write alerts/generated/{rules.yml,prometheusrule.yaml,alertmanager.yml,alertmanagerconfig.yaml} "
-        "from the spec, and reads.yaml (the catalog families each rule reads)",
+        help="write alerts/generated/{rules.yml,prometheusrule.yaml,alertmanager.yml,alertmanager-fragment.yml,"
+        "alertmanagerconfig.yaml} from the spec, and reads.yaml (the catalog families each rule reads)",
     )
     gen.add_argument(
         "--spec",
@@ -135,8 +170,84 @@ def add_commands(sub: Any) -> None:
         default=_DEFAULTS.meta_credentials_file,
         help="file with the bearer token for --meta-url (default: none)",
     )
+    gen.add_argument(
+        "--merge-into",
+        type=Path,
+        default=None,
+        help="an existing alertmanager.yml: also write <out>/alertmanager-merged.yml, that file with "
+        "alertmanager-fragment.yml added (xpuwatch's subtree first, its receivers and inhibit rules appended)",
+    )
+    gen.add_argument(
+        "--scrape-config",
+        type=Path,
+        default=None,
+        help="a Prometheus config (prometheus.yml): fail unless one of its scrape jobs matches the spec's "
+        "exporter_job_selector (default: no check)",
+    )
     gen.set_defaults(func=_generate)
+    page = rules_sub.add_parser(
+        "test-page",
+        help="send a test alert of each category (hardware, performance, meta) through Alertmanager if given, "
+        "else straight to the relay, and print what each hop answered (status, channel, bot answer)",
+    )
+    page.add_argument(
+        "--spec",
+        type=Path,
+        default=LOCAL_SPEC if LOCAL_SPEC.is_file() else DEFAULT_SPEC_PATH,
+        help="the site spec the config was generated from: its receivers are the relay channels "
+        "(default: alerts/spec.yaml here, else the packaged one)",
+    )
+    page.add_argument(
+        "--alertmanager-url",
+        default="",
+        help="Alertmanager base URL (e.g. http://alertmanager:9093): the page takes your routing tree and "
+        "inhibitions (default: none, straight to the relay)",
+    )
+    page.add_argument(
+        "--relay-url",
+        default="",
+        help="relay base URL: where the page goes without --alertmanager-url, and where the bots' answers are "
+        "read (default: none; with --alertmanager-url the bots' answers are then not shown)",
+    )
+    page.add_argument(
+        "--relay-credentials-file",
+        default="",
+        help="file with the relay's bearer token (its auth.bearer_token_file; default: none)",
+    )
+    page.add_argument(
+        "--timeout",
+        type=float,
+        default=0.0,
+        help="seconds to wait for the bots' answers (default: the longest group_wait of the routes + 60)",
+    )
+    page.set_defaults(func=_test_page)
     rules.set_defaults(func=lambda args: (rules.print_help(), 2)[1])
+
+
+def _test_page(args: argparse.Namespace) -> int:
+    try:
+        spec = load_user_spec(args.spec)
+        for flag in ("alertmanager_url", "relay_url"):
+            value = getattr(args, flag)
+            if value:
+                validation.http_url(value, "--" + flag.replace("_", "-"), SpecError)
+        if not args.alertmanager_url and not args.relay_url:
+            raise SpecError("give --alertmanager-url, --relay-url or both")
+        token = ""
+        if args.relay_credentials_file:
+            token = Path(args.relay_credentials_file).read_text(encoding="utf-8").strip()
+        if args.timeout < 0:
+            raise SpecError("--timeout: must be at least 0")
+    except OSError as exc:
+        return config_error(f"cannot read {exc.filename}: {exc.strerror or exc}")
+    except SpecError as exc:
+        return config_error(" ".join(str(exc).split()))
+    target = testpage.Target(args.alertmanager_url, args.relay_url, token, args.timeout)
+    page_id = testpage.new_page_id()
+    via = f"Alertmanager {args.alertmanager_url}" if args.alertmanager_url else f"the relay {args.relay_url}"
+    print(f"test page {page_id} through {via}", flush=True)
+    answers = asyncio.run(testpage.run(spec, target, page_id, lambda a: print(a.line(), flush=True)))
+    return 0 if all(a.ok is not False for a in answers) and answers else 1
 
 
 def _generate(args: argparse.Namespace) -> int:
@@ -153,6 +264,26 @@ def _generate(args: argparse.Namespace) -> int:
         problem = promtool_problem(files["rules.yml"])
         if problem:
             raise SpecError(f"{args.spec}: {problem}")
+        if args.scrape_config is not None:
+            try:
+                scrape = yaml.safe_load(args.scrape_config.read_text(encoding="utf-8"))
+            except yaml.YAMLError as exc:
+                raise SpecError(f"--scrape-config {args.scrape_config}: not valid YAML: {exc}") from None
+            problem = scrape_config_problem(load_user_spec(args.spec), scrape, str(args.scrape_config))
+            if problem:
+                raise SpecError(problem)
+        if args.merge_into is not None:
+            try:
+                existing = yaml.safe_load(args.merge_into.read_text(encoding="utf-8"))
+            except yaml.YAMLError as exc:
+                raise SpecError(f"--merge-into {args.merge_into}: not valid YAML: {exc}") from None
+            if not isinstance(existing, dict):
+                raise SpecError(f"--merge-into {args.merge_into}: not an Alertmanager config (a mapping)")
+            try:
+                merged = merge_fragment(existing, build_fragment(load_user_spec(args.spec), endpoints))
+            except ValueError as exc:
+                raise SpecError(f"--merge-into {args.merge_into}: {exc}") from None
+            files = {**files, "alertmanager-merged.yml": dump_yaml(merged)}
     except OSError as exc:  # an unreadable --spec: say which file and why, not "[Errno 2] ..."
         return config_error(f"--spec: cannot read {exc.filename or args.spec}: {exc.strerror or exc}")
     except (SpecError, ValueError, KeyError) as exc:

@@ -621,9 +621,12 @@ def low_sm_occupancy(a: AlertSpec, spec: Spec) -> Body:
 
 
 def memory_near_full(a: AlertSpec, spec: Spec) -> Body:
+    # A ratio above 1 (used above total) is a reading no device can have: the exporter counts it in
+    # xpuwatch_implausible_readings{reason="used_above_total"} (exporter/plausibility.py) and it says nothing
+    # about how full the memory is, so it is left out rather than paged as "memory full".
     t = a.value("threshold")
     return (
-        f"{recorded(spec, records(spec).memory_used)} > {t}",
+        f"({recorded(spec, records(spec).memory_used)} > {t}) <= 1",
         "Accelerator memory nearly full on {{ $labels.node }} device {{ $labels.device }}",
         f"Device memory {_PCT} used (threshold {_pct(t)}) on {_DEV}.",
     )
@@ -876,12 +879,35 @@ def remediation_node_held_too_long(a: AlertSpec, spec: Spec) -> Body:
 
 
 def alertmanager_notifications_failing(a: AlertSpec, spec: Spec) -> Body:
+    # receiver_name exists from Alertmanager 0.27 with --enable-feature=receiver-name-in-metrics, reason
+    # (clientError = a 4xx, serverError = a 5xx, other = unreachable or timed out) from 0.26; 0.25 (Debian 12)
+    # has integration alone. Grouping by a label a version lacks yields no such label, so one rule serves all.
     w = a.value("window")
     failed = _component(spec, "alertmanager_notifications_failed_total", a.value("alertmanager_selector"))
     return (
-        f"sum by ({CLUSTER}, instance, integration) (increase({failed}[{w}])) > 0",
-        "Alertmanager {{ $labels.instance }} fails to send {{ $labels.integration }} notifications",
-        f"Alertmanager {{{{ $labels.instance }}}} gave up {_COUNT} {{{{ $labels.integration }}}} notifications in the last {w}, for {a.for_}: a receiver (the relay, the controller) refuses, is unreachable or too slow.",
+        f"sum by ({CLUSTER}, instance, integration, receiver_name, reason) (increase({failed}[{w}])) > 0",
+        "Alertmanager {{ $labels.instance }} fails to send {{ with $labels.receiver_name }}to receiver {{ . }}"
+        "{{ else }}{{ $labels.integration }} notifications{{ end }}",
+        f"Alertmanager {{{{ $labels.instance }}}} gave up {_COUNT} {{{{ $labels.integration }}}} notifications"
+        "{{ with $labels.receiver_name }} to receiver {{ . }}{{ end }}"
+        f" in the last {w}, for {a.for_}: "
+        '{{ if eq $labels.reason "clientError" }}the receiver answered 4xx (relay: unknown channel 404, '
+        'wrong token 401; not retried){{ else if eq $labels.reason "serverError" }}the receiver answered 5xx'
+        '{{ else if eq $labels.reason "other" }}the receiver was unreachable or too slow'
+        "{{ else }}a receiver (the relay, the controller) refuses, is unreachable or too slow{{ end }}. "
+        "{{ if not $labels.receiver_name }}This Alertmanager does not name the receiver in its metrics "
+        "(0.27+ with --enable-feature=receiver-name-in-metrics does): its log line 'Notify for alerts failed' "
+        "names it and the error. {{ end }}`xpuwatch rules test-page` shows each hop's answer.",
+    )
+
+
+def exporter_absent(a: AlertSpec, spec: Spec) -> Body:
+    return (
+        f"absent({series(spec, 'up')})",
+        "No xpuwatch exporter target is scraped",
+        f"No target matches exporter_job_selector ({spec.exporter_job_selector}) for {a.for_} (absent = {{{{ $value }}}}): no exporter is "
+        "deployed, or its scrape job has another name; every device alert is blind. Set exporter_job_selector "
+        "in a site spec to your job name (`xpuwatch rules generate --scrape-config prometheus.yml` checks it).",
     )
 
 
@@ -928,6 +954,7 @@ ALERTS: Mapping[str, tuple[str, Callable[[AlertSpec, Spec], Body]]] = MappingPro
         "XpuwatchRemediationRecheckFailing": (GROUP_META, remediation_recheck_failing),
         "XpuwatchRemediationNodeHeldTooLong": (GROUP_META, remediation_node_held_too_long),
         "XpuwatchAlertmanagerNotificationsFailing": (GROUP_META, alertmanager_notifications_failing),
+        "XpuwatchExporterAbsent": (GROUP_META, exporter_absent),
     }
 )
 
@@ -958,7 +985,8 @@ def alerting_rule(a: AlertSpec, spec: Spec) -> AlertingRule:
 
 def build_groups(spec: Spec) -> tuple[RuleGroup, ...]:
     """Recording (device records the alerts read; node and team aggregates in groups of their own), hardware (headed by the telemetry presence record its
-    TelemetryMissing reads), performance and meta groups, alerts in spec order (less ``disabled_alerts``).
+    TelemetryMissing reads), performance and meta groups, alerts in spec order (less ``disabled_alerts`` and, without a remediation
+    controller, its own alerts: ``Spec.enabled``).
 
     Prometheus and vmalert evaluate groups concurrently and the rules of one group in order, so an alert
     reading a record of another group sees the value of that group's last evaluation (at most one
@@ -980,7 +1008,7 @@ def build_groups(spec: Spec) -> tuple[RuleGroup, ...]:
         group = ALERTS[a.name][0]
         if group.split(".")[:2] != ["xpuwatch", a.category]:
             raise RuleBuildError(f"{a.name}: category {a.category} but built in group {group}")
-        if a.name not in spec.disabled_alerts:
+        if spec.enabled(a):
             by_group[group].append(alerting_rule(a, spec))
     return (
         RuleGroup(GROUP_RECORDING, tuple(recording_rules(spec))),

@@ -83,6 +83,12 @@ class RouteSpec:
 
 @dataclass(frozen=True)
 class Routing:
+    """The routing tree's receivers and timings. Receiver names are relay channel names: every receiver that
+    reaches people posts to the relay channel of its own name (docs/alerts.md "Routing in your setup").
+    Hardware, performance and capacity may share one receiver (one bot); ``""`` in the spec for
+    ``root_receiver``, ``capacity.receiver`` and ``meta.relay_channel`` means the performance receiver, and
+    is resolved here."""
+
     root_receiver: str
     root_group_by: tuple[str, ...]
     hardware: RouteSpec
@@ -94,7 +100,20 @@ class Routing:
     meta: RouteSpec | None = None
     """The ``category="meta"`` alerts (the paging path's own health): a receiver of their own."""
     meta_relay_channel: str = ""
-    """The relay channel the meta receiver posts to besides the out-of-band webhook: not the on-call bot."""
+    """The relay channel the meta receiver posts to besides the out-of-band webhook: not the on-call bot
+    where another bot exists."""
+    remediation_enabled: bool = True
+    """``routing.remediation.enabled``: False where no remediation controller runs. No remediate route or
+    receiver is generated and the controller's own meta alerts (those with a ``remediation_selector``) are
+    left out of the rules."""
+
+    @property
+    def people(self) -> tuple[str, ...]:
+        """The receivers that reach people through the relay, each once, in route order."""
+        names = [self.hardware.receiver, self.performance.receiver]
+        if self.capacity is not None:
+            names.append(self.capacity.receiver)
+        return tuple(dict.fromkeys(names))
 
 
 @dataclass(frozen=True)
@@ -125,6 +144,13 @@ class Spec:
     alerts: tuple[AlertSpec, ...]
     routing: Routing
     inhibition: Inhibition
+
+    def enabled(self, a: AlertSpec) -> bool:
+        """Whether alert ``a`` is generated: not in ``disabled_alerts``, and not a remediation controller's
+        own alert (a ``remediation_selector`` parameter) where ``routing.remediation.enabled`` is false."""
+        if a.name in self.disabled_alerts:
+            return False
+        return self.routing.remediation_enabled or "remediation_selector" not in a.params
 
     def alert(self, name: str) -> AlertSpec:
         for a in self.alerts:
@@ -241,15 +267,32 @@ def _duration(value: Any, path: str) -> str:
     return value
 
 
+def duration_seconds(value: str) -> float:
+    """Seconds of a Prometheus duration (``"1h30m"`` -> 5400.0). Raises SpecError on anything else."""
+    m = _DURATION.match(_duration(value, "duration"))
+    assert m is not None  # _duration checked it
+    return sum(int(n) * ms for n, ms in zip(m.groups(), _DURATION_MS, strict=True) if n) / 1000
+
+
 def _choice(value: Any, choices: tuple[str, ...], path: str) -> str:
     if value not in choices:
         raise SpecError(f"{path}: {value!r} is not one of {', '.join(choices)}")
     return str(value)
 
 
-def _name(value: Any, path: str) -> str:
+def _name(value: Any, path: str, empty_ok: bool = False) -> str:
+    """A receiver (= relay channel) name: letters, digits, ``_.-``; ``""`` only where ``empty_ok`` (the
+    performance receiver)."""
+    if empty_ok and value == "":
+        return ""
     if not isinstance(value, str) or not re.fullmatch(r"[A-Za-z0-9_.-]+", value):
         raise SpecError(f"{path}: {value!r} is not a receiver name")
+    return value
+
+
+def _flag(value: Any, path: str) -> bool:
+    if not isinstance(value, bool):
+        raise SpecError(f"{path}: expected true or false, got {value!r}")
     return value
 
 
@@ -308,6 +351,26 @@ def check_regex(pattern: str, path: str) -> str:
         reason = exc.args[0].decode(errors="replace") if exc.args and isinstance(exc.args[0], bytes) else exc
         raise SpecError(f"{path}: invalid regex {pattern!r}: {reason}") from None
     return pattern
+
+
+def parse_matchers(selector: str) -> list[tuple[str, str, str]]:
+    """``'job=~"a|b", cluster="x"'`` -> ``[("job", "=~", "a|b"), ("cluster", "=", "x")]`` (values unescaped
+    as PromQL reads them). The selector must already be valid (the spec's selectors are)."""
+    out = []
+    for m in _ONE_MATCHER.finditer(selector):
+        name = m.group(0).strip().partition(m.group(1))[0].strip()  # label names hold no operator characters
+        out.append((name, m.group(1), _promql_string(m.group(2), "selector")))
+    return out
+
+
+def matches(matcher: tuple[str, str, str], value: str) -> bool:
+    """Whether a label ``value`` ("" for a missing label) satisfies one parsed matcher, as Prometheus
+    decides: regexes are RE2 and anchored at both ends."""
+    _, op, want = matcher
+    if op in ("=", "!="):
+        return (value == want) == (op == "=")
+    hit = re2.fullmatch(want, value, _RE2_OPTIONS) is not None
+    return hit == (op == "=~")
 
 
 def _selector(value: Any, path: str, empty_ok: bool = False) -> str:
@@ -395,12 +458,12 @@ def _alert(name: str, node: Any) -> AlertSpec:
     )
 
 
-def _route(node: Any, path: str) -> RouteSpec:
+def _route(node: Any, path: str, empty_receiver: bool = False) -> RouteSpec:
     m = _mapping(node, path)
     v = {k: _param(m.get(k), f"{path}.{k}").value for k in m}
     try:
         return RouteSpec(
-            receiver=_name(v["receiver"], f"{path}.receiver"),
+            receiver=_name(v["receiver"], f"{path}.receiver", empty_receiver),
             group_by=_labels(v["group_by"], f"{path}.group_by"),
             group_wait=_duration(v["group_wait"], f"{path}.group_wait"),
             group_interval=_duration(v["group_interval"], f"{path}.group_interval"),
@@ -410,22 +473,40 @@ def _route(node: Any, path: str) -> RouteSpec:
         raise SpecError(f"{path}: missing {exc.args[0]}") from None
 
 
-def _root_checked(r: Routing) -> Routing:
-    receivers = {r.hardware.receiver, r.performance.receiver, r.remediation.receiver}
-    if r.root_receiver not in receivers:
-        raise SpecError(f"routing.root_receiver: {r.root_receiver!r} is none of {sorted(receivers)}")
-    if len(receivers) != 3:
-        raise SpecError("routing: the hardware, performance and remediation receivers must differ")
+def _resolved(r: Routing) -> Routing:
+    """``""`` receivers resolved to the performance receiver, then the combinations that cannot work
+    refused. Hardware, performance and capacity may share a receiver (one bot for everything); the
+    remediation receiver posts to the controller, not the relay, and the meta receiver carries its own
+    webhooks, so neither may share a name with another receiver."""
+    perf = r.performance.receiver
+    capacity = r.capacity
+    if capacity is not None and not capacity.receiver:
+        capacity = dataclasses.replace(capacity, receiver=perf)
+    r = dataclasses.replace(
+        r,
+        root_receiver=r.root_receiver or perf,
+        capacity=capacity,
+        meta_relay_channel=r.meta_relay_channel or perf,
+    )
+    people = r.people
+    if r.root_receiver not in people:
+        raise SpecError(f"routing.root_receiver: {r.root_receiver!r} is none of {sorted(people)}")
+    if r.remediation_enabled and r.remediation.receiver in people:
+        raise SpecError(
+            f"routing.remediation.receiver: {r.remediation.receiver!r} is also a receiver of people; the "
+            "remediation receiver posts to the controller and needs a name of its own"
+        )
     if r.meta is not None:
-        if r.meta.receiver in receivers:
+        taken = set(people) | ({r.remediation.receiver} if r.remediation_enabled else set())
+        if r.meta.receiver in taken:
             raise SpecError(
                 f"routing.meta.receiver: {r.meta.receiver!r} must be a receiver of its own (it must not depend "
                 "on the on-call bot)"
             )
-        if r.meta_relay_channel == r.hardware.receiver:
+        if r.meta_relay_channel == r.hardware.receiver and r.hardware.receiver != perf:
             raise SpecError(
-                f"routing.meta.relay_channel: {r.meta_relay_channel!r} is the on-call channel; a broken on-call "
-                "bot would also hide the alerts about it"
+                f"routing.meta.relay_channel: {r.meta_relay_channel!r} is the on-call channel while another "
+                f"bot ({perf!r}) exists; a broken on-call bot would also hide the alerts about it"
             )
     return r
 
@@ -445,6 +526,10 @@ def parse_spec(data: Any) -> Spec:
         inhibition = _mapping(top["inhibition"], "inhibition")
         remediation = dict(_mapping(routing["remediation"], "routing.remediation"))
         actions = _param(remediation.pop("actions", None), "routing.remediation.actions").value
+        remediation_enabled = _flag(
+            _param(remediation.pop("enabled", None), "routing.remediation.enabled").value,
+            "routing.remediation.enabled",
+        )
         capacity_node = routing.get("capacity")
         capacity: RouteSpec | None = None
         capacity_alerts: tuple[str, ...] = ()
@@ -454,7 +539,7 @@ def parse_spec(data: Any) -> Spec:
                 _param(capacity_map.pop("alerts", None), "routing.capacity.alerts").value,
                 "routing.capacity.alerts",
             )
-            capacity = _route(capacity_map, "routing.capacity")
+            capacity = _route(capacity_map, "routing.capacity", empty_receiver=True)
         meta_node = routing.get("meta")
         meta: RouteSpec | None = None
         meta_channel = ""
@@ -463,10 +548,14 @@ def parse_spec(data: Any) -> Spec:
             meta_channel = _name(
                 _param(meta_map.pop("relay_channel", None), "routing.meta.relay_channel").value,
                 "routing.meta.relay_channel",
+                empty_ok=True,
             )
             meta = _route(meta_map, "routing.meta")
         if not isinstance(actions, list) or not actions:
-            raise SpecError("routing.remediation.actions: expected a non-empty list of actions")
+            raise SpecError(
+                "routing.remediation.actions: expected a non-empty list of actions (where no remediation "
+                "controller runs, set routing.remediation.enabled: false instead)"
+            )
         for a in actions:
             _choice(a, tuple(x for x in ACTIONS if x != "none"), "routing.remediation.actions")
 
@@ -506,11 +595,12 @@ def parse_spec(data: Any) -> Spec:
             ),
             recording=MappingProxyType(recording),
             alerts=alerts,
-            routing=_root_checked(
+            routing=_resolved(
                 Routing(
                     root_receiver=_name(
                         _param(routing["root_receiver"], "routing.root_receiver").value,
                         "routing.root_receiver",
+                        empty_ok=True,
                     ),
                     root_group_by=_labels(
                         _param(routing["root_group_by"], "routing.root_group_by").value,
@@ -524,6 +614,7 @@ def parse_spec(data: Any) -> Spec:
                     capacity_alerts=capacity_alerts,
                     meta=meta,
                     meta_relay_channel=meta_channel,
+                    remediation_enabled=remediation_enabled,
                 )
             ),
             inhibition=Inhibition(

@@ -15,15 +15,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from xpuwatch.alerts.alertmanager import CHANNEL_HARDWARE, CHANNEL_PERFORMANCE, Endpoints, render_alertmanager
+from xpuwatch.alerts.alertmanager import Endpoints, render_alertmanager
 from xpuwatch.alerts.rules import render_rules
-from xpuwatch.alerts.spec import Spec
+from xpuwatch.alerts.spec import Spec, load_spec
 
 LOOPBACK = "127.0.0.1"
 EXPORTER_JOB = "xpuwatch"  # matches the spec's exporter_job_selector (job=~"xpuwatch|xpuwatch-exporter")
 SCRAPE_SECONDS = 1  # 1 s scrape and rule evaluation: the sim exporter polls every second
-WECOM_CHANNEL = CHANNEL_HARDWARE
-FEISHU_CHANNEL = CHANNEL_PERFORMANCE
+# Channels follow receivers: the relay channels are the default spec's hardware and performance receivers.
+_ROUTING = load_spec().routing
+WECOM_CHANNEL = _ROUTING.hardware.receiver
+FEISHU_CHANNEL = _ROUTING.performance.receiver
 
 # alert -> overrides (Spec.with_overrides). Why each: the demo tells a one-minute story. Everything not
 # listed keeps its production duration and so stays quiet in a short demo.

@@ -50,9 +50,21 @@ MENTIONS = (
     MentionKind("users", re.compile(r"^[A-Za-z0-9_.@-]{1,64}$"), "a DingTalk userid"),
 )
 # DingTalk markdown documents no escape syntax either: markup characters become full-width look-alikes.
-_ESCAPES = str.maketrans(
-    {"<": "＜", ">": "＞", "`": "｀", "*": "＊", "_": "＿", "~": "～", "|": "｜", "@": "＠"}
-)
+_ESCAPES = str.maketrans({"<": "＜", ">": "＞", "`": "｀", "*": "＊", "~": "～", "|": "｜", "@": "＠"})
+# Underscores stay "_" inside a word (K100_AI, train_job-0, node_exporter): DingTalk's markdown documents only
+# `*italic*` (open.dingtalk.com "自定义机器人发送群消息", message types: markdown), and in CommonMark (spec 0.31,
+# 6.2 "Emphasis and strong emphasis", rules 2, 4, 6 and 8) a run of "_" with a letter or digit on both sides can neither open nor close
+# emphasis. A model, pod or label value copied from a page must stay valid PromQL; a full-width "＿" would not.
+# Only a run at a word's edge (_tmp, x_, a _b_ c), which could delimit emphasis, becomes "＿".
+_UNDERSCORES = re.compile(r"_+")
+
+
+def _underscores(m: re.Match[str]) -> str:
+    text, start, end = m.string, m.start(), m.end()
+    inside = start > 0 and end < len(text) and text[start - 1].isalnum() and text[end].isalnum()
+    return m.group() if inside else "＿" * len(m.group())
+
+
 _LINE_START = re.compile(r"(^|\n)([ \t]*)([#\-+]|\d+\.)")
 _LINK_CLOSE = re.compile(r"\](?=\()")
 _URL_UNSAFE = str.maketrans({" ": "%20", "(": "%28", ")": "%29", "<": "%3C", ">": "%3E", "\n": "", "\r": ""})
@@ -60,7 +72,7 @@ _URL_UNSAFE = str.maketrans({" ": "%20", "(": "%28", ")": "%29", "<": "%3C", ">"
 
 def escape(text: str) -> str:
     """Make user text inert in DingTalk markdown (no headings, lists, emphasis, links, code or @mentions)."""
-    text = _LINK_CLOSE.sub("］", text.translate(_ESCAPES))
+    text = _LINK_CLOSE.sub("］", _UNDERSCORES.sub(_underscores, text.translate(_ESCAPES)))
     return _LINE_START.sub(lambda m: f"{m.group(1)}{m.group(2)}\u200b{m.group(3)}", text)
 
 

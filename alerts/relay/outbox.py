@@ -463,6 +463,49 @@ class Outbox:
         keys = ("id", "channel", "part", "parts", "kind", "state", "attempts", "code", "reason", "body")
         return [dict(zip(keys, r, strict=True)) for r in rows]
 
+    def test_page(self, page_id: str) -> list[dict[str, Any]]:
+        """The notifications holding an alert labelled ``xpuwatch_test_page=<page_id>`` (``xpuwatch rules
+        test-page``), oldest first: ``{"channel", "state" (pending | rendered | failed), "reason", "alerts"
+        (alert names), "messages": [{"part", "parts", "kind", "state", "attempts", "code", "reason"}]}``.
+        ``page_id`` must be 8-64 lowercase hex digits (ValueError): it is matched inside stored payloads."""
+        if not (8 <= len(page_id) <= 64 and all(c in "0123456789abcdef" for c in page_id)):
+            raise ValueError("a test page id is 8-64 lowercase hex digits")
+        with self._work_lock:
+            rows = self._work.execute(
+                "SELECT id, channel, state, reason, payload FROM notifications"
+                " WHERE instr(CAST(payload AS TEXT), ?) > 0 ORDER BY id",  # payloads are stored as BLOBs
+                (page_id,),
+            ).fetchall()
+            out = []
+            for nid, channel, state, reason, payload in rows:
+                try:
+                    alerts = json.loads(payload)["alerts"]
+                    names = [
+                        a["labels"].get("alertname", "")
+                        for a in alerts
+                        if a["labels"].get("xpuwatch_test_page") == page_id
+                    ]
+                except (ValueError, KeyError, TypeError, AttributeError):
+                    continue
+                if not names:
+                    continue
+                messages = self._work.execute(
+                    "SELECT part, parts, kind, state, attempts, code, reason FROM messages"
+                    " WHERE notification_id = ? ORDER BY id",
+                    (nid,),
+                ).fetchall()
+                keys = ("part", "parts", "kind", "state", "attempts", "code", "reason")
+                out.append(
+                    {
+                        "channel": channel,
+                        "state": state,
+                        "reason": reason,
+                        "alerts": names,
+                        "messages": [dict(zip(keys, m, strict=True)) for m in messages],
+                    }
+                )
+        return out
+
     def prune(self, before: float, sends_before: float | None = None) -> int:
         """Forget finished messages and notifications older than ``before``, and send times older than
         ``sends_before`` (the sender passes an hour ago: no bot window is longer); returns rows removed."""

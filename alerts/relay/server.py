@@ -1,5 +1,5 @@
 """HTTP edge: aiohttp app receiving Alertmanager webhooks on POST /alertmanager/{channel}, plus /metrics,
-/healthz and /readyz. A notification is validated, then answered 200 only once it is committed to the outbox;
+/healthz, /readyz and GET /api/v1/test-pages/{id} (what became of a test page). A notification is validated, then answered 200 only once it is committed to the outbox;
 the sender renders it into messages at delivery time (ingest does no templating)."""
 
 from __future__ import annotations
@@ -210,6 +210,7 @@ def build_app(relay: Relay) -> web.Application:
     app[RELAY_KEY] = relay
     app[_CHECKER] = checker = _Checker()
     app.router.add_post("/alertmanager/{channel}", _receive)
+    app.router.add_get("/api/v1/test-pages/{page_id}", _test_page)
     app.router.add_get("/metrics", _metrics)
     for path in ("/healthz", "/-/healthy"):
         app.router.add_get(path, _healthz)
@@ -331,6 +332,26 @@ async def _receive(request: web.Request) -> web.Response:
     alerts_received.inc(len(notification.alerts))
     relay.sender.notify(incoming.bot)
     return web.Response(text=_QUEUED, content_type="application/json")
+
+
+async def _test_page(request: web.Request) -> web.Response:
+    """What became of a test page (``xpuwatch rules test-page``): its notifications, their channels and each
+    message's state and bot answer (code, reason). The same credentials as the webhook; the stored payloads
+    are searched for the page id only."""
+    relay: Relay = request.app[RELAY_KEY]
+    verdict = await request.app[_CHECKER].get(relay.settings.auth).check(request.headers.get("Authorization"))
+    if verdict is Verdict.BUSY:
+        return _error(503, "credential checks busy; retry")
+    if verdict is not Verdict.OK:
+        return _error(401, "missing or wrong credentials")
+    page_id = request.match_info["page_id"]
+    try:
+        found = await asyncio.to_thread(relay.outbox.test_page, page_id)
+    except ValueError as exc:
+        return _error(400, str(exc))
+    except sqlite3.Error as exc:
+        return _error(503, f"outbox unreadable: {exc}")
+    return web.json_response({"page": page_id, "notifications": found})
 
 
 async def _metrics(request: web.Request) -> web.Response:

@@ -53,7 +53,7 @@ def test_queue_alerts_fire_end_to_end(tmp_path: Path, ksm: str) -> None:
         "namespace": "mlu",
         "resource": "cambricon_com_mlu",
         "vendor": "cambricon",
-        "severity": "info",
+        "severity": "warning",  # not info: kube-prometheus-stack's InfoInhibitor would mute it
     }
     # the scheduled-but-Pending pod and the CPU requests are not queued accelerators
     got = {

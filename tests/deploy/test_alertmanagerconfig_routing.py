@@ -16,58 +16,18 @@ import pytest
 import yaml
 
 from tests.deploy.test_kustomize import render
-from xpuwatch.alerts.spec import CATEGORIES
+from xpuwatch.alerts.alertmanager import scope_matchers
 
 ROOT = Path(__file__).resolve().parents[2]
 GENERATED = ROOT / "alerts" / "generated"
 
-# kube-prometheus-stack's default `alertmanager.config` (prometheus-community/helm-charts
-# charts/kube-prometheus-stack/values.yaml, chart 88.5.3, tag kube-prometheus-stack-88.5.3, commit
-# ea930baeebeba39f56d6b44e351f23b2a072a600), verbatim: the global config the operator adds
+# kube-prometheus-stack's default `alertmanager.config` (chart 88.5.3; tests/fixtures/kube-prometheus-stack/
+# alertmanager-config-88.5.3.yaml and its .source), verbatim: the global config the operator adds
 # AlertmanagerConfig routes to. The same chart renders alertmanagerConfigSelector: {} and
 # alertmanagerConfigNamespaceSelector: {} (templates/alertmanager/alertmanager.yaml), so it selects the
 # AlertmanagerConfig in namespace xpuwatch whatever its labels.
-KPS_CONFIG = """
-global:
-  resolve_timeout: 5m
-inhibit_rules:
-  - source_matchers:
-      - 'severity = critical'
-    target_matchers:
-      - 'severity =~ warning|info'
-    equal:
-      - 'namespace'
-      - 'alertname'
-  - source_matchers:
-      - 'severity = warning'
-    target_matchers:
-      - 'severity = info'
-    equal:
-      - 'namespace'
-      - 'alertname'
-  - source_matchers:
-      - 'alertname = InfoInhibitor'
-    target_matchers:
-      - 'severity = info'
-    equal:
-      - 'namespace'
-  - target_matchers:
-      - 'alertname = InfoInhibitor'
-route:
-  group_by: ['namespace']
-  group_wait: 30s
-  group_interval: 5m
-  repeat_interval: 12h
-  receiver: 'null'
-  routes:
-  - receiver: 'null'
-    matchers:
-      - alertname = "Watchdog"
-receivers:
-- name: 'null'
-templates:
-- '/etc/alertmanager/config/*.tmpl'
-"""
+KPS_FIXTURES = ROOT / "tests" / "fixtures" / "kube-prometheus-stack"
+KPS_CONFIG = (KPS_FIXTURES / "alertmanager-config-88.5.3.yaml").read_text(encoding="utf-8")
 AM_NAMESPACE = "monitoring"  # where the chart's Alertmanager runs (the Helm release's namespace)
 # The operator's Secret store, (namespace, name, key) -> value: the Secret docs/deploy.md has users create.
 SECRETS = {
@@ -244,7 +204,7 @@ EXPECTED = {
     "AcceleratorQueueTimeHigh": {"team-feishu"},  # capacity
 }
 WORKLOAD = ({}, {"namespace": "team-a"})
-TOP = f'category=~"{"|".join(CATEGORIES)}"'  # the AlertmanagerConfig's top-route matcher  # without and with a workload namespace label
+TOP = scope_matchers()  # the AlertmanagerConfig's top-route matchers: xpuwatch's categories and alert names
 
 
 @pytest.fixture(scope="module")
@@ -304,16 +264,16 @@ def test_the_transformation_adds_the_namespace_matcher_only_when_enforced() -> N
     enforced = operator_merge(base, amc, "")
     top = enforced["route"]["routes"][0]
     assert top["receiver"] == "xpuwatch/xpuwatch/team-feishu" and top["continue"] is True
-    assert top["matchers"] == [TOP, 'namespace="xpuwatch"']
+    assert top["matchers"] == [*TOP, 'namespace="xpuwatch"']
     assert enforced["route"]["routes"][1] == {"receiver": "null", "matchers": ['alertname = "Watchdog"']}
     ours = enforced["inhibit_rules"][len(base["inhibit_rules"]) :]
     assert ours and all('namespace="xpuwatch"' in r["source_matchers"] + r["target_matchers"] for r in ours)
     none = operator_merge(base, amc, "None")
-    generated = yaml.safe_load((GENERATED / "alertmanager.yml").read_text())
-    assert none["inhibit_rules"][len(base["inhibit_rules"]) :] == generated["inhibit_rules"]
-    assert none["route"]["routes"][0]["matchers"] == [TOP]
+    fragment = yaml.safe_load((GENERATED / "alertmanager-fragment.yml").read_text())
+    assert none["inhibit_rules"][len(base["inhibit_rules"]) :] == fragment["inhibit_rules"]
+    assert none["route"]["routes"][0]["matchers"] == TOP
     # in the Alertmanager's own namespace the Except strategy would not enforce either
     moved = {**amc, "metadata": {**amc["metadata"], "namespace": AM_NAMESPACE}}
     there = {(AM_NAMESPACE, name, key): v for (_, name, key), v in SECRETS.items()}
     except_ = operator_merge(base, moved, "OnNamespaceExceptForAlertmanagerNamespace", secrets=there)
-    assert except_["route"]["routes"][0]["matchers"] == [TOP]
+    assert except_["route"]["routes"][0]["matchers"] == TOP

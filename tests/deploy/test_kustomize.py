@@ -18,7 +18,7 @@ import pytest
 import yaml
 from kubernetes_asyncio.client import ApiClient
 
-from xpuwatch.alerts.spec import CATEGORIES
+from xpuwatch.alerts.alertmanager import scope_matchers
 
 ROOT = Path(__file__).resolve().parents[2]
 KUSTOMIZE = ROOT / "deploy" / "kustomize"
@@ -242,7 +242,7 @@ def test_alertmanagerconfig_routes_like_the_generated_alertmanager_config() -> N
     generated = yaml.safe_load((ROOT / "alerts" / "generated" / "alertmanager.yml").read_text())
     route = _route_back(amc["spec"]["route"])
     # only the top route differs: in a shared Alertmanager it must not catch the cluster's other alerts
-    assert route.pop("matchers") == [f'category=~"{"|".join(CATEGORIES)}"']
+    assert route.pop("matchers") == scope_matchers()
     assert route == generated["route"]
     urls = {r["name"]: r["webhookConfigs"][0]["url"] for r in amc["spec"]["receivers"]}
     assert urls == {r["name"]: r["webhook_configs"][0]["url"] for r in generated["receivers"]}
@@ -254,7 +254,16 @@ def test_alertmanagerconfig_routes_like_the_generated_alertmanager_config() -> N
         }
         for i in amc["spec"]["inhibitRules"]
     ]
-    assert inhibit == generated["inhibit_rules"]
+    # the same rules, each side scoped to xpuwatch's alert names (they must not touch the cluster's others)
+    names = scope_matchers()[1:]
+    assert inhibit == [
+        {
+            **r,
+            "source_matchers": r["source_matchers"] + names,
+            "target_matchers": r["target_matchers"] + names,
+        }
+        for r in generated["inhibit_rules"]
+    ]
     secrets = {
         r["name"]: r["webhookConfigs"][0]["httpConfig"]["authorization"]["credentials"]
         for r in amc["spec"]["receivers"]

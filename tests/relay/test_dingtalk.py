@@ -8,6 +8,8 @@ from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from tests.relay.fakebots import FakeDingTalk
 from tests.relay.harness import metric_value, settings_for, start_relay
@@ -106,13 +108,13 @@ async def test_signed_markdown_with_mentions_keyword_and_all_annotations(tmp_pat
     md = body["markdown"]
     assert md["title"] == "[FIRING:2] something_happened server01.example.internal:9100"
     content = md["text"]
-    assert content.startswith("### [FIRING:2] something＿happened server01.example.internal:9100\n")
+    assert content.startswith("### [FIRING:2] something_happened server01.example.internal:9100\n")
     lines = content.splitlines()
     first = lines.index("> Oops, something happened!")
     # summary, description, then the other annotations in the payload's order
     assert lines[first : first + 8 : 2] == [
         "> Oops, something happened!",
-        "> prometheus＿bot 已停止",
+        "> prometheus_bot 已停止",
         "> alertAdvice: 重启 runit 服务",
         "> alertInfo: server01 上的服务异常",
     ]
@@ -178,3 +180,42 @@ async def test_every_page_is_delivered_when_the_robot_rate_limits_with_either_co
     assert metric_value(text, C.RELAY_FAILED.name, channel="ops", reason=str(rate_code)) == 0
     assert metric_value(text, C.RELAY_DELIVERED.name, channel="ops") == 8
     assert metric_value(text, C.RELAY_RETRIES.name, channel="ops", reason=str(rate_code)) >= 1
+
+
+# --- underscores: identifiers stay copyable, emphasis stays impossible --------------------------------------
+@pytest.mark.parametrize(
+    ("text", "shown"),
+    [
+        ("K100_AI", "K100_AI"),  # a model name copied from the page must work in PromQL
+        ("train_job-0", "train_job-0"),
+        ("node_exporter_build_info", "node_exporter_build_info"),
+        ("a__b", "a__b"),
+        ("模型_A", "模型_A"),
+        ("_tmp", "＿tmp"),  # at a word's edge an underscore could open emphasis
+        ("x_", "x＿"),
+        ("a _b_ c", "a ＿b＿ c"),
+        ("K100_AI_", "K100_AI＿"),
+    ],
+)
+def test_underscores_inside_words_are_kept_at_word_edges_made_inert(text, shown):
+    assert dingtalk.escape(text) == shown
+
+
+UNDERSCORE_TEXT = st.lists(
+    st.sampled_from([*list("ab1 _*`~#[]()<>\n-"), "K100", "模型", "__"]), min_size=1, max_size=24
+).map("".join)
+
+
+@settings(max_examples=300, deadline=None)
+@given(text=UNDERSCORE_TEXT)
+def test_escaped_text_opens_no_emphasis_in_commonmark(text):
+    """markdown-it-py (a CommonMark implementation) as the oracle: no label text turns into emphasis, and
+    putting the full-width look-alikes back gives the text again."""
+    md = pytest.importorskip("markdown_it").MarkdownIt("commonmark")
+    escaped = dingtalk.escape(text)
+    html = md.render(escaped)
+    assert "<em>" not in html and "<strong>" not in html
+    back = escaped.replace("\u200b", "").translate(
+        str.maketrans({"＿": "_", "＊": "*", "｀": "`", "～": "~", "＜": "<", "＞": ">", "］": "]"})
+    )
+    assert back == text

@@ -40,8 +40,8 @@ from xpuwatch.exporter.plausibility import implausible
 from xpuwatch.vendors.base import DeviceSample
 from xpuwatch.vendors.registry import all_formats
 
-# Fixture folders that hold no vendor tool outputs (alert/relay payloads, capture bundles).
-NOT_VENDOR_DIRS = {"alertmanager", "bundles", "dingtalk", "feishu", "wecom"}
+# Fixture folders that hold no vendor tool outputs (alert/relay payloads, capture bundles, chart defaults).
+NOT_VENDOR_DIRS = {"alertmanager", "bundles", "dingtalk", "feishu", "kube-prometheus-stack", "wecom"}
 # Companion files that are not captures.
 COMPANION_SUFFIXES = (".source", ".expected.yaml", ".md")
 # Files in vendor folders that are not complete outputs of a tool a backend reads, with the reason.
