@@ -469,8 +469,7 @@ def states(draw: st.DrawFn) -> tuple[list[Device], list[RenderInputs]]:
             )
         )
         job_status = draw(
-            st.none()
-            | st.builds(MappingStatus, st.booleans(), st.none() | NUMBERS, st.just((("files", 2),)))
+            st.none() | st.builds(MappingStatus, st.booleans(), st.none() | NUMBERS, st.just((("files", 2),)))
         )
         out.append(
             RenderInputs(

@@ -125,7 +125,11 @@ def test_ascend_chips_by_index_physical_id_or_npu_chip_zero() -> None:
 
 
 def test_mig_files_name_the_gpu_instance_slices() -> None:
-    slices = [SliceRef("GPU-2", "1/0", "MIG-x"), SliceRef("GPU-2", "1/1", "MIG-y"), SliceRef("GPU-2", "2/0", None)]
+    slices = [
+        SliceRef("GPU-2", "1/0", "MIG-x"),
+        SliceRef("GPU-2", "1/1", "MIG-y"),
+        SliceRef("GPU-2", "2/0", None),
+    ]
     m = JobMap((("2.1", ("5",)), ("2.4", ("6",)), ("3.0", ("7",))))
     attribution, unmatched = resolve(m, GPUS, slices)
     assert unmatched == ("2.4", "3.0")
