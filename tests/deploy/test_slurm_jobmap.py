@@ -146,10 +146,15 @@ def test_bad_input_is_logged_and_never_fails_the_hook(tmp_path: Path) -> None:
     locked = tmp_path / "odd"
     (locked / ".lock").mkdir(parents=True)  # the lock cannot be opened: recorded anyway, and said so
     r = run(locked, hook_env("prolog", 12, "2"))
-    assert r.returncode == 0 and "without the lock" in r.stderr and files(locked) == {
-        "2": "12\n",
-        "jobs/12": "user=root\npartition=gpu\n",
-    }
+    assert (
+        r.returncode == 0
+        and "without the lock" in r.stderr
+        and files(locked)
+        == {
+            "2": "12\n",
+            "jobs/12": "user=root\npartition=gpu\n",
+        }
+    )
     blocked = tmp_path / "a-file"
     blocked.write_text("")
     r = run(blocked / "jobs", hook_env("prolog", 10))  # MAP_DIR under a regular file: cannot be made
