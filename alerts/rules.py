@@ -26,7 +26,7 @@ import yaml
 
 from xpuwatch.alerts import queue
 from xpuwatch.alerts.selectors import matchers as _matchers
-from xpuwatch.alerts.selectors import recorded, series
+from xpuwatch.alerts.selectors import recorded, series, team_of
 from xpuwatch.alerts.spec import AlertSpec, Spec, SpecError
 from xpuwatch.exporter import catalog as c
 
@@ -60,6 +60,11 @@ UNCORRECTED, CORRECTED = 'type="uncorrected"', 'type="corrected"'
 _DEV = "{{ $labels.vendor }} device {{ $labels.device }} ({{ $labels.model }}, {{ $labels.uuid }}) on {{ $labels.node }}"
 _SLICE = "slice {{ $labels.slice_id }} ({{ $labels.slice_kind }} {{ $labels.profile }}) of device {{ $labels.device }} ({{ $labels.uuid }}) on {{ $labels.node }}"
 _HOLDER = "{{ $labels.namespace }}/{{ $labels.pod }}"
+# Who holds a device that a device-level alert joined onto accelerator_allocated: a pod, or a Slurm job.
+_HELD_BY = (
+    "{{ if $labels.job_id }}Slurm job {{ $labels.job_id }} of {{ $labels.job_user }} in partition "
+    "{{ $labels.job_partition }}{{ else }}" + _HOLDER + "{{ end }}"
+)
 _PCT = "{{ $value | humanizePercentage }}"
 _COUNT = '{{ $value | printf "%.0f" }}'
 
@@ -325,14 +330,14 @@ def dashboard_rules(spec: Spec) -> tuple[RecordingRule, ...]:
 
 
 def chargeback_rules(spec: Spec) -> tuple[RecordingRule, ...]:
-    """Who uses what, per (cluster, namespace, owner, vendor, model), now: cards held (a card held by N
-    containers counts 1/N for each), of them idle (utilization at most the AcceleratorIdleNotebook
+    """Who uses what, per (cluster, namespace, owner, vendor, model), now (a Slurm job counts for its
+    partition as namespace and its user as owner): cards held (a card held by N holders counts 1/N for each), of them idle (utilization at most the AcceleratorIdleNotebook
     ``utilization_max``), device memory and power on them. Averaged over a range and multiplied by its
     length they give the report's device-hours, GiB-hours and kWh (power: the energy counter's rate over
     ``dashboard_window``, the power gauge for cards with no counter)."""
     r, w = records(spec), spec.rec("dashboard_window")
     team = f"{CLUSTER}, namespace, owner, vendor, model"
-    alloc = f"({series(spec, c.ALLOCATED)} == 1)"
+    alloc = f"({team_of(series(spec, c.ALLOCATED))} == 1)"  # a Slurm job's team: its partition
     share = f"{alloc}\n  / {_ON_DEV} group_left ()\n{recorded(spec, r.device_holders)}"
     u_max = spec.alert("AcceleratorIdleNotebook").value("utilization_max")
     energy = series(spec, c.ENERGY)
@@ -607,7 +612,7 @@ def low_utilization(a: AlertSpec, spec: Spec) -> Body:
     return (
         _held_by(f"{recorded(spec, p95)} < {t}", a.value("workload_selector"), spec),
         "Allocated accelerator barely used on {{ $labels.node }} device {{ $labels.device }}",
-        f"{spec.rec('p95_window')} P95 utilization {_PCT} (threshold {_pct(t)}) on {_DEV}, held by {_HOLDER}.",
+        f"{spec.rec('p95_window')} P95 utilization {_PCT} (threshold {_pct(t)}) on {_DEV}, held by {_HELD_BY}.",
     )
 
 
@@ -641,7 +646,7 @@ def power_starved(a: AlertSpec, spec: Spec) -> Body:
             spec,
         ),
         "Allocated accelerator starved of work on {{ $labels.node }} device {{ $labels.device }}",
-        f"Power draw {_PCT} of the power limit (threshold {_pct(t)}) for {a.for_} on {_DEV}, held by {_HOLDER}.",
+        f"Power draw {_PCT} of the power limit (threshold {_pct(t)}) for {a.for_} on {_DEV}, held by {_HELD_BY}.",
     )
 
 

@@ -24,3 +24,11 @@ def recorded(spec: Spec, name: str, extra: str = "") -> str:
     """A recorded series (already filtered by job when recorded), narrowed by the cluster selector."""
     m = matchers(spec.cluster_selector, extra)
     return f"{name}{{{m}}}" if m else name
+
+
+def team_of(allocated: str) -> str:
+    """``accelerator_allocated`` series (``allocated``, a selector or expression) with a Slurm job's partition
+    as their ``namespace``: the team columns of the chargeback records and the report read namespace and
+    owner, and a Slurm holder has no namespace (exporter.jobmap: ``job_partition``; its ``owner`` is already
+    the job's user). Pod holders have no ``job_partition`` and pass unchanged."""
+    return f'label_replace({allocated}, "namespace", "$1", "job_partition", "(.+)")'

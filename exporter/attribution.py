@@ -1,10 +1,11 @@
-"""Pod attribution stage: which containers hold which device or slice, fed to the collector as labels.
+"""Attribution stage: which containers or batch jobs hold which device or slice, fed to the collector as labels.
 
 The collector asks an ``AttributionSource`` for the current ``Attribution`` once per render. A source that
-fails only drops pod labels (``xpuwatch_pod_mapping_up 0``; the kubelet source after a grace period); device
-series are never lost because of it.
-Sources here: a static one (tests, fixed mappings) and the simulator's (sim pods from the sim timeline). The
-kubelet PodResources source implements the same protocol elsewhere.
+fails only drops holder labels (``xpuwatch_pod_mapping_up 0`` / ``xpuwatch_job_mapping_up 0``, after a grace
+period); device series are never lost because of it.
+Sources here: a static one (tests, fixed mappings), the simulator's (sim pods from the sim timeline) and the
+merge of two (a node with both a kubelet and a Slurm job mapping). The kubelet PodResources source
+(``exporter.podsource``) and the Slurm job mapping directory (``exporter.jobmap``) implement the same protocol.
 """
 
 from __future__ import annotations
@@ -22,9 +23,12 @@ WORKLOAD_KINDS: tuple[str, ...] = ("notebook", "job", "service", "unknown")
 
 @dataclass(frozen=True, order=True)
 class Holder:
-    """One container holding a device or slice.
+    """One container, or one batch-scheduler job, holding a device or slice.
 
     ``workload_kind`` is notebook|job|service|unknown; ``owner`` is the user name for notebooks, else "".
+    A Slurm job (``Holder.batch_job``) has no namespace, pod or container: ``job_id``, ``job_user`` and
+    ``job_partition`` (AMD device-metrics-exporter's label names) say who holds the card, ``workload_kind`` is
+    ``job`` and ``owner`` the job's user.
     """
 
     namespace: str
@@ -35,12 +39,28 @@ class Holder:
     promoted: tuple[tuple[str, str], ...] = ()
     """Pod labels and annotations promoted to series labels by the allow-lists (``label_<key>`` /
     ``annotation_<key>``, exporter.workload.promote), on ``accelerator_allocated`` only."""
+    job_id: str = ""
+    job_user: str = ""
+    job_partition: str = ""
 
     def __post_init__(self) -> None:
         if self.workload_kind not in WORKLOAD_KINDS:
             raise ValueError(
                 f"workload_kind {self.workload_kind!r} is not one of {', '.join(WORKLOAD_KINDS)}"
             )
+
+    @classmethod
+    def batch_job(cls, job_id: str, user: str = "", partition: str = "") -> Holder:
+        """A batch job (Slurm) holding the device: ``workload_kind="job"``, ``owner`` its user."""
+        return cls("", "", "", "job", user, job_id=job_id, job_user=user, job_partition=partition)
+
+    def labels(self) -> dict[str, str]:
+        """The labels naming this holder on a device's or slice's series when it is the only holder:
+        ``namespace``/``pod``/``container`` for a container, ``job_id``/``job_user``/``job_partition`` for a
+        batch job."""
+        if self.job_id:
+            return {"job_id": self.job_id, "job_user": self.job_user, "job_partition": self.job_partition}
+        return {"namespace": self.namespace, "pod": self.pod, "container": self.container}
 
 
 def slice_key(parent_uuid: str, slice_id: str) -> str:
@@ -81,6 +101,17 @@ class Attribution:
     def for_device(self, uuid: str) -> tuple[Holder, ...]:
         """Holders of the whole device."""
         return self._index.get(uuid, ())
+
+    def merged(self, other: Attribution) -> Attribution:
+        """Both attributions' holders together (a key held in both keeps every holder of either)."""
+        if not other.entries and not other.containers:
+            return self
+        if not self.entries and not self.containers:
+            return other
+        table: dict[str, list[Holder]] = {k: list(hs) for k, hs in self.entries}
+        for k, hs in other.entries:
+            table.setdefault(k, []).extend(hs)
+        return Attribution.of(table, {**dict(self.containers), **dict(other.containers)})
 
     def for_slice(self, s: Slice) -> tuple[Holder, ...]:
         """Holders of one slice: by its own uuid when it has one, else by ``slice_key``."""
@@ -130,6 +161,31 @@ class StaticAttributionSource:
 
     def up(self) -> bool | None:
         return self._up
+
+
+class MergedAttributionSource:
+    """Two sources' holders together: the primary (the kubelet's, or the simulator's pods) and a second one
+    (the Slurm job mapping). ``up`` is the primary's (``xpuwatch_pod_mapping_up``); the second reports its
+    own health through its status. The merge is redone only when either part changes (``current`` of both
+    returns the same object while nothing changed)."""
+
+    def __init__(self, primary: AttributionSource, second: AttributionSource) -> None:
+        self._primary = primary
+        self._second = second
+        self._lock = threading.Lock()
+        self._parts: tuple[Attribution, Attribution] | None = None
+        self._last = EMPTY
+
+    def current(self) -> Attribution:
+        a, b = self._primary.current(), self._second.current()
+        with self._lock:
+            if self._parts is None or self._parts[0] is not a or self._parts[1] is not b:
+                self._parts = (a, b)
+                self._last = a.merged(b)
+            return self._last
+
+    def up(self) -> bool | None:
+        return self._primary.up()
 
 
 class TimelineAttributionSource:

@@ -15,9 +15,11 @@ from xpuwatch.vendors.registry import all_vendor_metrics
 MetricType = Literal["gauge", "counter", "info"]
 
 # Labels on every device series. Pod labels (namespace, pod, container) are added by attribution when one
-# container holds the device; see accelerator_allocated for shared devices.
+# container holds the device, job labels (job_id, job_user, job_partition) when one Slurm job does; see
+# accelerator_allocated for shared devices.
 DEVICE_LABELS: tuple[str, ...] = ("node", "vendor", "model", "device", "uuid")
 POD_LABELS: tuple[str, ...] = ("namespace", "pod", "container")
+JOB_LABELS: tuple[str, ...] = ("job_id", "job_user", "job_partition")
 SLICE_LABELS: tuple[str, ...] = (
     "node",
     "vendor",
@@ -106,6 +108,9 @@ POD_MAPPING_LAST_SUCCESS = "xpuwatch_pod_mapping_last_success_timestamp_seconds"
 POD_MAPPING_UNMATCHED = "xpuwatch_pod_mapping_unmatched_ids"
 RENDER_SERIES = "xpuwatch_render_series"
 POD_MAPPING_REASSIGNED = "xpuwatch_pod_mapping_reassigned_ids"
+JOB_MAPPING_UP = "xpuwatch_job_mapping_up"
+JOB_MAPPING_LAST_SUCCESS = "xpuwatch_job_mapping_last_success_timestamp_seconds"
+JOB_MAPPING_UNMATCHED = "xpuwatch_job_mapping_unmatched_files"
 
 NV = "NVIDIA"
 _CORE: tuple[MetricDef, ...] = (
@@ -273,10 +278,13 @@ _CORE: tuple[MetricDef, ...] = (
         "1 while a container holds the device (from the kubelet PodResources API); labelled with the holder, "
         "plus label_<key> / annotation_<key> for the pod labels and annotations allow-listed in "
         "pod_mapping.label_allowlist / annotation_allowlist, and owner_kind with pod_mapping.owner_kind "
-        "(none by default; at most 8 together, values cut at 128 characters).",
-        "kubelet PodResources v1 List, enriched from the Kubernetes API",
+        "(none by default; at most 8 together, values cut at 128 characters). 1 while a Slurm job holds it "
+        "(job_mapping): job_id, job_user, job_partition, workload_kind job, owner the job's user, empty "
+        "namespace/pod/container.",
+        "kubelet PodResources v1 List, enriched from the Kubernetes API; Slurm: the job mapping directory "
+        "(dcgm-exporter's --hpc-job-mapping-dir format) the prolog/epilog write",
         "device",
-        ("namespace", "pod", "container", "workload_kind", "owner"),
+        ("namespace", "pod", "container", "workload_kind", "owner", *JOB_LABELS),
     ),
     _g(
         CONTAINER_MEMORY_USED,
@@ -442,6 +450,33 @@ _CORE: tuple[MetricDef, ...] = (
         "Kubernetes API pod annotations huawei.com/AscendReal and huawei.com/kltDev (MindCluster Ascend "
         "Device Plugin, written in updatePodAnnotation); kubelet PodResources v1 List device_ids",
         ("resource",),
+        "exporter",
+    ),
+    _g(
+        JOB_MAPPING_UP,
+        "",
+        "1 if the last read of the Slurm job mapping directory succeeded, else 0.",
+        "job_mapping.dir (exporter.jobmap)",
+        (),
+        "exporter",
+    ),
+    _g(
+        JOB_MAPPING_LAST_SUCCESS,
+        "seconds",
+        "Unix time the last successful read of the job mapping directory began (the labels show the "
+        "directory as it was then or later); job labels are kept for job_mapping.grace seconds after it "
+        "(age: time() - this).",
+        "job_mapping.dir (exporter.jobmap)",
+        (),
+        "exporter",
+    ),
+    _g(
+        JOB_MAPPING_UNMATCHED,
+        "",
+        "Mapping files at the last successful read whose name (device index, or index.gpu_instance for MIG) "
+        "names no exported device or slice, or more than one device; never attributed by guess.",
+        "job_mapping.dir (exporter.jobmap)",
+        (),
         "exporter",
     ),
     _g(

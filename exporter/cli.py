@@ -30,6 +30,7 @@ from xpuwatch.exporter.attribution import (
     AttributionSource,
     Holder,
     MappingStatus,
+    MergedAttributionSource,
     StaticAttributionSource,
     TimelineAttributionSource,
 )
@@ -38,6 +39,7 @@ from xpuwatch.exporter.cgroup import ContainerRef, ProcCgroups, host_proc_root
 from xpuwatch.exporter.collector import Collector, families
 from xpuwatch.exporter.explain import explain
 from xpuwatch.exporter.exposition import ExpositionCache
+from xpuwatch.exporter.jobmap import JobMappingSource
 from xpuwatch.exporter.podmap import DeviceRef, SliceRef
 from xpuwatch.exporter.podsource import KubeletAttributionSource
 from xpuwatch.exporter.poller import BackendView, Poller, PollSettings
@@ -109,6 +111,13 @@ def add_commands(sub: Any) -> None:
     serve.add_argument(
         "--web.config.file", dest="web_config_file", help="exporter-toolkit web config (TLS, basic auth)"
     )
+    serve.add_argument(
+        "--job-mapping-dir",
+        dest="job_mapping_dir",
+        metavar="DIR",
+        help="Slurm job mapping directory, dcgm-exporter's --hpc-job-mapping-dir format "
+        "(also $XPUWATCH_JOB_MAPPING_DIR, config job_mapping.dir)",
+    )
     # Freezes every clock at this Unix time (golden-file tests): not for production use.
     serve.add_argument("--sim-clock", type=float, help=argparse.SUPPRESS)
     serve.set_defaults(func=run_serve)
@@ -176,6 +185,7 @@ class Assembly:
     attribution: AttributionSource
     backends: list[Backend]
     pod_source: KubeletAttributionSource | None = None
+    job_source: JobMappingSource | None = None
 
 
 def _sim_holder(pod: Any) -> Holder:
@@ -223,8 +233,9 @@ def assemble(
     """Create the named backends and wire them to a poller, collector and exposition cache.
 
     ``attribution`` is the pod-attribution source (e.g. the kubelet's); None = no pod mapping, except in
-    simulation, where the simulator's own pods are used. Raises ConfigError for an unknown backend or a
-    backend whose options are invalid.
+    simulation, where the simulator's own pods are used. A Slurm job mapping (``job_mapping.dir``) adds its
+    holders to the kubelet's; like the kubelet, it replaces the simulator's own pods. Raises ConfigError for
+    an unknown backend or a backend whose options are invalid.
     """
     specs = all_specs()
     for name, section in settings.backends.items():
@@ -278,6 +289,14 @@ def assemble(
             settings.pod_mapping, node, lambda: _device_refs(poller, clocks), wall=clocks.wall
         )
         attribution = pod_source
+    job_source = None
+    if settings.job_mapping.dir:
+        job_source = JobMappingSource(
+            settings.job_mapping, lambda: _device_refs(poller, clocks), wall=clocks.wall
+        )
+        # Slurm nodes have no simulated pods: the job mapping is authoritative over them, as the kubelet is.
+        attribution = job_source if pod_source is None else MergedAttributionSource(pod_source, job_source)
+    job_status = job_source.status if job_source is not None else None
     collector = (
         Collector(
             node,
@@ -287,6 +306,7 @@ def assemble(
             pod_source.status,
             ProcCgroups(host_proc_root(settings.pod_mapping.host_proc)).lookup,
             settings.metrics,
+            job_status,
         )
         if pod_source is not None
         else Collector(
@@ -298,14 +318,18 @@ def assemble(
             _sim_pid_lookup(sim),
             settings.metrics,
         )
-        if sim is not None
-        else Collector(node, poller.view, attribution, clocks.wall, selection=settings.metrics)
+        if sim is not None and job_source is None
+        else Collector(
+            node, poller.view, attribution, clocks.wall, selection=settings.metrics, job_status=job_status
+        )
     )
     cache = ExpositionCache(
         collector, standard=True, update_period=min((ps.interval for _, ps in backends), default=None)
     )
     poller.listeners.append(cache.warm)
-    return Assembly(node, poller, collector, cache, attribution, [b for b, _ in backends], pod_source)
+    return Assembly(
+        node, poller, collector, cache, attribution, [b for b, _ in backends], pod_source, job_source
+    )
 
 
 def _device_refs(poller: Poller, clocks: Clocks) -> tuple[list[DeviceRef], list[SliceRef]]:
@@ -370,6 +394,7 @@ def serve_settings(args: argparse.Namespace, env: Mapping[str, str]) -> tuple[Se
         "listen_address": args.listen_address,
         "telemetry_path": args.telemetry_path,
         "web_config_file": args.web_config_file,
+        "job_mapping_dir": getattr(args, "job_mapping_dir", None),
         "metrics": getattr(args, "collectors", None),
     }
     settings = load(args.config, env, flags)
@@ -479,6 +504,8 @@ async def _serve(server: Server, asm: Assembly) -> None:
     asm.poller.start()
     if asm.pod_source is not None:
         asm.pod_source.start()
+    if asm.job_source is not None:
+        asm.job_source.start()
     try:
         await stop.wait()
     finally:
@@ -499,6 +526,8 @@ async def _serve(server: Server, asm: Assembly) -> None:
         asm.poller.stop()
         if asm.pod_source is not None:
             asm.pod_source.stop()
+        if asm.job_source is not None:
+            asm.job_source.stop()
         await server.stop()
 
 

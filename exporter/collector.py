@@ -8,9 +8,9 @@ each poll comes from ``SeriesWriter``, its fast twin, which writes the same seri
 straight from the samples, reusing each device's rendered labels across polls (exporter.exposition).
 
 Labelling (the contract): device series carry ``DEVICE_LABELS``, plus ``namespace/pod/container`` when
-exactly one container holds the whole device. ``accelerator_allocated`` has one series per holder of the
-device or of any of its slices. Slice series carry ``SLICE_LABELS`` (``uuid`` is the parent's), plus the
-slice holder's pod labels when exactly one container holds it. ``accelerator_container_memory_used_bytes`` has
+exactly one container holds the whole device (``job_id/job_user/job_partition`` when it is one Slurm job).
+``accelerator_allocated`` has one series per holder of the device or of any of its slices. Slice series carry
+``SLICE_LABELS`` (``uuid`` is the parent's), plus the slice holder's labels when exactly one holds it. ``accelerator_container_memory_used_bytes`` has
 one series per container with processes on the device (``container=""`` for processes of no named container),
 never the device holder's labels. A device that is not up exports only
 ``accelerator_up 0``, ``accelerator_info`` and its allocation. A backend past its staleness bound exports no
@@ -136,8 +136,9 @@ class _Families:
 
 
 def _allocated_labels(ident: Mapping[str, str], h: Holder) -> dict[str, str]:
-    """``accelerator_allocated``'s labels: the device's identity and the holder's pod and workload."""
-    return {
+    """``accelerator_allocated``'s labels: the device's identity and the holder's pod and workload, and a
+    batch job's ``job_id``/``job_user``/``job_partition`` (empty pod labels)."""
+    labels = {
         **ident,
         "namespace": h.namespace,
         "pod": h.pod,
@@ -146,6 +147,9 @@ def _allocated_labels(ident: Mapping[str, str], h: Holder) -> dict[str, str]:
         "owner": h.owner,
         **dict(h.promoted),
     }
+    if h.job_id:
+        labels.update(job_id=h.job_id, job_user=h.job_user, job_partition=h.job_partition)
+    return labels
 
 
 def _partition_labels(ident: Mapping[str, str], p: Partition) -> dict[str, str]:
@@ -159,10 +163,7 @@ def _partition_labels(ident: Mapping[str, str], p: Partition) -> dict[str, str]:
 
 
 def _pod_labels(holders: Sequence[Holder]) -> dict[str, str]:
-    if len(holders) != 1:
-        return {}
-    h = holders[0]
-    return {"namespace": h.namespace, "pod": h.pod, "container": h.container}
+    return holders[0].labels() if len(holders) == 1 else {}
 
 
 def families(
@@ -175,6 +176,7 @@ def families(
     mapping_status: MappingStatus | None = None,
     pid_containers: Mapping[int, ContainerRef | None] | None = None,
     selection: Selection | None = None,
+    job_status: MappingStatus | None = None,
 ) -> list[Metric]:
     """Render every family for one instant. Pure: same inputs, same families.
 
@@ -185,13 +187,14 @@ def families(
     rendered, pids it lacks counting under ``container=""``; None (no Kubernetes), it is not.
     ``selection`` (default: ``Selection.default()``) switches families and breakdowns off
     (exporter.selection); ``xpuwatch_render_series`` counts the series written, itself included.
+    ``job_status`` (None: no job mapping) adds the Slurm job mapping's health (exporter.jobmap).
     """
     sel = Selection.default() if selection is None else selection
     out = _Families(defs if defs is not None else C.by_name(), sel)
     views = tuple(views)
     for s in _merged(views):
         _device(out, node, s, attribution, unknown, pid_containers)
-    for name, labels, value in _exporter_series(views, mapping_up, mapping_status):
+    for name, labels, value in _exporter_series(views, mapping_up, mapping_status, job_status):
         out.add(name, labels, value)
     if sel.family_on(C.RENDER_SERIES) and C.RENDER_SERIES in out._defs:
         out.add(C.RENDER_SERIES, {}, out.count() + 1)
@@ -199,9 +202,12 @@ def families(
 
 
 def _exporter_series(
-    views: Sequence[BackendView], mapping_up: bool | None, status: MappingStatus | None
+    views: Sequence[BackendView],
+    mapping_up: bool | None,
+    status: MappingStatus | None,
+    job_status: MappingStatus | None = None,
 ) -> Iterator[tuple[str, dict[str, str], float]]:
-    """The exporter's own series: per backend, then the pod mapping's."""
+    """The exporter's own series: per backend, then the pod mapping's, then the job mapping's."""
     for view in views:
         b = {"backend": view.backend}
         yield C.BACKEND_UP, b, 1 if view.up else 0
@@ -221,6 +227,11 @@ def _exporter_series(
             yield C.POD_MAPPING_UNMATCHED, {"resource": resource}, n
         for resource, n in status.reassigned:
             yield C.POD_MAPPING_REASSIGNED, {"resource": resource}, n
+    if job_status is not None:
+        yield C.JOB_MAPPING_UP, {}, 1 if job_status.up else 0
+        if job_status.last_success is not None:
+            yield C.JOB_MAPPING_LAST_SUCCESS, {}, job_status.last_success
+        yield C.JOB_MAPPING_UNMATCHED, {}, sum(n for _, n in job_status.unmatched)
 
 
 def _merged(views: Sequence[BackendView]) -> list[DeviceSample]:
@@ -343,7 +354,8 @@ def _slice(out: _Families, ident: Mapping[str, str], sl: Slice, attribution: Att
 class RenderInputs:
     """Everything one render reads, taken once (``Collector.inputs``): the poller's ``views``, the pod
     ``attribution`` and whether its source is up (None: no pod mapping), the mapping's ``status``, and
-    ``pids`` (host PID -> its container, None: no Kubernetes); the arguments of ``families()``."""
+    ``pids`` (host PID -> its container, None: no Kubernetes), and the job mapping's ``job_status`` (None:
+    none configured); the arguments of ``families()``."""
 
     node: str
     views: tuple[BackendView, ...]
@@ -351,6 +363,7 @@ class RenderInputs:
     mapping_up: bool | None
     status: MappingStatus | None = None
     pids: Mapping[int, ContainerRef | None] | None = None
+    job_status: MappingStatus | None = None
 
 
 def _size(prefixes: Mapping[str, Any]) -> int:
@@ -796,7 +809,7 @@ class SeriesWriter:
 
     def _exporter(self, lines: list[list[str]], inp: RenderInputs) -> None:
         """The exporter's own families (a few series per backend): label sets built each render."""
-        for name, labels, value in _exporter_series(inp.views, inp.mapping_up, inp.status):
+        for name, labels, value in _exporter_series(inp.views, inp.mapping_up, inp.status, inp.job_status):
             lines[self._index[name]].append(self._prefix(name, labels) + self._text(value))
 
 
@@ -816,12 +829,14 @@ class Collector(_ClientCollector):
         status: Callable[[], MappingStatus | None] | None = None,
         pid_lookup: Callable[[int], ContainerRef | None] | None = None,
         selection: Selection | None = None,
+        job_status: Callable[[], MappingStatus | None] | None = None,
     ) -> None:
         self.node = node
         self._views = views
         self._attribution = attribution
         self._clock = clock
         self._status = status
+        self._job_status = job_status
         self._pid_lookup = pid_lookup
         self.catalog = C.by_name()
         self.selection = Selection.default() if selection is None else selection
@@ -833,7 +848,8 @@ class Collector(_ClientCollector):
         attribution = self._attribution.current()
         views = self._views(self._clock())
         status = self._status() if self._status is not None else None
-        return (tuple(v.cache_key for v in views), attribution, self._attribution.up(), status)
+        job_status = self._job_status() if self._job_status is not None else None
+        return (tuple(v.cache_key for v in views), attribution, self._attribution.up(), status, job_status)
 
     def polls(self) -> int:
         """How many polls have completed, over all backends (each one changes ``render_key``): a body
@@ -863,6 +879,7 @@ class Collector(_ClientCollector):
             self._attribution.up(),
             self._status() if self._status is not None else None,
             pids,
+            self._job_status() if self._job_status is not None else None,
         )
 
     def warn_unknown(self, unknown: set[str]) -> None:
@@ -884,6 +901,7 @@ class Collector(_ClientCollector):
             inp.status,
             inp.pids,
             self.selection,
+            inp.job_status,
         )
         self.warn_unknown(unknown)
         yield from fams

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from xpuwatch.exporter import budget
-from xpuwatch.exporter.catalog import DEVICE_LABELS, POD_LABELS, SLICE_LABELS, MetricDef, catalog
+from xpuwatch.exporter.catalog import DEVICE_LABELS, JOB_LABELS, POD_LABELS, SLICE_LABELS, MetricDef, catalog
 from xpuwatch.exporter.selection import breakdowns
 
 _SCOPES = (
@@ -13,14 +13,15 @@ _SCOPES = (
         "device",
         "Device metrics",
         f"Labels on every series: `{', '.join(DEVICE_LABELS)}`, plus "
-        f"`{', '.join(POD_LABELS)}` when exactly one container holds the device.",
+        f"`{', '.join(POD_LABELS)}` when exactly one container holds the device, "
+        f"`{', '.join(JOB_LABELS)}` when exactly one Slurm job does.",
     ),
     (
         "slice",
         "Slice metrics (MIG instances, vGPU shares)",
         f"Labels on every series: `{', '.join(SLICE_LABELS)}` "
         f"(`uuid` is the parent device's), plus `{', '.join(POD_LABELS)}` of the slice's holder when one "
-        "container holds it.",
+        f"container holds it (`{', '.join(JOB_LABELS)}` when one Slurm job does).",
     ),
     ("exporter", "Exporter self-metrics", "No identity labels."),
 )

@@ -25,6 +25,10 @@ the key (``backends.nvml.interval: must be a number > 0``). Config file shape::
       label_allowlist: [team]         # pod labels promoted to accelerator_allocated as label_<name>
       annotation_allowlist: []        # pod annotations promoted as annotation_<name>
       owner_kind: false               # the pod's owner kind (Job, ReplicaSet, ...) as owner_kind
+    job_mapping:                      # Slurm job attribution (exporter.jobmap); off unless dir is set
+      dir: /run/xpuwatch/jobs         # dcgm-exporter's --hpc-job-mapping-dir format (deploy/slurm/)
+      interval: 5                     # seconds between reads
+      grace: 300                      # seconds the last good mapping outlives a failing read
     metrics:                          # families and breakdowns written (exporter.selection)
       disable_defaults: false         # true: only the included device/slice families and breakdowns
       include: [accelerator_link_errors_total.link]
@@ -34,7 +38,8 @@ Environment: XPUWATCH_CONFIG, XPUWATCH_NODE, XPUWATCH_ENABLE (comma-separated), 
 XPUWATCH_WEB_TELEMETRY_PATH, XPUWATCH_WEB_CONFIG_FILE, XPUWATCH_DCGM_HOST (``backends.dcgm.host``: per node,
 so a DaemonSet can point at ``$(NODE_IP):5555`` from the downward API while the ConfigMap is shared),
 XPUWATCH_METRICS_INCLUDE / XPUWATCH_METRICS_EXCLUDE (comma-separated), XPUWATCH_METRICS_DISABLE_DEFAULTS
-(true/false). Metric selection layers per name: the file's include/exclude, then the environment's, then
+(true/false), XPUWATCH_JOB_MAPPING_DIR (``job_mapping.dir``, as dcgm-exporter's ``DCGM_HPC_JOB_MAPPING_DIR``).
+Metric selection layers per name: the file's include/exclude, then the environment's, then
 the ``--collector.<name>`` / ``--no-collector.<name>`` flags (exporter.selection).
 
 Default port 9851: not taken by any exporter in the Prometheus "default port allocations" wiki list (which
@@ -54,6 +59,7 @@ from typing import Any
 import yaml
 
 from xpuwatch.exporter import validation
+from xpuwatch.exporter.jobmap import JobMappingSettings
 from xpuwatch.exporter.podsource import PodMappingSettings
 from xpuwatch.exporter.selection import FLAGS, Layer, Selection, SelectionError, resolve
 from xpuwatch.exporter.workload import MAX_PROMOTED, check_allowlists
@@ -141,6 +147,8 @@ class Settings:
     """What the config file's ``metrics`` section says (the lowest layer of ``metrics``)."""
     enable_from: str = "enable"
     """Where ``enable`` was set (``--backend``, ``XPUWATCH_ENABLE`` or the config's ``enable``), for errors."""
+    job_mapping: JobMappingSettings = field(default_factory=JobMappingSettings)
+    """Slurm job attribution from a job mapping directory (off unless its dir is set)."""
 
     def backend(self, name: str) -> BackendSettings:
         return self.backends.get(name, BackendSettings())
@@ -321,6 +329,31 @@ def _pod_mapping(raw: Any) -> PodMappingSettings:
     )
 
 
+_JOB_KEYS = ("dir", "interval", "grace")
+
+
+def _job_mapping(raw: Any) -> JobMappingSettings:
+    section = _mapping(raw, "job_mapping")
+    unknown = set(section) - set(_JOB_KEYS)
+    if unknown:
+        raise ConfigError(
+            f"job_mapping.{sorted(map(str, unknown))[0]}: unknown key (known: {', '.join(_JOB_KEYS)})"
+        )
+    d = JobMappingSettings()
+    grace = section.get("grace")
+    return JobMappingSettings(
+        dir=None if section.get("dir") is None else _str(section["dir"], "job_mapping.dir"),
+        interval_seconds=d.interval_seconds
+        if section.get("interval") is None
+        else _positive(section["interval"], "job_mapping.interval", MAX_POLL_SECONDS),
+        grace_seconds=d.grace_seconds
+        if grace is None
+        else 0.0
+        if grace == 0 and not isinstance(grace, bool)
+        else _positive(grace, "job_mapping.grace", MAX_STALE_SECONDS),
+    )
+
+
 _METRICS_KEYS = ("disable_defaults", "include", "exclude")
 
 
@@ -365,17 +398,18 @@ def select(layers: list[tuple[str, Layer]]) -> Selection:
         raise ConfigError(str(exc)) from exc
 
 
+_TOP_KEYS = ("node", "enable", "web", "backends", "pod_mapping", "job_mapping", "metrics")
+
+
 def parse(doc: Any, source: str = "config") -> Settings:
     """Build Settings from a parsed YAML document (pure). Raises ConfigError naming the key."""
     if doc is None:
         doc = {}
     if not isinstance(doc, dict):
-        raise ConfigError(f"{source}: must be a mapping of keys (node, enable, web, backends, pod_mapping)")
-    unknown = set(doc) - {"node", "enable", "web", "backends", "pod_mapping", "metrics"}
+        raise ConfigError(f"{source}: must be a mapping of keys ({', '.join(_TOP_KEYS)})")
+    unknown = set(doc) - set(_TOP_KEYS)
     if unknown:
-        raise ConfigError(
-            f"{sorted(map(str, unknown))[0]}: unknown key (known: node, enable, web, backends, pod_mapping, metrics)"
-        )
+        raise ConfigError(f"{sorted(map(str, unknown))[0]}: unknown key (known: {', '.join(_TOP_KEYS)})")
     node = None if doc.get("node") is None else _str(doc["node"], "node")
     enable = () if doc.get("enable") is None else _names(doc["enable"], "enable")
     web = _web(_mapping(doc.get("web"), "web"))
@@ -392,14 +426,15 @@ def parse(doc: Any, source: str = "config") -> Settings:
         _pod_mapping(doc.get("pod_mapping")),
         select([("metrics", layer)]),
         layer,
+        job_mapping=_job_mapping(doc.get("job_mapping")),
     )
 
 
 def load(path: str | None, env: Mapping[str, str], flags: Mapping[str, Any]) -> Settings:
     """File (``path`` or $XPUWATCH_CONFIG), then environment, then flags (non-None values win).
 
-    ``flags`` keys: node, enable (list), listen_address, telemetry_path, web_config_file, metrics (the
-    ``--collector.*`` flags' ``Layer``).
+    ``flags`` keys: node, enable (list), listen_address, telemetry_path, web_config_file, job_mapping_dir,
+    metrics (the ``--collector.*`` flags' ``Layer``).
     """
     path = path or env.get("XPUWATCH_CONFIG") or None
     doc: Any = {}
@@ -445,6 +480,7 @@ def load(path: str | None, env: Mapping[str, str], flags: Mapping[str, Any]) -> 
         backends = MappingProxyType(
             {**backends, "dcgm": dataclasses.replace(dcgm, options=MappingProxyType(options))}
         )
+    job_dir = pick("job_mapping_dir", "XPUWATCH_JOB_MAPPING_DIR", s.job_mapping.dir)
     return Settings(
         node=node,
         enable=_names(list(enable) if not isinstance(enable, str) else enable, enable_from),
@@ -452,6 +488,7 @@ def load(path: str | None, env: Mapping[str, str], flags: Mapping[str, Any]) -> 
         web=web,
         backends=backends,
         pod_mapping=s.pod_mapping,
+        job_mapping=dataclasses.replace(s.job_mapping, dir=job_dir or None),
         metrics=select(
             [
                 ("metrics", s.metrics_layer),

@@ -24,6 +24,7 @@ import numpy as np
 
 from xpuwatch.alerts import queue
 from xpuwatch.alerts.promapi import DEFAULT_CONCURRENCY, Prometheus, Request, Series
+from xpuwatch.alerts.selectors import team_of
 from xpuwatch.alerts.spec import Spec
 from xpuwatch.exporter import catalog as c
 from xpuwatch.report.chargeback import Usage
@@ -219,7 +220,8 @@ def queries(spec: Spec, w: Window) -> tuple[Query, ...]:
     job = ", ".join(p for p in (spec.exporter_job_selector, spec.cluster_selector) if p)
     idle = spec.alert("AcceleratorIdleNotebook")
     u_max, mem_min = idle.value("utilization_max"), idle.value("memory_min_bytes")
-    util, up, alloc = f"{c.UTILIZATION}{{{job}}}", f"{c.UP}{{{job}}}", f"{c.ALLOCATED}{{{job}}}"
+    util, up = f"{c.UTILIZATION}{{{job}}}", f"{c.UP}{{{job}}}"
+    alloc = team_of(f"{c.ALLOCATED}{{{job}}}")  # a Slurm job's team: its partition, as namespace
     used, total = f"{c.MEMORY_USED}{{{job}}}", f"{c.MEMORY_TOTAL}{{{job}}}"
     idle_dev = f"max by (node, uuid) (({util} <= {u_max}) and on (node, uuid) ({used} >= {mem_min}))"
     idle_mem = f"max by (node, uuid) ({used} and on (node, uuid) ({util} <= {u_max}) and on (node, uuid) ({used} >= {mem_min}))"

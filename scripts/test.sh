@@ -2,7 +2,8 @@
 # Installs what the test suite needs on a fresh Debian machine and runs it: Debian's prometheus (promtool),
 # prometheus-alertmanager (amtool), prometheus-node-exporter (benchmark comparison), configurable-http-proxy
 # (JupyterHub's proxy), kubectl, chromium (renders the baseline report), victoria-metrics (single node,
-# vmalert, vmagent: the multi-cluster test); the package with its dev extras in .venv; then ruff, mypy and pytest.
+# vmalert, vmagent: the multi-cluster test), slurmctld/slurmd/slurm-client/munge (a real Slurm for job
+# attribution); the package with its dev extras in .venv; then ruff, mypy and pytest.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -14,6 +15,8 @@ command -v configurable-http-proxy >/dev/null || apt_need+=(node-configurable-ht
 command -v kubectl >/dev/null || apt_need+=(kubernetes-client)
 command -v chromium >/dev/null || apt_need+=(chromium)
 command -v vmalert >/dev/null || apt_need+=(victoria-metrics)
+# a one-node Slurm for the job attribution test (tests/deploy/test_slurm_live.py): ~12 s, 8 MB
+[ -x /usr/sbin/slurmctld ] && [ -x /usr/sbin/munged ] || apt_need+=(slurmctld slurmd slurm-client munge)
 if [ ${#apt_need[@]} -gt 0 ]; then
   SUDO=""; [ "$(id -u)" = 0 ] || SUDO="sudo"
   $SUDO apt-get update -qq

@@ -676,3 +676,73 @@ def test_every_deployed_image_is_a_documented_build_of_a_dockerfile_target() -> 
     assert "xpuwatch publishes no images" in docs
     amd = dockerfile.split(" AS amd\n", 1)[1].split("\nFROM ", 1)[0]
     assert '"${TARGETARCH}" != amd64' in amd and "deb [arch=amd64 " in amd
+
+
+# ------------------------------------------------------------------------------ host paths as settings
+
+KUBELET_ROOTS = {
+    "overlays/mixed": "/var/lib/kubelet",
+    "overlays/microk8s": "/var/snap/microk8s/common/var/lib/kubelet",
+    "overlays/k0s": "/var/lib/k0s/kubelet",
+}
+
+
+def _exporters(overlay: str) -> list[dict[str, Any]]:
+    return [
+        o
+        for o in render(overlay)
+        if o["kind"] == "DaemonSet"
+        and o["metadata"]["labels"].get("app.kubernetes.io/component") == "exporter"
+    ]
+
+
+@pytest.mark.parametrize("overlay", sorted(KUBELET_ROOTS))
+def test_the_kubelet_root_is_one_setting_and_every_exporter_mounts_it(overlay: str) -> None:
+    """components/kubelet-root-<distribution> moves the pod-resources hostPath of every vendor's exporter; the
+    container keeps its mount point, where the config's pod_mapping.socket points."""
+    exporters = _exporters(overlay)
+    assert len(exporters) == len(VENDORS)
+    from xpuwatch.exporter.settings import parse
+
+    socket = parse(yaml.safe_load(_configmap("xpuwatch-exporter")["exporter.yaml"])).pod_mapping.socket
+    for ds in exporters:
+        spec = ds["spec"]["template"]["spec"]
+        volume = next(v for v in spec["volumes"] if v["name"] == "pod-resources")
+        assert volume["hostPath"] == {"path": f"{KUBELET_ROOTS[overlay]}/pod-resources", "type": "Directory"}
+        mounts = {m["name"]: m for m in spec["containers"][0]["volumeMounts"]}
+        assert mounts["pod-resources"] == {
+            "name": "pod-resources",
+            "mountPath": "/var/lib/kubelet/pod-resources",
+            "readOnly": True,
+        }
+        assert socket == "/var/lib/kubelet/pod-resources/kubelet.sock"
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_no_host_file_is_required_to_exist(overlay: str) -> None:
+    """A hostPath of type File (or CharDevice, Socket) keeps the pod from starting wherever the file is
+    elsewhere: host tools are found through mounted folders on PATH instead."""
+    for obj in render(overlay):
+        if obj["kind"] != "DaemonSet":
+            continue
+        for v in obj["spec"]["template"]["spec"].get("volumes", []):
+            if "hostPath" in v:
+                assert v["hostPath"].get("type") in ("Directory", "DirectoryOrCreate"), (overlay, v)
+
+
+def test_ascend_finds_npu_smi_where_the_device_plugins_look() -> None:
+    """driver/tools, /usr/local/sbin and /usr/local/bin of the host, in the order of the Ascend device
+    plugins (HAMi's ascend-device-plugin npuSmiCandidates), each mounted read-only and on PATH."""
+    (ds,) = _exporters("exporters/ascend")
+    spec = ds["spec"]["template"]["spec"]
+    host = {v["name"]: v["hostPath"]["path"] for v in spec["volumes"] if "hostPath" in v}
+    mounts = {
+        m["mountPath"]: (host.get(m["name"]), m.get("readOnly"))
+        for m in spec["containers"][0]["volumeMounts"]
+    }
+    assert mounts["/usr/local/Ascend/driver"] == ("/usr/local/Ascend/driver", True)
+    assert mounts["/host/usr/local/sbin"] == ("/usr/local/sbin", True)
+    assert mounts["/host/usr/local/bin"] == ("/usr/local/bin", True)
+    path = next(e["value"] for e in spec["containers"][0]["env"] if e["name"] == "PATH").split(":")
+    places = ["/usr/local/Ascend/driver/tools", "/host/usr/local/sbin", "/host/usr/local/bin"]
+    assert [d for d in path if d in places] == places

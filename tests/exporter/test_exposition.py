@@ -346,7 +346,7 @@ NUMBERS = st.one_of(
 )
 HOLDERS = st.builds(
     Holder, WEIRD, WEIRD, WEIRD, st.sampled_from(["notebook", "job", "service", "unknown"]), WEIRD
-)
+) | st.builds(Holder.batch_job, WEIRD.filter(bool), WEIRD, WEIRD)  # Slurm jobs (exporter.jobmap)
 
 
 @st.composite
@@ -468,6 +468,9 @@ def states(draw: st.DrawFn) -> tuple[list[Device], list[RenderInputs]]:
                 st.lists(st.tuples(WEIRD, st.integers(0, 9)), max_size=2).map(tuple),
             )
         )
+        job_status = draw(
+            st.none() | st.builds(MappingStatus, st.booleans(), st.none() | NUMBERS, st.just((("files", 2),)))
+        )
         out.append(
             RenderInputs(
                 "node-" + draw(WEIRD),
@@ -476,6 +479,7 @@ def states(draw: st.DrawFn) -> tuple[list[Device], list[RenderInputs]]:
                 draw(st.none() | st.booleans()),
                 status,
                 pids if kube else None,
+                job_status,
             )
         )
     return devices, out
@@ -495,6 +499,7 @@ class Node:
             lambda: self.inp.status,
             self.pid if kube else None,
             selection,
+            lambda: self.inp.job_status,
         )
 
     def current(self) -> Attribution:
@@ -606,13 +611,20 @@ def full_node() -> RenderInputs:
         "node-1",
         views,
         Attribution.of(
-            {"GPU-a": [alice], "MIG-a": [bob], slice_key("GPU-a", "v1"): [alice, bob]}, {"c1": bob}
+            {
+                "GPU-a": [alice],
+                "MIG-a": [bob],
+                slice_key("GPU-a", "v1"): [alice, bob],
+                "amd-1": [Holder.batch_job("4242", 'carol"', "gpu\n")],  # a Slurm job (exporter.jobmap)
+            },
+            {"c1": bob},
         ),
         True,
         MappingStatus(
             True, 1.7e9, (("nvidia.com/gpu", 2), ("dra:gpu.nvidia.com", 1)), (("huawei.com/Ascend910", 1),)
         ),
         {10: ContainerRef("pod-uid", "c1"), 11: None, 13: ContainerRef("pod-uid", "")},
+        MappingStatus(False, 1.6e9, (("files", 1),)),
     )
 
 
@@ -628,7 +640,15 @@ def test_series_writer_writes_every_family_as_prometheus_client_does() -> None:
     named = {
         f.name
         for f in families(
-            "node-1", node.inp.views, node.inp.attribution, True, None, None, node.inp.status, node.inp.pids
+            "node-1",
+            node.inp.views,
+            node.inp.attribution,
+            True,
+            None,
+            None,
+            node.inp.status,
+            node.inp.pids,
+            job_status=node.inp.job_status,
         )
     }
     core = {family(m.name, m).name for m in C._CORE}

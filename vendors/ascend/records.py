@@ -14,8 +14,13 @@ BACKEND = "ascend"
 TOOL = "npu-smi"
 MIB = 1 << 20  # npu-smi "MB" (see the module docstring)
 MHZ = 1e6
-# Where the Ascend driver installs npu-smi when it is not on PATH (driver run-package defaults).
-STANDARD_PATHS = ("/usr/local/sbin/npu-smi", "/usr/local/bin/npu-smi")
+# Where the driver installs npu-smi when it is not on PATH (a systemd service's PATH lacks driver/tools), in the
+# order Huawei's and HAMi's Ascend device plugins look: driver/tools, /usr/local/sbin, /usr/local/bin.
+STANDARD_PATHS = (
+    "/usr/local/Ascend/driver/tools/npu-smi",
+    "/usr/local/sbin/npu-smi",
+    "/usr/local/bin/npu-smi",
+)
 MAX_FAULT_CODES = 32  # distinct error codes kept per chip; more are counted under "other"
 OVERFLOW_CODE = "other"
 # A per-card query that has failed this many polls in a row without ever answering is taken as unsupported
