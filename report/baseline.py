@@ -305,8 +305,9 @@ class Baseline:
         if not f.total:
             return "No device reported in the window."
         busy = "" if math.isnan(f.busy_utilization) else f" (at {f.busy_utilization:.0%} mean utilization)"
+        hours = f"{f.total:,.0f}" if f.total >= 10 else f"{f.total:.1f}"
         return (
-            f"Of {f.total:,.0f} card-hours, {f.share('unheld'):.1%} were held by nobody, "
+            f"Of {hours} card-hours, {f.share('unheld'):.1%} were held by nobody, "
             f"{f.share('held_idle'):.1%} held but idle and {f.share('held_busy'):.1%} held and busy{busy}."
         )
 

@@ -161,7 +161,16 @@ def test_report_cli_refuses_a_bad_price_table_before_asking_prometheus(tmp_path:
     bad = tmp_path / "report.yaml"
     bad.write_text("prices:\n  currency: CNY\n  card_hour:\n    example.com/widget: 3\n")
     run = subprocess.run(
-        [sys.executable, "-m", "xpuwatch", "report", "--prometheus", "http://127.0.0.1:9", "--config", str(bad)],
+        [
+            sys.executable,
+            "-m",
+            "xpuwatch",
+            "report",
+            "--prometheus",
+            "http://127.0.0.1:9",
+            "--config",
+            str(bad),
+        ],
         capture_output=True,
         text=True,
         timeout=120,

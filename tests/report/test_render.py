@@ -316,3 +316,9 @@ def test_no_alert_says_whether_the_rules_ran() -> None:
     assert "No alert history" not in quiet
     never = html(_baseline(), END, dt.UTC)
     assert "No alert history: no xpuwatch recording rule wrote a series in this window" in never
+
+
+def test_a_few_card_hours_keep_their_decimal() -> None:
+    """A 1 h window over 5 minutes of 64 devices: 6.4 card-hours, written so, as the picture writes them."""
+    b = _baseline(hours_seen=[_s(6.4, vendor="nvidia", model="A100")], steps_seen=[_s(1.0)])
+    assert b.hours_answer.startswith("Of 6.4 card-hours, 100.0% were held by nobody")
