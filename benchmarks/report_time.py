@@ -25,10 +25,10 @@ import urllib.request
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
-from xpuwatch.alerts.promapi import Prometheus, Request
+from xpuwatch.alerts.promapi import Prometheus
 from xpuwatch.alerts.spec import Spec, load_spec
 from xpuwatch.report import history
-from xpuwatch.report.baseline import Window, collect, curve_step, figures, queries, range_queries
+from xpuwatch.report.baseline import Window, collect, figures, requests
 from xpuwatch.report.chargeback import by_team
 from xpuwatch.report.compare import compare
 from xpuwatch.report.render import html
@@ -140,10 +140,7 @@ def victoriametrics(tmp: Path, lines: Iterable[str]) -> Iterator[tuple[str, str]
 def per_query(prom: Prometheus, spec: Spec, w: Window) -> None:
     """Each query alone, one after another: its time and answer's series, slowest first."""
     rows = []
-    step = curve_step(w)
-    reqs = [Request(q.key, q.expr, w.end) for q in queries(spec, w)]
-    reqs += [Request(k, e, w.end, w.start + step, step) for k, e in range_queries(spec).items()]
-    for r in reqs:
+    for r in requests(spec, w):
         t0 = time.perf_counter()
         got = prom.gather([r], 1)[r.key]
         rows.append((time.perf_counter() - t0, r.key, len(got)))

@@ -2,15 +2,21 @@
 
 The field report's first step of any improvement: a week per node of P95 (not average) utilization, memory,
 SM occupancy, task counts and queue time; memory allocated against SM occupancy shows whether a pool lacks
-memory or compute; a healthy pool sits at 70-85 %. ``QUERIES`` are the instant queries that give those
+memory or compute; a healthy pool sits at 70-85 %. ``queries`` are the instant queries that give those
 figures over a window; ``collect`` runs them (and two range queries for the curves) and ``figures`` turns
 the answers into a :class:`Baseline` — pure, so tests can feed it answers.
 
 Every query reads raw exporter series (``exporter.catalog``) and raw kube-state-metrics series
 (``alerts.queue``), never the recording rules: a baseline of last week must not depend on rules that were
-deployed yesterday. Thresholds come from alerts/spec.yaml (idle = the IdleNotebook alert's
-``utilization_max`` and ``memory_min_bytes``; slice advice = the recording bottleneck thresholds; the
-healthy band = PoolUnderused/PoolSaturated thresholds).
+deployed yesterday (one query only asks whether a recorded series exists, to tell "no alert fired" from "the
+rules never ran"). Thresholds come from alerts/spec.yaml (idle = the IdleNotebook alert's
+``utilization_max`` and ``memory_min_bytes``; cards that could have run a waiting job = the
+AcceleratorJobsQueuedWhileIdle definition, ``queue_idle_utilization`` over ``p95_window``; slice advice = the
+recording bottleneck thresholds; the healthy band = PoolUnderused/PoolSaturated thresholds).
+
+The figures that need every step (subqueries ``[window:step]``) are the cost; each query reads its series
+once more, so figures that can come from one answer do (pool and fleet means from the per-device means,
+hoarders and idle notebooks from one per-pod answer, metered and estimated energy from one join).
 """
 
 from __future__ import annotations
@@ -24,7 +30,7 @@ import numpy as np
 
 from xpuwatch.alerts import queue
 from xpuwatch.alerts.promapi import DEFAULT_CONCURRENCY, Prometheus, Request, Series
-from xpuwatch.alerts.selectors import team_of
+from xpuwatch.alerts.selectors import recorded, team_of
 from xpuwatch.alerts.spec import Spec
 from xpuwatch.exporter import catalog as c
 from xpuwatch.report.chargeback import Usage
@@ -93,7 +99,7 @@ class DevicePoint:
     model: str
     device: str
     uuid: str
-    memory_ratio: float  # mean device memory (framebuffer, HBM, VRAM) used / total
+    memory_ratio: float  # mean device memory (framebuffer, HBM, VRAM) used / its mean total
     compute_ratio: float  # mean SM occupancy, else mean utilization
     compute_source: str  # "sm_occupancy" | "utilization"
 
@@ -104,7 +110,7 @@ class Hoarder:
     owner: str
     device_hours: float  # device-hours held with memory allocated and compute ~0
     memory_gib_hours: float
-    cards: float = 0.0  # device_hours / the window's hours: 336 h in a week = 2 cards all week
+    cards: float = 0.0  # device_hours / the hours with data: 336 h in a week = 2 cards all week
 
 
 @dataclass(frozen=True)
@@ -147,6 +153,85 @@ def resource_name(ksm: str) -> str:
     return f"{m[1].replace('_', '.')}.{m[2]}/{m[3]}" if m else ksm
 
 
+@dataclass(frozen=True)
+class CardHours:
+    """Where one pool's card-hours went over the window: the hours its devices were present (an
+    ``accelerator_up`` series), of them held by a workload at utilization at most the idle threshold at the
+    step (IdleNotebook's ``utilization_max``: the chargeback's idle hours), and held above it. A card held
+    by several containers counts once. ``busy_utilization``: mean utilization over the held-busy hours."""
+
+    vendor: str
+    model: str
+    total: float
+    held_idle: float
+    held_busy: float
+    busy_utilization: float = math.nan
+
+    @property
+    def unheld(self) -> float:
+        """Hours present and held by nobody."""
+        return max(0.0, self.total - self.held_idle - self.held_busy)
+
+    def share(self, part: str) -> float:
+        """``unheld``, ``held_idle`` or ``held_busy`` as a share of ``total`` (0 when nothing was present)."""
+        return float(getattr(self, part)) / self.total if self.total else 0.0
+
+
+def fleet_hours(pools: Sequence[CardHours]) -> CardHours:
+    """Every pool's card-hours summed; the busy hours' mean utilization weighted by them."""
+    busy = sum(p.held_busy for p in pools)
+    weighted = sum(p.held_busy * p.busy_utilization for p in pools if p.held_busy)
+    return CardHours(
+        "all",
+        "fleet",
+        sum(p.total for p in pools),
+        sum(p.held_idle for p in pools),
+        busy,
+        weighted / busy if busy else math.nan,
+    )
+
+
+@dataclass(frozen=True)
+class WaitCapacity:
+    """Cards that could have run the pods waiting for one vendor's cards in one cluster, by the
+    AcceleratorJobsQueuedWhileIdle definition: that vendor's devices (of the models the requested resource
+    names, where it names one: ``huawei.com/Ascend910``), up and held by no pod (``free``), or held by a
+    pod whose utilization P95 over the hour before (``recording.p95_window``; of the readings at the
+    report's steps) stayed under ``recording.queue_idle_utilization`` (``held_idle``). Both are time-weighted means over the ``waited_seconds`` at least one such pod waited.
+    Cards of other vendors or models and busy cards are not counted: they could not have run the pods."""
+
+    cluster: str
+    vendor: str
+    resources: tuple[str, ...]  # as pods request them: nvidia.com/gpu
+    models: tuple[str, ...]  # the models counted
+    requested: Mapping[str, float]  # namespace -> most accelerators its waiting pods requested at once
+    waited_seconds: float
+    free: float
+    held_idle: float
+
+    @property
+    def cards(self) -> float:
+        return self.free + self.held_idle
+
+
+_GENERIC_MODEL = re.compile(r"^[A-Za-z]+$")
+
+
+def resource_models(resource: str, models: Sequence[str]) -> tuple[str, ...]:
+    """The models of ``models`` a resource name asks for: ``huawei.com/Ascend910`` -> the models whose name
+    holds ``Ascend910`` (``Ascend910B``), when some do; a name of no model number (``nvidia.com/gpu``,
+    ``nvidia.com/mig-1g.10gb``, ``hygon.com/dcu``) asks for any model of its vendor: all of ``models``."""
+    token = re.split(r"[-_.]", resource.rpartition("/")[2])[0]
+    if _GENERIC_MODEL.match(token) or not token:
+        return tuple(models)
+
+    def norm(x: str) -> str:
+        return re.sub(r"[^a-z0-9]", "", x.lower())
+
+    named = tuple(m for m in models if norm(token) in norm(m))
+    return named or tuple(models)
+
+
 def span(seconds: float) -> str:
     """A window length in words: ``45 min``, ``36 h``, ``7 d``, ``1 d 12 h``."""
     s = int(seconds)
@@ -173,12 +258,18 @@ class Baseline:
     pending_curve: tuple[tuple[float, float], ...]  # (t, accelerators requested by waiting pods)
     pods_waited: int | None  # None: no kube-state-metrics data in the window
     max_wait_seconds: float
-    idle_cards_while_waiting: float | None  # mean sum(1 - utilization) while any pod waited
-    idle_cards: float  # mean sum(1 - utilization) over the window
     alerts: Mapping[tuple[str, str], int]  # (category, alertname) -> alert series that fired
     usage: tuple[Usage, ...] = ()  # chargeback per (namespace, owner, vendor, model)
     notebook_memory_gib: float = 0.0  # mean device memory (GiB) held by idle notebooks over the window
     wait_p95_seconds: float = 0.0  # P95 over the pods that waited of each pod's longest wait
+    card_hours: tuple[CardHours, ...] = ()  # per pool (vendor, model)
+    wait_capacity: tuple[WaitCapacity, ...] = ()  # per cluster and vendor that pods waited for
+    coverage: float = 1.0  # share of the window's steps at which any device reported
+    data_span: tuple[float, float] | None = None  # first and last time with a reading (None: none)
+    rules_ran: bool = False  # the xpuwatch recording rules wrote series in the window (ALERTS can be trusted)
+    idle_utilization: float = 0.05  # held idle at a step: utilization at most this (IdleNotebook's)
+    queue_idle_utilization: float = 0.05  # held idle for a waiting job: P95 under this (the queue alert's)
+    p95_window: str = "1h"  # ... over this window before the moment
 
     @property
     def alerts_by_category(self) -> dict[str, int]:
@@ -189,18 +280,76 @@ class Baseline:
         return out
 
     @property
-    def headline(self) -> str:
-        if self.pods_waited:
-            return (
-                f"{self.idle_cards_while_waiting or 0.0:.1f} cards' worth of capacity idle while "
-                f"{self.pods_waited} jobs waited (longest wait {_duration(self.max_wait_seconds)})"
-            )
-        if self.pods_waited == 0:
-            return f"{self.idle_cards:.1f} cards' worth of capacity idle on average; no job waited for a card"
+    def covered_seconds(self) -> float:
+        """The seconds of the window with readings (the whole window when nothing reported at all)."""
+        return self.coverage * self.window.seconds or float(self.window.seconds)
+
+    @property
+    def fleet_hours(self) -> CardHours:
+        """Every pool's card-hours summed."""
+        return fleet_hours(self.card_hours)
+
+    @property
+    def could_have_run(self) -> float | None:
+        """Cards that could have run the waiting pods, summed over the clusters and vendors they waited for
+        (each a time-weighted mean while its pods waited); None without kube-state-metrics data."""
+        if self.pods_waited is None:
+            return None
+        return sum(c.cards for c in self.wait_capacity)
+
+    @property
+    def hours_answer(self) -> str:
+        """Where the card-hours went, in one line: ``Of 10,752 card-hours, 12.5 % were held by nobody, 25.0 %
+        held but idle and 62.5 % held and busy (at 34 % mean utilization).``"""
+        f = self.fleet_hours
+        if not f.total:
+            return "No device reported in the window."
+        busy = "" if math.isnan(f.busy_utilization) else f" (at {f.busy_utilization:.0%} mean utilization)"
+        hours = f"{f.total:,.0f}" if f.total >= 10 else f"{f.total:.1f}"
         return (
-            f"{self.idle_cards:.1f} cards' worth of capacity idle on average "
-            "(no kube-state-metrics data: queue time unknown)"
+            f"Of {hours} card-hours, {f.share('unheld'):.1%} were held by nobody, "
+            f"{f.share('held_idle'):.1%} held but idle and {f.share('held_busy'):.1%} held and busy{busy}."
         )
+
+    @property
+    def headline(self) -> str:
+        """The sentence to repeat: per vendor that pods waited for, the cards that could have run them."""
+        if self.pods_waited is None:
+            return f"{self.hours_answer} Queue time unknown: no kube-state-metrics data."
+        if not self.pods_waited:
+            return f"No job waited for a card. {self.hours_answer}"
+        return " ".join([f"{self.jobs_waited}.", *(wait_sentence(c) for c in self.wait_capacity)])
+
+    @property
+    def jobs_waited(self) -> str:
+        """``14 jobs waited for cards (longest 3h 45m)``."""
+        n = self.pods_waited or 0
+        return f"{n} job{'' if n == 1 else 's'} waited for cards (longest {_duration(self.max_wait_seconds)})"
+
+
+def _cards(x: float) -> str:
+    r = round(x, 1)
+    return f"{r:.0f}" if r == int(r) else f"{r:.1f}"
+
+
+def wait_sentence(c: WaitCapacity) -> str:
+    """``While ml waited for 8 nvidia.com/gpu: 4 free and 12 held idle nvidia cards could have run them
+    (mean over the 28 h they waited).``"""
+    asked = sorted(c.requested.items(), key=lambda kv: (-kv[1], kv[0]))
+    what = " / ".join(c.resources)
+    if len(asked) == 1:
+        who = f"{asked[0][0]} waited for {_cards(asked[0][1])} {what}"
+    else:
+        who = ", ".join(f"{ns} ({_cards(n)})" for ns, n in asked) + f" waited for {what}"
+    where = f" in {c.cluster}" if c.cluster else ""
+    models = f"{c.models[0]} cards" if len(c.models) == 1 else f"{c.vendor} cards"
+    if not c.cards:
+        could = f"no {models[:-1]}{where} was free or held idle"
+    else:
+        could = (
+            f"{_cards(c.free)} free and {_cards(c.held_idle)} held idle {models}{where} could have run them"
+        )
+    return f"While {who}: {could} (mean over the {span(c.waited_seconds)} they waited)."
 
 
 def _duration(seconds: float) -> str:
@@ -235,14 +384,40 @@ def queries(spec: Spec, w: Window) -> tuple[Query, ...]:
         f"{c.PARTITION_INFO}{{{job}}}"
     )
     r, sub = w.range, w.sub
-    sm = f"{c.SM_OCCUPANCY}{{{job}}}"
-    nb_held = f'0 * ({c.ALLOCATED}{{{job}, workload_kind="notebook"}} == 1)'
     created = f"max by (cluster, namespace, pod) ({queue.KSM_CREATED}{{{queue.ksm_selector(spec)}}})"
     pod_age = f"(time() - {created}) + on (cluster, namespace, pod) group_right () (0 * (({pods}) > 0))"
     # a held card's share per holder at each step (1/N for N holders), labelled with the holder
     share = f"(({alloc} == 1) / on (node, uuid) group_left () count by (node, uuid) ({alloc} == 1))"
     team = "namespace, owner, vendor, model"
+    holder = "namespace, owner, pod, workload_kind"
+    # AcceleratorJobsQueuedWhileIdle's idle capacity (alerts/queue.py, vendor:accelerator_idle_devices:count)
+    # per model, from the raw series: devices up and held by nobody, and held devices whose utilization P95
+    # over the recording window stayed under queue_idle_utilization; 0 where a model has none, so the mean
+    # over the moments its vendor's pods waited counts those moments too.
+    dev = "cluster, node, uuid, vendor, model"
+    pool = "cluster, vendor, model"
+    free = f"group by ({dev}) ({up} == 1 unless on (cluster, node, uuid) ({alloc} == 1))"
+    # The P95 of the readings at the report's steps over the window before each step ([1h:5m] for a week):
+    # the alert reads every scrape, but recomputing that for each of a week's 2,016 steps cost
+    # VictoriaMetrics 7.4 s of CPU at 2,048 devices scraped once a minute (4x that at 15 s), the readings at
+    # each 5 minutes 1.6 s; for devices that sit near 0 (notebooks, stuck jobs) the two agree.
+    p95 = f"quantile_over_time(0.95, {util}[{spec.rec('p95_window')}:{w.step}s])"
+    idle_held = f"group by ({dev}) ({p95} < {spec.rec('queue_idle_utilization')} and on (cluster, node, uuid) ({alloc} == 1))"
+    none = f"0 * count by ({pool}) ({up})"
+    by_state = (
+        f'(label_replace(count by ({pool}) ({free}), "state", "free", "", "")\n'
+        f' or label_replace(count by ({pool}) ({idle_held}), "state", "held idle", "", "")\n'
+        f' or label_replace({none}, "state", "free", "", "")\n'
+        f' or label_replace({none}, "state", "held idle", "", ""))'
+    )
+    waiting_vendor = f"(sum by (cluster, vendor) ({pods}) > 0)"
     energy, power = f"{c.ENERGY}{{{job}}}", f"{c.POWER}{{{job}}}"
+    # each card's draw at the step, in watts, labelled with where it comes from: the energy counter's rate
+    # where the card has one, else its power reading (issue 34: the two parts add up, neither holds the other)
+    watts = (
+        f'(label_replace(max by (node, uuid) (rate({energy}[{w.energy_window}s])), "source", "counter", "", "")\n'
+        f' or on (node, uuid) label_replace(max by (node, uuid) ({power} unless on (node, uuid) {energy}), "source", "power", "", ""))'
+    )
 
     def charged(title: str, key: str, per_device: str | None) -> Query:
         x = share if per_device is None else f"{share} * on (node, uuid) group_left () {per_device}"
@@ -256,26 +431,19 @@ def queries(spec: Spec, w: Window) -> tuple[Query, ...]:
             f"sum by ({team}) (sum_over_time(({share} and on (node, uuid) ({util} <= {u_max})){sub}))",
         ),
         charged("memory GiB-hours", "cb_mem", f"max by (node, uuid) ({used})"),
-        charged("energy", "cb_energy", f"max by (node, uuid) (rate({energy}[{w.energy_window}s]))"),
-        charged(
-            "energy from power", "cb_power", f"max by (node, uuid) ({power} unless on (node, uuid) {energy})"
+        Query(
+            "cb_energy",
+            "energy",
+            # one join for both sources: the counter's rate where the card has one, else its power
+            f"sum by ({team}, source) (sum_over_time(({share} * on (node, uuid) group_left (source) {watts}){sub}))",
         ),
         Query(
             "devices",
             "devices seen",
             f"count by (vendor, model) (count by ({IDENT}) (count_over_time({up}[{r}])))",
         ),
-        Query("pool_avg", "pool utilization", f"avg by (vendor, model) (avg_over_time({util}[{r}]))"),
         Query("pool_p95", "pool P95", f"quantile_over_time(0.95, (avg by (vendor, model) ({util})){sub})"),
-        Query("fleet_avg", "fleet utilization", f"avg(avg_over_time({util}[{r}]))"),
         Query("fleet_p95", "fleet P95", f"quantile_over_time(0.95, (avg({util})){sub})"),
-        Query("pool_sm", "pool SM occupancy", f"avg by (vendor, model) (avg_over_time({sm}[{r}]))"),
-        Query("fleet_sm", "fleet SM occupancy", f"avg(avg_over_time({sm}[{r}]))"),
-        Query(
-            "nb_mem",
-            "memory of idle notebooks",
-            f"sum_over_time((sum({idle_mem} + on (node, uuid) group_right () {nb_held})){sub})",
-        ),
         Query(
             "wait_by_pod",
             "wait per pod",
@@ -284,7 +452,9 @@ def queries(spec: Spec, w: Window) -> tuple[Query, ...]:
         Query(
             "mem_ratio",
             "memory per device",
-            f"avg by ({IDENT}) (avg_over_time(({used} / ({total} > 0)){sub}))",
+            # mean memory used over the card's capacity (constant: no step-by-step ratio needed, a third of
+            # the cost of one)
+            f"avg by ({IDENT}) (avg_over_time({used}[{r}]) / (avg_over_time({total}[{r}]) > 0))",
         ),
         Query(
             "sm_occ",
@@ -292,20 +462,16 @@ def queries(spec: Spec, w: Window) -> tuple[Query, ...]:
             f"avg by ({IDENT}) (avg_over_time({c.SM_OCCUPANCY}{{{job}}}[{r}]))",
         ),
         Query("dev_util", "utilization per device", f"avg by ({IDENT}) (avg_over_time({util}[{r}]))"),
+        # hoarders and idle notebooks from the same two queries, per holding pod and its kind
         Query(
-            "hoard_steps",
-            "hoarders",
-            f"sum by (namespace, owner) (count_over_time(({idle_dev} + on (node, uuid) group_right () {held}){sub}))",
+            "idle_pods",
+            "hoarders and idle notebooks",
+            f"sum by ({holder}) (count_over_time(({idle_dev} + on (node, uuid) group_right () {held}){sub}))",
         ),
         Query(
-            "hoard_mem",
+            "idle_pod_mem",
             "memory hoarded",
-            f"sum by (namespace, owner) (sum_over_time(({idle_mem} + on (node, uuid) group_right () {held}){sub}))",
-        ),
-        Query(
-            "nb_idle",
-            "idle notebooks",
-            f'sum by (namespace, pod, owner) (count_over_time(({idle_dev} + on (node, uuid) group_right () 0 * ({c.ALLOCATED}{{{job}, workload_kind="notebook"}} == 1)){sub}))',
+            f"sum by ({holder}) (sum_over_time(({idle_mem} + on (node, uuid) group_right () {held}){sub}))",
         ),
         Query(
             "nb_held",
@@ -354,11 +520,28 @@ def queries(spec: Spec, w: Window) -> tuple[Query, ...]:
             f"count by (namespace, resource) (count by (namespace, pod, resource) (count_over_time(({pods}){sub})))",
         ),
         Query(
-            "idle_while_waiting",
-            "idle capacity while jobs waited",
-            f"avg_over_time((sum(1 - {util}) and on () (count({pods}) > 0)){sub})",
+            "wait_capacity",
+            "cards that could have run waiting jobs",
+            f"avg_over_time(({by_state}\nand on (cluster, vendor)\n{waiting_vendor}){sub})",
         ),
-        Query("idle_cards", "idle capacity", f"avg_over_time((sum(1 - {util})){sub})"),
+        Query("wait_steps", "time jobs waited", f"count_over_time(({waiting_vendor}){sub})"),
+        Query(
+            "wait_peak",
+            "accelerators requested",
+            f"max_over_time((sum by (cluster, namespace, resource, vendor) ({pods})){sub})",
+        ),
+        Query("hours_seen", "card-hours", f"sum_over_time((count by (vendor, model) ({up})){sub})"),
+        Query("steps_seen", "data coverage", f"count_over_time((count({up})){sub})"),
+        Query(
+            "busy_util",
+            "utilization while held and busy",
+            f"sum_over_time((sum by (vendor, model) (({util} > {u_max}) and on (node, uuid) ({alloc} == 1))){sub})",
+        ),
+        Query(
+            "rules_seen",
+            "recording rules",
+            f"count(count_over_time({recorded(spec, queue.QUEUE.idle)}[{r}]))",
+        ),
         Query(
             "alerts",
             "alerts fired",
@@ -383,6 +566,16 @@ def range_queries(spec: Spec) -> Mapping[str, str]:
 Answers = Mapping[str, Sequence[Series]]
 
 
+def requests(spec: Spec, w: Window) -> list[Request]:
+    """Every query of the report over ``w``: the instant queries at its end, then the range queries of the
+    curves (``curve_step`` apart)."""
+    step = curve_step(w)
+    return [Request(q.key, q.expr, w.end, title=q.title) for q in queries(spec, w)] + [
+        Request(key, expr, w.end, w.start + step, step, title=key.replace("_", " "))
+        for key, expr in range_queries(spec).items()
+    ]
+
+
 def collect(
     prom: Prometheus,
     spec: Spec,
@@ -393,12 +586,8 @@ def collect(
     """Run every query, at most ``concurrency`` at a time (``prom.gather``); ``progress(title)`` is called as
     each answer arrives. The device count goes first, alone: an empty Prometheus fails fast. Raises
     ReportError when Prometheus is unreachable or holds no xpuwatch series in the window."""
-    step = curve_step(w)
-    requests = [Request(q.key, q.expr, w.end, title=q.title) for q in queries(spec, w)] + [
-        Request(key, expr, w.end, w.start + step, step, title=key.replace("_", " "))
-        for key, expr in range_queries(spec).items()
-    ]
-    first = [r for r in requests if r.key == "devices"]
+    every = requests(spec, w)
+    first = [r for r in every if r.key == "devices"]
     out: dict[str, Sequence[Series]] = {}
     out |= prom.gather(first, 1, lambda r: progress(r.title))
     if not out["devices"]:
@@ -406,7 +595,7 @@ def collect(
             f"no xpuwatch series ({c.UP}{{{spec.exporter_job_selector}}}) in the {span(w.seconds)} "
             f"before {_iso(w.end)} at {prom.url}: is this Prometheus scraping the exporter under that job?"
         )
-    rest = [r for r in requests if r.key != "devices"]
+    rest = [r for r in every if r.key != "devices"]
     out |= prom.gather(rest, concurrency, lambda r: progress(r.title))
     return out
 
@@ -467,29 +656,37 @@ def _grid(points: Sequence[tuple[float, float]], w: Window) -> tuple[tuple[float
 def figures(answers: Answers, spec: Spec, w: Window) -> Baseline:
     """The baseline from the query answers (pure)."""
     hours = w.step / 3600
+    # coverage: the share of the window's steps at which any device reported (a 1 h window over 5 min of
+    # data: 0.1); the first and last reading from the curves (their coarser step is enough to say when)
+    stamps = sorted({t for c in answers.get("pool_curve", ()) for t, _ in c.values})
+    coverage = min(1.0, (_scalar(answers, "steps_seen") or 0.0) * w.step / w.seconds)
+    covered = coverage * w.seconds or w.seconds
     counts = _by(answers, "devices", "vendor", "model")
-    avg = _by(answers, "pool_avg", "vendor", "model")
+    ident = ("node", "vendor", "model", "device", "uuid")
+    mem, sm, du = (_by(answers, k, *ident) for k in ("mem_ratio", "sm_occ", "dev_util"))
+    # a pool's and the fleet's mean utilization and SM occupancy: the mean of their devices' means (every
+    # device reports at every step, so this is the mean over devices and steps)
+    avg, sm_pool = _means(du), _means(sm)
     p95 = _by(answers, "pool_p95", "vendor", "model")
-    sm_pool = _by(answers, "pool_sm", "vendor", "model")
     pools = tuple(
         PoolUtil(k[0], k[1], int(n), avg.get(k, math.nan), p95.get(k, math.nan), sm_pool.get(k, math.nan))
         for k, n in sorted(counts.items())
     )
-    fleet_sm = _scalar(answers, "fleet_sm")
     fleet = PoolUtil(
         "all",
         "fleet",
         int(sum(counts.values())),
-        _scalar(answers, "fleet_avg") or 0.0,
+        float(np.mean(list(du.values()))) if du else 0.0,
         _scalar(answers, "fleet_p95") or 0.0,
-        math.nan if fleet_sm is None else fleet_sm,
+        float(np.mean(list(sm.values()))) if sm else math.nan,
     )
     waits = [_v(s) for s in answers.get("wait_by_pod", ())]
     team = ("namespace", "owner", "vendor", "model")
     steps, idle_steps = _by(answers, "cb_steps", *team), _by(answers, "cb_idle", *team)
     mem_steps = _by(answers, "cb_mem", *team)
-    joules = {k: v * w.step for k, v in _by(answers, "cb_energy", *team).items()}
-    from_power = {k: v * w.step for k, v in _by(answers, "cb_power", *team).items()}
+    energy = _by(answers, "cb_energy", *team, "source")
+    joules = {k[:4]: v * w.step for k, v in energy.items() if k[4] == "counter"}
+    from_power = {k[:4]: v * w.step for k, v in energy.items() if k[4] == "power"}
     usage = tuple(
         Usage(
             k[0],
@@ -499,13 +696,11 @@ def figures(answers: Answers, spec: Spec, w: Window) -> Baseline:
             device_hours=n * hours,
             idle_hours=idle_steps.get(k, 0.0) * hours,
             memory_gib_hours=mem_steps.get(k, 0.0) * hours / GIB,
-            energy_kwh=(joules.get(k, 0.0) + from_power.get(k, 0.0)) / 3.6e6,
+            energy_kwh_counter=joules.get(k, 0.0) / 3.6e6,
             energy_kwh_from_power=from_power.get(k, 0.0) / 3.6e6,
         )
         for k, n in sorted(steps.items())
     )
-    ident = ("node", "vendor", "model", "device", "uuid")
-    mem, sm, du = (_by(answers, k, *ident) for k in ("mem_ratio", "sm_occ", "dev_util"))
     devices = tuple(
         DevicePoint(
             k[0],
@@ -519,28 +714,40 @@ def figures(answers: Answers, spec: Spec, w: Window) -> Baseline:
         )
         for k, m in sorted(mem.items())
     )
-    hoard_mem = _by(answers, "hoard_mem", "namespace", "owner")
+    # per holding pod (namespace, owner, pod, kind): steps and memory held idle; a team's hoarding is its pods'
+    pod_steps = _by(answers, "idle_pods", "namespace", "owner", "pod", "workload_kind")
+    pod_mem = _by(answers, "idle_pod_mem", "namespace", "owner", "pod", "workload_kind")
+    team_steps: dict[tuple[str, str], float] = {}
+    team_mem: dict[tuple[str, str], float] = {}
+    for k, n in pod_steps.items():
+        team_steps[k[0], k[1]] = team_steps.get((k[0], k[1]), 0.0) + n
+        team_mem[k[0], k[1]] = team_mem.get((k[0], k[1]), 0.0) + pod_mem.get(k, 0.0)
     hoarders = tuple(
         sorted(
             (
-                Hoarder(k[0], k[1], n * hours, hoard_mem.get(k, 0.0) * hours / GIB, n * w.step / w.seconds)
-                for k, n in _by(answers, "hoard_steps", "namespace", "owner").items()
+                Hoarder(k[0], k[1], n * hours, team_mem[k] * hours / GIB, n * w.step / covered)
+                for k, n in team_steps.items()
                 if n
             ),
             key=lambda h: (-h.device_hours, h.namespace, h.owner),  # ties in a fixed order
         )
     )
     held = _by(answers, "nb_held", "namespace", "pod", "owner")
+    nb_idle: dict[tuple[str, ...], float] = {}
+    for (ns, owner, pod, kind), n in pod_steps.items():
+        if kind == "notebook":
+            nb_idle[ns, pod, owner] = nb_idle.get((ns, pod, owner), 0.0) + n
     notebooks = tuple(
         sorted(
             (
                 IdleNotebook(k[0], k[1], k[2], idle_hours=n * hours, held_hours=held.get(k, n) * hours)
-                for k, n in _by(answers, "nb_idle", "namespace", "pod", "owner").items()
+                for k, n in nb_idle.items()
                 if n
             ),
             key=lambda nb: (-nb.idle_hours, nb.namespace, nb.pod, nb.owner),
         )
     )
+    notebook_mem = sum(v for k, v in pod_mem.items() if k[3] == "notebook")
     slice_ident = ("node", "device", "slice_id", "profile")
     s_mem, s_comp = _by(answers, "slice_mem", *slice_ident), _by(answers, "slice_compute", *slice_ident)
     # Slices whose tool reports their size but no usage (Ascend vNPUs: npu-smi info -t info-vnpu and DCMI
@@ -605,14 +812,87 @@ def figures(answers: Answers, spec: Spec, w: Window) -> Baseline:
         pending_curve=_grid(pending[0].values if pending else (), w),
         pods_waited=int(waited) if waited is not None else (0 if ksm_seen else None),
         max_wait_seconds=max((x.max_wait_seconds for x in waiting), default=0.0),
-        idle_cards_while_waiting=_scalar(answers, "idle_while_waiting"),
-        idle_cards=_scalar(answers, "idle_cards") or 0.0,
         alerts={
             (s.labels.get("category", ""), s.labels.get("alertname", "")): int(_v(s))
             for s in answers.get("alerts", ())
         },
         # GiB-hours held by idle notebooks over the window's hours: their mean over the whole window
         usage=usage,
-        notebook_memory_gib=(_scalar(answers, "nb_mem") or 0.0) * w.step / w.seconds / GIB,
+        notebook_memory_gib=notebook_mem * w.step / w.seconds / GIB,
         wait_p95_seconds=float(np.quantile(waits, 0.95)) if waits else 0.0,
+        card_hours=_card_hours(answers, usage, hours, spec),
+        wait_capacity=_wait_capacity(answers, w, [m for _, m in counts]),
+        coverage=coverage,
+        data_span=(min(stamps), max(stamps)) if stamps else None,
+        rules_ran=bool(answers.get("rules_seen")),
+        idle_utilization=spec.alert("AcceleratorIdleNotebook").value("utilization_max"),
+        queue_idle_utilization=spec.rec("queue_idle_utilization"),
+        p95_window=spec.rec("p95_window"),
     )
+
+
+def _means(per_device: Mapping[tuple[str, ...], float]) -> dict[tuple[str, ...], float]:
+    """(node, vendor, model, device, uuid) -> value, averaged per (vendor, model)."""
+    groups: dict[tuple[str, ...], list[float]] = {}
+    for k, v in per_device.items():
+        groups.setdefault((k[1], k[2]), []).append(v)
+    return {k: float(np.mean(vs)) for k, vs in groups.items()}
+
+
+def _card_hours(answers: Answers, usage: Sequence[Usage], hours: float, spec: Spec) -> tuple[CardHours, ...]:
+    """Per pool: card-hours present, held idle and held busy (the chargeback's hours summed over teams), and
+    the mean utilization of the busy hours."""
+    seen = _by(answers, "hours_seen", "vendor", "model")
+    busy_util = _by(answers, "busy_util", "vendor", "model")
+    held: dict[tuple[str, ...], list[float]] = {}
+    for u in usage:
+        h = held.setdefault((u.vendor, u.model), [0.0, 0.0])
+        h[0] += u.idle_hours
+        h[1] += u.device_hours - u.idle_hours
+    out = []
+    for k in sorted(seen.keys() | held.keys()):
+        idle, busy = held.get(k, [0.0, 0.0])
+        total = max(seen.get(k, 0.0) * hours, idle + busy)  # a card held while its exporter was down
+        out.append(
+            CardHours(
+                k[0], k[1], total, idle, busy, busy_util.get(k, 0.0) * hours / busy if busy else math.nan
+            )
+        )
+    return tuple(out)
+
+
+def _wait_capacity(answers: Answers, w: Window, models: Sequence[str]) -> tuple[WaitCapacity, ...]:
+    """Per (cluster, vendor) pods waited for: the free and held-idle cards of the models the requested
+    resources name (``resource_models``), time-weighted over the moments they waited."""
+    steps = _by(answers, "wait_steps", "cluster", "vendor")
+    by_state = _by(answers, "wait_capacity", "cluster", "vendor", "model", "state")
+    asked: dict[tuple[str, ...], dict[str, float]] = {}
+    resources: dict[tuple[str, ...], set[str]] = {}
+    for (cluster, ns, resource, vendor), n in _by(
+        answers, "wait_peak", "cluster", "namespace", "resource", "vendor"
+    ).items():
+        per_ns = asked.setdefault((cluster, vendor), {})
+        per_ns[ns] = per_ns.get(ns, 0.0) + n
+        resources.setdefault((cluster, vendor), set()).add(resource_name(resource))
+    out = []
+    for key, n in sorted(steps.items()):
+        cluster, vendor = key
+        present = sorted({m for (cl, v, m, _state) in by_state if (cl, v) == key})
+        named: set[str] = set()
+        for r in resources.get(key, ()):
+            named |= set(resource_models(r, present))
+        counted = tuple(sorted(named or present))
+
+        out.append(
+            WaitCapacity(
+                cluster,
+                vendor,
+                tuple(sorted(resources.get(key, ()))),
+                counted,
+                asked.get(key, {}),
+                n * w.step,
+                sum(by_state.get((cluster, vendor, m, "free"), 0.0) for m in counted),
+                sum(by_state.get((cluster, vendor, m, "held idle"), 0.0) for m in counted),
+            )
+        )
+    return tuple(out)

@@ -104,9 +104,17 @@ def add_commands(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-
         default=None,
         metavar="DIR",
         help="also write the chargeback as CSV for finance: DIR/usage_by_team.csv and DIR/usage_by_model.csv "
-        "(device-hours, idle share, memory GiB-hours, kWh)",
+        "(device-hours, idle share, memory GiB-hours, kWh metered and from power; costs with --config prices)",
     )
     p.add_argument("--spec", type=Path, default=DEFAULT_SPEC_PATH, help="alert spec whose thresholds to use")
+    p.add_argument(
+        "--config",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help="the report's config (YAML): a price table (prices: currency, card_hour by model or resource "
+        "name, kwh) that adds costs to the chargeback tables and CSV; see docs/report.md",
+    )
     p.add_argument(
         "--timezone",
         type=zone,
@@ -172,11 +180,17 @@ def run_report(args: argparse.Namespace) -> int:
     from xpuwatch.alerts.promapi import PromError, Prometheus
     from xpuwatch.report.baseline import ReportError, Window, collect, figures, queries, range_queries
     from xpuwatch.report.compare import compare
+    from xpuwatch.report.config import ConfigError, ReportConfig, load_config
 
     try:
         spec = load_spec(args.spec)
     except (SpecError, OSError) as exc:
         print(f"xpuwatch report: {args.spec}: {exc}", file=sys.stderr)
+        return 2
+    try:
+        config = ReportConfig() if args.config is None else load_config(args.config, spec)
+    except (ConfigError, OSError) as exc:
+        print(f"xpuwatch report: {args.config}: {exc}", file=sys.stderr)
         return 2
     end = time.time() if args.end is None else args.end
     step = args.step or max(60, args.range_ // 2016 // 60 * 60)
@@ -210,23 +224,33 @@ def run_report(args: argparse.Namespace) -> int:
     comparison = compare(baselines[0], baseline) if before is not None else None
     try:
         tz = args.timezone or system_zone()
-        args.output.write_text(html(baseline, time.time(), tz, comparison), encoding="utf-8")
+        args.output.write_text(html(baseline, time.time(), tz, comparison, config.prices), encoding="utf-8")
     except OSError as exc:
         print(f"xpuwatch report: cannot write {args.output}: {exc}", file=sys.stderr)
         return 1
     if args.csv is not None:
         from xpuwatch.report import chargeback as cb
 
+        usage = cb.priced(baseline.usage, config.prices)
+        costs = cb.cost_columns(config.prices)
+        currency = config.prices.currency if config.prices else ""
         try:
             args.csv.mkdir(parents=True, exist_ok=True)
             for name, rows, columns in (
-                ("usage_by_team.csv", cb.by_team(baseline.usage), cb.TEAM_COLUMNS),
-                ("usage_by_model.csv", cb.by_model(baseline.usage), cb.MODEL_COLUMNS),
+                ("usage_by_team.csv", cb.by_team(usage), (*cb.TEAM_COLUMNS, *costs)),
+                ("usage_by_model.csv", cb.by_model(usage), (*cb.MODEL_COLUMNS, *costs)),
             ):
-                (args.csv / name).write_text(cb.to_csv(rows, columns), encoding="utf-8")
+                (args.csv / name).write_text(cb.to_csv(rows, columns, currency), encoding="utf-8")
         except OSError as exc:
             print(f"xpuwatch report: cannot write CSV to {args.csv}: {exc}", file=sys.stderr)
             return 1
+    from xpuwatch.report.chargeback import unpriced
+
+    for (_vendor, model), hours in sorted(unpriced(baseline.usage, config.prices).items()):
+        print(
+            f"xpuwatch report: no card-hour price for {model} ({hours:,.1f} device-hours): its cost is n/a",
+            file=sys.stderr,
+        )
     if comparison is not None:
         print(comparison.headline)
     print(f"{baseline.headline}\nwrote {args.output}")

@@ -4,7 +4,8 @@ prove what the change bought, per pool and for the fleet, and one headline sente
 The field report: take a one-week baseline, change one thing, and "quantify every step: how many cards, how
 many jobs, how much shorter the queue, how much higher the utilization". ``compare(before, after)`` lines
 up the figures of two :class:`report.baseline.Baseline` windows; ``Comparison.headline`` says it in one line
-("P95 up 12 points, queue P95 down from 3h 00m to 25m, 9 fewer cards idle while jobs waited").
+("P95 up 12 points, queue P95 down from 3h 00m to 25m, 9 fewer free or idle cards while jobs waited,
+card-hours held idle down from 25% to 12%").
 """
 
 from __future__ import annotations
@@ -13,6 +14,8 @@ import math
 from dataclasses import dataclass
 
 from xpuwatch.report.baseline import Baseline, PoolUtil
+
+COULD_HAVE_RUN = "cards that could have run waiting jobs"
 
 
 @dataclass(frozen=True)
@@ -50,7 +53,8 @@ class Comparison:
 
     @property
     def headline(self) -> str:
-        """Fleet P95 in points, the queue's P95 wait, and cards idle while jobs waited, in one sentence."""
+        """Fleet P95 in points, the queue's P95 wait, the cards that could have run the waiting jobs and the
+        share of card-hours held idle, in one sentence (each left out when unchanged or unknown)."""
         parts = [_points("P95", self.get("fleet", "P95 utilization"))]
         wait = self.get("fleet", "P95 wait")
         if wait.before is not None and wait.after is not None and (wait.before or wait.after):
@@ -59,10 +63,16 @@ class Comparison:
             else:
                 way = "down" if wait.after < wait.before else "up"
                 parts.append(f"queue P95 {way} from {duration(wait.before)} to {duration(wait.after)}")
-        idle = self.get("fleet", "cards idle while jobs waited")
+        idle = self.get("fleet", COULD_HAVE_RUN)
         if idle.delta is not None and round(idle.delta, 1):
             way = "fewer" if idle.delta < 0 else "more"
-            parts.append(f"{count(abs(idle.delta))} {way} cards idle while jobs waited")
+            parts.append(f"{count(abs(idle.delta))} {way} free or idle cards while jobs waited")
+        held_idle = self.get("fleet", "card-hours held idle")
+        if held_idle.delta is not None and round(100 * held_idle.delta):
+            parts.append(
+                f"card-hours held idle {'down' if held_idle.delta < 0 else 'up'} from "
+                f"{held_idle.before or 0.0:.0%} to {held_idle.after or 0.0:.0%}"
+            )
         return ", ".join(parts)
 
 
@@ -109,6 +119,11 @@ def compare(before: Baseline, after: Baseline) -> Comparison:
     for key in sorted(pools_b.keys() | pools_a.keys()):
         changes += _pool_changes(key[1], pools_b.get(key), pools_a.get(key))
     changes += _pool_changes("fleet", before.fleet, after.fleet)
+    hb, ha = before.fleet_hours, after.fleet_hours
+    changes += [
+        Change("fleet", f"card-hours {part.replace('_', ' ')}", "%", hb.share(part), ha.share(part))
+        for part in ("unheld", "held_idle", "held_busy")
+    ]
 
     def queue(b: Baseline, value: float | None) -> float | None:
         return None if b.pods_waited is None else value
@@ -121,13 +136,7 @@ def compare(before: Baseline, after: Baseline) -> Comparison:
             before.notebook_memory_gib,
             after.notebook_memory_gib,
         ),
-        Change(
-            "fleet",
-            "cards idle while jobs waited",
-            "cards",
-            queue(before, before.idle_cards_while_waiting or 0.0),
-            queue(after, after.idle_cards_while_waiting or 0.0),
-        ),
+        Change("fleet", COULD_HAVE_RUN, "cards", before.could_have_run, after.could_have_run),
         Change(
             "fleet",
             "jobs that waited",

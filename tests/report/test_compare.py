@@ -23,7 +23,7 @@ from xpuwatch.alerts.promapi import Prometheus
 from xpuwatch.alerts.spec import load_spec
 from xpuwatch.report import history
 from xpuwatch.report.baseline import Baseline, Window, collect, figures
-from xpuwatch.report.compare import compare, duration
+from xpuwatch.report.compare import COULD_HAVE_RUN, compare, count, duration
 
 STEP = 900
 DEVICES = 16
@@ -84,13 +84,27 @@ def _expected(window: str) -> dict[str, object]:
         and _point(d, t).memory_used_bytes >= 268435456
     )
     waits: dict[tuple[str, str], float] = {}
-    busy = []
     for t in ts:
-        pods = history.waiting(t, START, MID)
-        if pods:
-            busy.append(t)
-        for p in pods:
+        for p in history.waiting(t, START, MID):
             waits[p.namespace, p.pod] = max(waits.get((p.namespace, p.pod), 0.0), t - p.created)
+    # cards that could have run the waiting pods (AcceleratorJobsQueuedWhileIdle): per vendor, at the moments
+    # its pods waited, its devices held by nobody or held with a utilization P95 over the hour before < 5 %
+    every = history.times(START, END, STEP, MID)
+    could = 0.0
+    for vendor, resource in (("nvidia", "nvidia_com_gpu"), ("huawei", "huawei_com_Ascend910")):
+        devs = [d for d in FLEET if d.vendor == vendor]
+        moments = [t for t in ts if any(p.resource == resource for p in history.waiting(t, START, MID))]
+        cards = [
+            sum(
+                not history.held(d, t, MID)
+                or np.quantile([_point(d, u).utilization for u in every if t - 3600 <= u <= t], 0.95) < 0.05
+                for d in devs
+            )
+            for t in moments
+        ]
+        could += float(np.mean(cards))
+    held = [(d, t) for d in FLEET for t in ts if history.held(d, t, MID)]
+    held_idle = sum(_point(d, t).utilization <= 0.05 for d, t in held) / (len(FLEET) * len(ts))
     return {
         "pools": pools,
         "fleet": (np.mean(list(util.values())), float(np.quantile(fleet_means, 0.95))),
@@ -99,7 +113,8 @@ def _expected(window: str) -> dict[str, object]:
         "pods_waited": len(waits),
         "wait_p95": float(np.quantile(list(waits.values()), 0.95)),
         "max_wait": max(waits.values()),
-        "idle_while": np.mean([sum(1 - util[d.uuid, t] for d in FLEET) for t in busy]),
+        "could_have_run": could,
+        "held_idle": held_idle,
     }
 
 
@@ -116,7 +131,8 @@ def test_each_window_matches_the_model(windows: dict[str, Baseline], window: str
     assert b.pods_waited == want["pods_waited"]
     assert b.wait_p95_seconds == pytest.approx(want["wait_p95"])
     assert b.max_wait_seconds == want["max_wait"]
-    assert b.idle_cards_while_waiting == pytest.approx(want["idle_while"], rel=1e-9)
+    assert b.could_have_run == pytest.approx(want["could_have_run"], rel=1e-9)
+    assert b.fleet_hours.share("held_idle") == pytest.approx(want["held_idle"], rel=1e-9)
     assert b.alerts_by_category == {}  # backfilled data has no ALERTS history
 
 
@@ -136,15 +152,24 @@ def test_the_comparison_shows_what_the_change_bought(windows: dict[str, Baseline
     for scope in ("NVIDIA A100-SXM4-80GB", "Ascend910B"):
         c = cmp.get(scope, "average utilization")
         assert c.delta is not None and c.delta > 0
-    idle = cmp.get("fleet", "cards idle while jobs waited")
-    assert (idle.before, idle.after) == pytest.approx((before["idle_while"], after["idle_while"]), rel=1e-9)
-    points = round(100 * (after["fleet"][1] - before["fleet"][1]))  # type: ignore[index]
-    fewer = round(before["idle_while"] - after["idle_while"], 1)  # type: ignore[operator]
-    fewer_text = f"{fewer:.0f}" if fewer == int(fewer) else f"{fewer:.1f}"
-    assert cmp.headline == (
-        f"P95 up {points} points, queue P95 down from {duration(before['wait_p95'])} to "  # type: ignore[arg-type]
-        f"{duration(after['wait_p95'])}, {fewer_text} {'fewer' if fewer > 0 else 'more'} cards idle while jobs waited"  # type: ignore[arg-type]
+    idle = cmp.get("fleet", COULD_HAVE_RUN)
+    assert (idle.before, idle.after) == pytest.approx(
+        (before["could_have_run"], after["could_have_run"]), rel=1e-9
     )
+    held_idle = cmp.get("fleet", "card-hours held idle")
+    assert (held_idle.before, held_idle.after) == pytest.approx((before["held_idle"], after["held_idle"]))
+    points = round(100 * (after["fleet"][1] - before["fleet"][1]))  # type: ignore[index]
+    parts = [
+        f"P95 up {points} points",
+        f"queue P95 down from {duration(before['wait_p95'])} to {duration(after['wait_p95'])}",  # type: ignore[arg-type]
+    ]
+    fewer = round(before["could_have_run"] - after["could_have_run"], 1)  # type: ignore[operator]
+    if fewer:
+        parts.append(
+            f"{count(abs(fewer))} {'fewer' if fewer > 0 else 'more'} free or idle cards while jobs waited"
+        )
+    parts.append(f"card-hours held idle down from {before['held_idle']:.0%} to {after['held_idle']:.0%}")
+    assert cmp.headline == ", ".join(parts)
 
 
 @pytest.mark.slow
@@ -157,7 +182,8 @@ def test_report_cli_compares_two_weeks(prometheus: str, tmp_path: Path) -> None:
     assert run.returncode == 0, run.stderr
     assert re.match(r"P95 up \d+ points, queue P95 down from 3h 45m to \d+m", run.stdout), run.stdout
     page = out.read_text()
-    assert page.count("<svg") == 6  # the baseline's four plots and both windows' two
+    assert page.count("<svg") == 7  # the card-hours of both windows, the baseline's four plots, two more
+    assert page.index('id="hours-answer"') < page.index('id="compare-headline"') < page.index('id="compare"')
     assert 'id="compare"' in page and "memory held by idle notebooks" in page
     assert "before (dotted) | after" in page
     # the same explicit windows: --compare-end names the before window's end

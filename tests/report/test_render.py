@@ -91,10 +91,20 @@ def test_short_ranges_are_worded_right() -> None:
 
 def test_hoarders_show_cards_held_all_window() -> None:
     b = _baseline(
-        hoard_steps=[Series({"namespace": "ml", "owner": "ml"}, ((END, 336.0),))],  # 336 one-hour steps
-        hoard_mem=[Series({"namespace": "ml", "owner": "ml"}, ((END, 336 * 48 * 2.0**30),))],
+        # two pods of ml: a stale job and a notebook, 168 one-hour steps each
+        idle_pods=[
+            _s(168.0, namespace="ml", owner="ml", pod="stale-0", workload_kind="job"),
+            _s(168.0, namespace="ml", owner="ml", pod="jupyter-0", workload_kind="notebook"),
+        ],
+        idle_pod_mem=[
+            _s(168 * 16 * 2.0**30, namespace="ml", owner="ml", pod="stale-0", workload_kind="job"),
+            _s(168 * 80 * 2.0**30, namespace="ml", owner="ml", pod="jupyter-0", workload_kind="notebook"),
+        ],
+        nb_held=[_s(168.0, namespace="ml", owner="ml", pod="jupyter-0")],
     )
     assert b.hoarders == (Hoarder("ml", "ml", 336.0, 336 * 48.0, 2.0),)
+    assert b.idle_notebooks == (IdleNotebook("ml", "jupyter-0", "ml", 168.0, 168.0),)
+    assert b.notebook_memory_gib == 80.0  # held idle all week: its mean over the week is all of it
     page = html(b, END, dt.UTC)
     assert "cards (held idle all 7 d)" in page and '<td class="n">2.0</td>' in page
 
@@ -136,3 +146,179 @@ def test_per_pod_and_per_slice_tables_show_the_worst_rows_and_count_the_rest() -
     assert "50 of 55 slices and partitions, those to resize first; the other 5: 5 fits." in page
     small = html(_baseline(), END, dt.UTC)
     assert "notebooks-more" not in small and "slices-more" not in small
+
+
+def _s(value: float, **labels: str) -> Series:
+    return Series(labels, ((END, value),))
+
+
+def test_the_headline_counts_only_cards_that_could_have_run_the_waiting_pods() -> None:
+    """A mixed fleet: ml waits for 8 nvidia.com/gpu, nlp for 4 huawei.com/Ascend910. Only NVIDIA cards count
+    for ml, only Ascend 910 cards (not the 310P of the same vendor) for nlp, and AMD's free cards for nobody;
+    busy cards never. Summed over every vendor, as the old headline did, this fleet had 4 + 12 + 1 + 2 + 5 +
+    10 + 5 = 39 free or idle cards: a manager would read "39 idle cards while jobs waited"."""
+    b = _baseline(
+        pods_waited=[_s(9.0)],
+        ksm_seen=[_s(1.0)],
+        wait_steps=[_s(16.0, cluster="", vendor="nvidia"), _s(8.0, cluster="", vendor="huawei")],
+        wait_peak=[
+            _s(8.0, cluster="", namespace="ml", resource="nvidia_com_gpu", vendor="nvidia"),
+            _s(4.0, cluster="", namespace="nlp", resource="huawei_com_Ascend910", vendor="huawei"),
+        ],
+        wait_capacity=[
+            _s(v, cluster="", vendor=vendor, model=model, state=state)
+            for vendor, model, state, v in (
+                ("nvidia", "A100", "free", 4.0),
+                ("nvidia", "A100", "held idle", 10.0),
+                ("nvidia", "H100", "free", 0.0),
+                ("nvidia", "H100", "held idle", 2.0),
+                ("huawei", "Ascend910B", "free", 1.0),
+                ("huawei", "Ascend910B", "held idle", 2.0),
+                ("huawei", "Ascend310P", "free", 5.0),
+                ("huawei", "Ascend310P", "held idle", 0.0),
+            )
+        ],
+    )
+    got = {c.vendor: (c.free, c.held_idle, c.models, c.waited_seconds) for c in b.wait_capacity}
+    assert got == {
+        "nvidia": (4.0, 12.0, ("A100", "H100"), 16 * 3600.0),
+        "huawei": (1.0, 2.0, ("Ascend910B",), 8 * 3600.0),  # the 310P cannot run an Ascend910 pod
+    }
+    assert b.could_have_run == 19.0
+    assert b.headline == (
+        "9 jobs waited for cards (longest 0m). "
+        "While nlp waited for 4 huawei.com/Ascend910: 1 free and 2 held idle Ascend910B cards could have run "
+        "them (mean over the 8 h they waited). "
+        "While ml waited for 8 nvidia.com/gpu: 4 free and 12 held idle nvidia cards could have run them "
+        "(mean over the 16 h they waited)."
+    )
+    assert "39" not in b.headline
+    page = html(b, END, dt.UTC)
+    assert "4 free and 12 held idle nvidia cards" in page and "AcceleratorJobsQueuedWhileIdle" in page
+
+
+def test_a_resource_name_narrows_the_models_only_where_it_names_one() -> None:
+    from xpuwatch.report.baseline import resource_models
+
+    models = ["Ascend910B", "Ascend310P", "Ascend910"]
+    assert resource_models("huawei.com/Ascend910", models) == ("Ascend910B", "Ascend910")
+    assert resource_models("huawei.com/Ascend310P-2c", models) == ("Ascend310P",)
+    assert resource_models("huawei.com/npu", models) == tuple(models)
+    nvidia = ["NVIDIA A100-SXM4-80GB", "NVIDIA H100 80GB HBM3"]
+    assert resource_models("nvidia.com/gpu", nvidia) == tuple(nvidia)
+    assert resource_models("nvidia.com/mig-1g.10gb", nvidia) == tuple(nvidia)  # a profile, not a model
+    assert resource_models("huawei.com/Ascend999", models) == tuple(models)  # names no model seen: all
+
+
+def test_card_hours_split_and_the_one_line_answer() -> None:
+    """8 devices for 168 one-hour steps: one held by nobody, two held but idle, five held and busy at 34 %."""
+    team = {"vendor": "nvidia", "model": "A100"}
+    b = _baseline(
+        hours_seen=[_s(8 * 168.0, **team)],
+        cb_steps=[
+            _s(6 * 168.0, namespace="ml", owner="ml", **team),
+            _s(168.0, namespace="nlp", owner="nlp", **team),
+        ],
+        cb_idle=[_s(2 * 168.0, namespace="ml", owner="ml", **team)],
+        busy_util=[_s(5 * 168.0 * 0.34, **team)],
+        steps_seen=[_s(168.0)],
+    )
+    (a100,) = b.card_hours
+    assert (a100.total, a100.unheld, a100.held_idle, a100.held_busy) == (
+        8 * 168.0,
+        168.0,
+        2 * 168.0,
+        5 * 168.0,
+    )
+    assert a100.busy_utilization == pytest.approx(0.34)
+    assert b.hours_answer == (
+        "Of 1,344 card-hours, 12.5% were held by nobody, 25.0% held but idle and 62.5% held and busy "
+        "(at 34% mean utilization)."
+    )
+    page = html(b, END, dt.UTC)
+    assert (
+        page.index("Where the card-hours went")
+        < page.index('id="hours-answer"')
+        < page.index('id="headline"')
+    )
+    assert page.index('id="headline"') < page.index("<h2>Pools</h2>")
+
+
+def test_a_change_that_rounds_to_nothing_reads_plus_minus_zero_never_minus_zero() -> None:
+    from xpuwatch.report.compare import Change
+    from xpuwatch.report.render import change
+
+    assert change(Change("fleet", "memory", "GiB", 12.3, 12.1)) == "±0 GiB"
+    assert change(Change("fleet", "P95", "%", 0.301, 0.297)) == "±0 points"
+    assert change(Change("fleet", "cards", "cards", 3.02, 3.0)) == "±0.0 cards"
+    assert change(Change("fleet", "wait", "s", 100.0, 90.0)) == "±0m"
+    assert change(Change("fleet", "P95", "%", 0.30, 0.42)) == "+12 points"
+    assert change(Change("fleet", "memory", "GiB", 96.0, 0.0)) == "-96 GiB"
+
+
+def test_a_window_mostly_without_data_says_so() -> None:
+    """A 7-day window of hourly steps with readings at 10 of its 168 steps: a coverage line names what the
+    data cover; at 160 of 168 (95 %) nothing is said."""
+    curve = [Series({"vendor": "nvidia", "model": "A100"}, ((END - 9 * 3600, 0.5), (END, 0.6)))]
+    sparse = _baseline(steps_seen=[_s(10.0)], pool_curve=curve)
+    assert sparse.coverage == pytest.approx(10 / 168)
+    page = html(sparse, END, SHANGHAI)
+    assert 'id="coverage"' in page
+    assert "Data cover 6% of this 7 d window: readings from 2025-12-01 11:00 CST (UTC+08:00) to" in page
+    assert "cards (all 10 h)" in page or "No card was held" in page
+    full = html(_baseline(steps_seen=[_s(160.0)], pool_curve=curve), END, SHANGHAI)
+    assert 'id="coverage"' not in full
+
+
+def test_the_time_axis_spans_the_window_and_repeats_no_label() -> None:
+    """A 1 h window with 5 minutes of data: the axis used to cover the 5 minutes only, ticks 30 s apart all
+    written %H:%M (12:01, 12:01, 12:02, ...). Now it spans the hour and writes each tick once."""
+    import matplotlib.dates
+    import matplotlib.pyplot as plt
+
+    from xpuwatch.report.render import _time_axis
+
+    for seconds, data in ((3600, 300), (300, 300), (7 * 86400, 7 * 86400), (86400, 3600)):
+        fig, ax = plt.subplots()
+        ts = [END - data + i * data / 10 for i in range(11)]
+        ax.plot([matplotlib.dates.date2num(dt.datetime.fromtimestamp(t, SHANGHAI)) for t in ts], range(11))
+        _time_axis(ax, SHANGHAI, END - seconds, END)
+        fig.canvas.draw()
+        labels = [t.get_text() for t in ax.get_xticklabels() if t.get_text()]
+        lo, hi = ax.get_xlim()
+        plt.close(fig)
+        assert len(labels) >= 3 and len(set(labels)) == len(labels), (seconds, labels)
+        assert (hi - lo) * 86400 == pytest.approx(seconds, abs=1)
+
+
+def test_the_scatter_counts_do_not_cover_each_other() -> None:
+    """Points one cell apart (2 points of % on each axis) used to get their counts written on top of each
+    other; four pools' free cards at 0 % put four numbers in one place."""
+    import matplotlib.pyplot as plt
+
+    from xpuwatch.report.render import _label_counts
+
+    fig, ax = plt.subplots(figsize=(8.5, 5))
+    ax.set_xlim(-3, 103)
+    ax.set_ylim(-3, 103)
+    counts = {(88.0, 72.0): 4, (88.0, 70.0): 2, (0.0, 0.0): 8, (2.0, 0.0): 2, (4.0, 2.0): 3}
+    _label_counts(ax, fig, counts)
+    fig.canvas.draw()
+    boxes = [t.get_window_extent() for t in ax.texts]
+    plt.close(fig)
+    assert len(boxes) == 5
+    assert not any(a.overlaps(b) for i, a in enumerate(boxes) for b in boxes[i + 1 :])
+
+
+def test_no_alert_says_whether_the_rules_ran() -> None:
+    quiet = html(_baseline(rules_seen=[_s(4.0)]), END, dt.UTC)
+    assert "No hardware or performance alert fired in the window. The xpuwatch rules ran" in quiet
+    assert "No alert history" not in quiet
+    never = html(_baseline(), END, dt.UTC)
+    assert "No alert history: no xpuwatch recording rule wrote a series in this window" in never
+
+
+def test_a_few_card_hours_keep_their_decimal() -> None:
+    """A 1 h window over 5 minutes of 64 devices: 6.4 card-hours, written so, as the picture writes them."""
+    b = _baseline(hours_seen=[_s(6.4, vendor="nvidia", model="A100")], steps_seen=[_s(1.0)])
+    assert b.hours_answer.startswith("Of 6.4 card-hours, 100.0% were held by nobody")

@@ -30,7 +30,7 @@ from tests.report.prom_standin import StandIn, serve
 from xpuwatch.alerts.promapi import PromError, Prometheus, duration
 from xpuwatch.alerts.spec import load_spec
 from xpuwatch.report import chargeback, history
-from xpuwatch.report.baseline import ReportError, Window, collect, figures
+from xpuwatch.report.baseline import Baseline, ReportError, Window, collect, figures
 
 STEP = 900
 DEVICES = 16
@@ -139,25 +139,105 @@ def test_report_figures_match_the_backfilled_week(prometheus: str) -> None:
         == max(t - p.created for t, ps in waiting.items() for p in ps)
         == 3 * 3600 + 45 * 60
     )
-    busy = [t for t, ps in waiting.items() if ps]
-    idle_while = np.mean([sum(1 - POINTS[d.uuid, t].utilization for d in FLEET) for t in busy])
-    assert b.idle_cards_while_waiting == pytest.approx(idle_while)
-    assert b.idle_cards == pytest.approx(
-        np.mean([sum(1 - POINTS[d.uuid, t].utilization for d in FLEET) for t in TIMES])
-    )
     assert {(q.namespace, q.resource): q.pods for q in b.waiting} == {
         ("ml", "nvidia.com/gpu"): 7,
         ("nlp", "huawei.com/Ascend910"): 7,
     }
     # two stale jobs and two notebooks, each one card held idle all week
     assert sorted(h.cards for h in b.hoarders) == pytest.approx([1.0] * 4)
-    assert (
-        b.headline
-        == f"{idle_while:.1f} cards' worth of capacity idle while 14 jobs waited (longest wait 3h 45m)"
-    )
     peak = max(v for _, v in b.pending_curve)
     assert peak == 12 and min(v for _, v in b.pending_curve) == 0  # 8 GPUs + 4 NPUs; nothing at night
     assert b.alerts == {}  # backfilled data has no ALERTS history
+
+
+# resource (as kube-state-metrics writes it) -> the vendor whose cards can run it (spec queue_resources)
+VENDOR_OF = {"nvidia_com_gpu": "nvidia", "huawei_com_Ascend910": "huawei"}
+
+
+def _could_have_run() -> dict[str, tuple[float, float, float]]:
+    """Per vendor pods waited for: (free, held idle, hours waited), computed from the model the way
+    AcceleratorJobsQueuedWhileIdle counts: at each moment a pod of that vendor waited, its devices held by
+    nobody, and those held whose utilization P95 over the hour before was under 5 %; the mean over those
+    moments."""
+    out: dict[str, tuple[float, float, float]] = {}
+    for vendor in sorted(set(VENDOR_OF.values())):
+        moments = [
+            t for t in TIMES if any(VENDOR_OF[p.resource] == vendor for p in history.waiting(t, START))
+        ]
+        devs = [d for d in FLEET if d.vendor == vendor]
+        free, idle = [], []
+        for t in moments:
+            free.append(sum(d.holder is None for d in devs))
+            hour = [u for u in TIMES if t - 3600 <= u <= t]
+            idle.append(
+                sum(
+                    d.holder is not None
+                    and float(np.quantile([POINTS[d.uuid, u].utilization for u in hour], 0.95)) < 0.05
+                    for d in devs
+                )
+            )
+        out[vendor] = (float(np.mean(free)), float(np.mean(idle)), len(moments) * STEP / 3600)
+    return out
+
+
+def _naive_idle_while_waiting() -> float:
+    """The old headline: Σ(1 - utilization) over every device of every vendor, busy ones too, averaged over
+    the moments any pod waited."""
+    busy = [t for t in TIMES if history.waiting(t, START)]
+    return float(np.mean([sum(1 - POINTS[d.uuid, t].utilization for d in FLEET) for t in busy]))
+
+
+@pytest.fixture(scope="module")
+def week(prometheus: str) -> Baseline:
+    spec = load_spec()
+    w = Window(end=END, seconds=RANGE, step=STEP)
+    return figures(collect(Prometheus(prometheus), spec, w), spec, w)
+
+
+@pytest.mark.slow
+def test_the_headline_counts_only_cards_that_could_have_run_the_waiting_jobs(week: Baseline) -> None:
+    """Issue 34: "38.7 cards' worth of capacity idle while 14 jobs waited" summed (1 - utilization) over every
+    device of every vendor, busy cards included. Now, per vendor the pods waited for, only that vendor's
+    cards free or held idle by AcceleratorJobsQueuedWhileIdle's definition count, and the headline says so
+    per resource. The naive figure of this fleet is far from it: a headline built on it fails here."""
+    want = _could_have_run()
+    got = {c.vendor: (c.free, c.held_idle, c.waited_seconds / 3600) for c in week.wait_capacity}
+    assert got.keys() == want.keys()
+    for vendor, figures_ in want.items():
+        assert got[vendor] == pytest.approx(figures_), vendor
+    # 16 devices, 4 per pool: NVIDIA's stale job and notebook and Ascend's stale job sit idle; the one free
+    # card is an AMD card, which no waiting pod asked for
+    assert want == {"nvidia": (0.0, 2.0, 28.0), "huawei": (0.0, 1.0, 14.0)}
+    naive = _naive_idle_while_waiting()
+    assert naive > 2 * sum(f + i for f, i, _ in want.values())  # busy and other vendors' cards were in it
+    assert week.could_have_run == 3.0
+    assert week.headline == (
+        "14 jobs waited for cards (longest 3h 45m). "
+        "While nlp waited for 4 huawei.com/Ascend910: 0 free and 1 held idle Ascend910B cards could have run "
+        "them (mean over the 14 h they waited). "
+        "While ml waited for 8 nvidia.com/gpu: 0 free and 2 held idle nvidia cards could have run them "
+        "(mean over the 28 h they waited)."
+    )
+    assert f"{naive:.1f}" not in week.headline
+
+
+@pytest.mark.slow
+def test_card_hours_split_into_unheld_held_idle_and_held_busy(week: Baseline) -> None:
+    """Where every card-hour went, per pool, against the model: present x hours, split by whether a pod
+    held the card and whether its utilization was at most 5 % at the step."""
+    for pool in week.card_hours:
+        devs = [d for d in FLEET if d.model == pool.model]
+        held = [(d, t) for d in devs for t in TIMES if d.holder is not None]
+        idle = [(d, t) for d, t in held if POINTS[d.uuid, t].utilization <= 0.05]
+        busy = [POINTS[d.uuid, t].utilization for d, t in held if POINTS[d.uuid, t].utilization > 0.05]
+        h = STEP / 3600
+        assert pool.total == pytest.approx(len(devs) * len(TIMES) * h)
+        assert (pool.held_idle, pool.held_busy) == pytest.approx((len(idle) * h, len(busy) * h))
+        assert pool.busy_utilization == pytest.approx(np.mean(busy))
+    fleet = week.fleet_hours
+    assert fleet.total == 16 * 168.0 and fleet.unheld == 168.0  # one free card of the 16
+    assert week.hours_answer.startswith("Of 2,688 card-hours, 6.2% were held by nobody, ")
+    assert week.coverage == 1.0 and week.rules_ran is False
 
 
 def _usage() -> dict[tuple[str, str, str, str], tuple[float, float, float, float, float]]:
@@ -215,6 +295,11 @@ def test_chargeback_sums_equal_the_models_device_hours_and_energy(prometheus: st
 @pytest.mark.slow
 def test_report_cli_writes_html_that_chromium_renders(prometheus: str, tmp_path: Path) -> None:
     out = tmp_path / "report.html"
+    prices = tmp_path / "report.yaml"  # every model but AMD's priced: its cost and its teams' are n/a
+    prices.write_text(
+        "prices:\n  currency: CNY\n  card_hour:\n    NVIDIA H100 80GB HBM3: 28\n    nvidia.com/gpu: 16\n"
+        "    huawei.com/Ascend910: 12\n  kwh: 0.85\n"
+    )
     run = subprocess.run(
         [
             sys.executable,
@@ -233,6 +318,8 @@ def test_report_cli_writes_html_that_chromium_renders(prometheus: str, tmp_path:
             "Asia/Shanghai",
             "--csv",
             str(tmp_path / "csv"),
+            "--config",
+            str(prices),
             "-o",
             str(out),
         ],
@@ -241,26 +328,49 @@ def test_report_cli_writes_html_that_chromium_renders(prometheus: str, tmp_path:
         timeout=600,
     )
     assert run.returncode == 0, run.stderr
-    assert "cards' worth of capacity idle while 14 jobs waited" in run.stdout
+    assert (
+        "14 jobs waited for cards (longest 3h 45m). While nlp waited for 4 huawei.com/Ascend910" in run.stdout
+    )
+    assert "no card-hour price for AMD Instinct MI300X (504.0 device-hours): its cost is n/a" in run.stderr
     page = out.read_text()
     end_local = dt.datetime.fromtimestamp(END, zoneinfo.ZoneInfo("Asia/Shanghai")).strftime("%Y-%m-%d %H:%M")
     assert f"to {end_local} CST (UTC+08:00)</h1>" in page
     assert "nvidia.com/gpu" in page and "nvidia_com_gpu" not in page
     assert "time (Asia/Shanghai)" in page and "framebuffer" not in page
     assert 'id="usage-teams"' in page and "estimated as power x time" in page
+    costs = ["card_cost", "energy_cost", "currency"]
     with (tmp_path / "csv" / "usage_by_team.csv").open() as f:
         teams = list(csv.DictReader(f))
-    assert list(teams[0]) == list(chargeback.TEAM_COLUMNS)
+    assert list(teams[0]) == [*chargeback.TEAM_COLUMNS, *costs]
     want = _usage()
     assert sum(float(r["device_hours"]) for r in teams) == pytest.approx(sum(v[0] for v in want.values()))
-    assert sum(float(r["energy_kwh"]) for r in teams) == pytest.approx(
-        sum(v[3] for v in want.values()), abs=0.01
-    )
+    # the two kWh columns add up to the energy once (energy_kwh held energy_kwh_from_power as well)
+    kwh = sum(float(r["energy_kwh_counter"]) + float(r["energy_kwh_from_power"]) for r in teams)
+    assert kwh == pytest.approx(sum(v[3] for v in want.values()), abs=0.01)
+    assert sum(float(r["energy_cost"]) for r in teams) == pytest.approx(0.85 * kwh, abs=0.02)
     with (tmp_path / "csv" / "usage_by_model.csv").open() as f:
         models = list(csv.DictReader(f))
-    assert list(models[0]) == list(chargeback.MODEL_COLUMNS)
+    assert list(models[0]) == [*chargeback.MODEL_COLUMNS, *costs]
     assert {(r["vendor"], r["model"]) for r in models} == {(v, m) for v, m, *_ in history.POOLS}
-    assert page.count("<svg") == 4
+    # card cost = device-hours x the model's price (H100 its own, A100 nvidia.com/gpu's); MI300X unpriced
+    price = {"NVIDIA H100 80GB HBM3": 28.0, "NVIDIA A100-SXM4-80GB": 16.0, "Ascend910B": 12.0}
+    for r in models:
+        hours = sum(v[0] for k, v in want.items() if k[3] == r["model"])
+        if r["model"] in price:
+            assert float(r["card_cost"]) == pytest.approx(price[r["model"]] * hours, abs=0.005)
+        else:
+            assert r["card_cost"] == "" and r["vendor"] == "amd"
+        assert r["currency"] == "CNY"
+    for r in teams:  # a team holding an AMD card has no card cost rather than a partial one
+        rows = {k: v for k, v in want.items() if (k[0], k[1]) == (r["namespace"], r["owner"])}
+        if any(k[2] == "amd" for k in rows):
+            assert r["card_cost"] == ""
+        else:
+            assert float(r["card_cost"]) == pytest.approx(
+                sum(price[k[3]] * v[0] for k, v in rows.items()), abs=0.01
+            )
+    assert "No card-hour price for AMD Instinct MI300X (504.0 h)" in page
+    assert page.count("<svg") == 5  # where the card-hours went, pools, curves, scatter, queue
     assert re.search(r'(src|href)="(https?:)?//', page) is None  # self-contained: nothing fetched
     assert 'id="hoarders"' in page and 'id="slices"' in page and "memory-bound" in page
     assert "vir10_3c_16g" in page and "no usage reading for this slice" in page  # the vNPU row
@@ -292,6 +402,7 @@ def test_report_cli_writes_html_that_chromium_renders(prometheus: str, tmp_path:
         timeout=120,
     )
     assert dom.returncode == 0 and "14 jobs waited" in dom.stdout
+    assert dom.stdout.index('id="hours-answer"') < dom.stdout.index("14 jobs waited")
 
 
 @pytest.mark.slow

@@ -16,7 +16,18 @@ import numpy as np
 import pytest
 
 from tests.ports import free_port
-from tests.report.test_report import DEVICES, END, FLEET, POINTS, RANGE, START, STEP, TIMES, _usage
+from tests.report.test_report import (
+    DEVICES,
+    END,
+    FLEET,
+    POINTS,
+    RANGE,
+    START,
+    STEP,
+    TIMES,
+    _could_have_run,
+    _usage,
+)
 from xpuwatch.alerts.promapi import Prometheus
 from xpuwatch.alerts.spec import load_spec
 from xpuwatch.report import history
@@ -102,6 +113,15 @@ def test_report_figures_from_victoriametrics_match_the_model(victoriametrics: st
         ("ml", "nvidia.com/gpu"): 7,
         ("nlp", "huawei.com/Ascend910"): 7,
     }
+    # the per-resource headline: VM evaluates the 1 h P95 inside the subquery and the label_replace/or
+    # join as Prometheus does
+    got_wait = {c.vendor: (c.free, c.held_idle, c.waited_seconds / 3600) for c in b.wait_capacity}
+    want_wait = _could_have_run()
+    assert got_wait.keys() == want_wait.keys()
+    for vendor, figures_ in want_wait.items():
+        assert got_wait[vendor] == pytest.approx(figures_), vendor
+    assert b.fleet_hours.total == DEVICES * 168.0 and b.fleet_hours.unheld == 168.0
+    assert b.coverage == 1.0
     got = {(u.namespace, u.owner, u.vendor, u.model): u for u in b.usage}
     want = _usage()
     assert got.keys() == want.keys()
