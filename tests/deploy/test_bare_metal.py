@@ -1,7 +1,9 @@
 """docs/bare-metal.md, run: its command blocks into a temporary root folder, its systemd units checked by
 Debian's `systemd-analyze verify` and started from their `ExecStart` lines as written, Debian's Prometheus
 scraping with its scrape jobs and evaluating its generated rule files, Debian's Alertmanager with its
-generated config, the relay to a stand-in DingTalk bot.
+generated config (a dedicated one, and xpuwatch's fragment merged into an existing one), the relay to stand-in
+DingTalk bots (one robot as shipped, and two as the guide says to set up), and ``xpuwatch rules test-page``
+through all of them.
 
 No systemd runs as init on the test machines, so a unit is "run" as systemd would run it: the ExecStart line
 split as systemd splits it, ``${VAR}`` expanded from the unit's ``Environment=``, its ``EnvironmentFile=`` and
@@ -10,7 +12,8 @@ looked up on the path (systemd's fixed search path starts at /usr/local/bin; her
 the folder of the running Python, stands for it). A guide block runs under bash with every ``/etc``, ``/run``,
 ``/var`` and ``/usr/local`` path moved below the temporary root, ``/opt/xpuwatch/bin/`` standing for the test's
 install, ``sudo`` running its command as is, ``systemd-tmpfiles`` given ``--root``, and ``systemctl``,
-``journalctl``, ``sudoedit`` and ``curl`` recorded instead of run (the records are checked).
+``journalctl``, ``sudoedit`` and ``curl`` recorded instead of run (the records are checked). Where the guide
+has the user edit a file (``sudoedit``), the test makes the edit the guide describes.
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ import yaml
 
 from tests.ports import free_port
 from tests.relay.fakebots import FakeDingTalk
+from xpuwatch.exporter import catalog as C
 
 REPO = Path(__file__).resolve().parents[2]
 DOC = REPO / "docs" / "bare-metal.md"
@@ -51,6 +55,13 @@ SHOWN = (
 )
 RECORDED = ("systemctl", "journalctl", "sudoedit", "curl")
 SECRET = "SECf0e1d2c3b4a5968778695a4b3c2d1e0f"
+# What the test shortens in the installed site.yaml: the routes' waits (a test cannot wait 2 minutes for the
+# performance route). Receivers, routes and inhibitions stay the guide's.
+FAST = {r: {"group_wait": "1s", "group_interval": "1s"} for r in ("hardware", "performance", "meta")}
+EXISTING = {  # an Alertmanager that already routes other alerts, as "yours" for the merge block
+    "debian": Path("/etc/prometheus/alertmanager.yml"),  # as Debian's prometheus-alertmanager installs it
+    "hand-written": REPO / "docs" / "examples" / "routing" / "existing-alertmanager.yml",
+}
 
 
 def fenced() -> list[tuple[str, str]]:
@@ -114,24 +125,25 @@ class Root:
             "127.0.0.1:9093", f"127.0.0.1:{self.alertmanager}"
         )
 
-    def run(self, name: str) -> subprocess.CompletedProcess[str]:
-        """Run the guide's block ``name`` (bash, stopping at the first failing command)."""
+    def run(self, name: str, append: str = "") -> subprocess.CompletedProcess[str]:
+        """Run the guide's block ``name`` (bash, stopping at the first failing command); ``append``: words
+        added to its last command."""
         stubs = [
             'sudo() { "$@"; }',
             'systemd-tmpfiles() { command systemd-tmpfiles --root="$XPW_ROOT" "$@"; }',
             *(f'{c}() {{ printf "%s\\n" "{c} $*" >> "$XPW_RECORD"; }}' for c in RECORDED),
             "set -e",
         ]
-        script = "\n".join(stubs) + "\n" + self.local(blocks()[name])
+        script = "\n".join(stubs) + "\n" + self.local(blocks()[name]).rstrip("\n") + append + "\n"
         r = subprocess.run(
             ["bash", "-c", script],
             cwd=REPO,
             env={**_env(), "XPW_ROOT": str(self.path), "XPW_RECORD": str(self.record)},
             capture_output=True,
             text=True,
-            timeout=300,
+            timeout=900,
         )
-        assert r.returncode == 0, f"{name}: {r.stderr}"
+        assert r.returncode == 0, f"{name}: {r.stdout}{r.stderr}"
         return r
 
     def recorded(self) -> list[str]:
@@ -267,6 +279,80 @@ async def _until(pred: Any, timeout: float, what: str, diagnose: Any) -> None:
 
 
 FAULT_AT = 8.0  # the simulated card's uncorrectable ECC error: after Prometheus has scraped the counter at 0
+ROBOTS = {1: {"ops-dingtalk": "ops"}, 2: {"ops-dingtalk": "ops", "team-dingtalk": "team"}}  # channel: token
+
+
+def _write_prometheus_yml(root: Root, exporter_port: int) -> None:
+    """/etc/prometheus/prometheus.yml: the guide's scrape jobs and rule files in a config whose other parts are
+    the site's (fast intervals, the test's Alertmanager), the targets on this machine's free ports."""
+    snippet = yaml.safe_load(root.local((SYSTEMD / "prometheus" / "xpuwatch.yml").read_text()))
+    for job in snippet["scrape_configs"]:
+        port = exporter_port if job["job_name"] == "xpuwatch" else root.relay
+        job["static_configs"] = [{"targets": [f"127.0.0.1:{port}"]}]
+    (root.path / "etc" / "prometheus" / "prometheus.yml").write_text(
+        yaml.safe_dump(
+            {
+                "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
+                "alerting": {
+                    "alertmanagers": [{"static_configs": [{"targets": [f"127.0.0.1:{root.alertmanager}"]}]}]
+                },
+                **snippet,
+            }
+        )
+    )
+
+
+def _edit_site_spec(root: Root, robots: int) -> None:
+    """The "site spec" block's sudoedit: the second robot as the guide says (section 4), and :data:`FAST`."""
+    path = root.path / "etc" / "prometheus" / "xpuwatch" / "site.yaml"
+    site = yaml.safe_load(path.read_text())
+    assert (
+        site["routing"]["hardware"]["receiver"]
+        == site["routing"]["performance"]["receiver"]
+        == "ops-dingtalk"
+    )
+    assert site["routing"]["remediation"] == {"enabled": False} and "disabled_alerts" not in site
+    if robots == 2:
+        site["routing"]["performance"]["receiver"] = "team-dingtalk"
+    for route, timing in FAST.items():
+        site["routing"].setdefault(route, {}).update(timing)
+    path.write_text(yaml.safe_dump(site))
+
+
+def _second_robot(path: Path) -> None:
+    """Uncomment the second robot's lines of the installed relay.yaml or relay.env, as their comments say."""
+    text = path.read_text()
+    out = re.sub(r"^(\s*)#(team-dingtalk:|  \w+_env:|  type:|DINGTALK_TEAM_\w+=)", r"\1\2", text, flags=re.M)
+    assert out != text, f"{path.name} has no second robot to uncomment"
+    path.write_text(out)
+
+
+def keys_of(lines: list[str]) -> list[str]:
+    """The variable each line of an environment file sets ("" for comments and blank lines)."""
+    return ["" if not ln or ln.startswith("#") else ln.split("=", 1)[0] for ln in lines]
+
+
+def _relay_urls(config: dict[str, Any]) -> list[str]:
+    return [w["url"] for r in config["receivers"] for w in r.get("webhook_configs", [])]
+
+
+def _assert_every_receiver_posts_to_a_relay_channel(root: Root, am_config: Path) -> None:
+    """No receiver posts to an absent remediation service or to a channel the relay does not have."""
+    channels = set(yaml.safe_load((root.path / "etc" / "xpuwatch" / "relay.yaml").read_text())["channels"])
+    urls = _relay_urls(yaml.safe_load(am_config.read_text()))
+    prefix = f"http://127.0.0.1:{root.relay}/alertmanager/"
+    assert urls and all(u.startswith(prefix) for u in urls), urls
+    assert {u.removeprefix(prefix) for u in urls} == channels
+
+
+def _metric_total(url: str, name: str) -> float:
+    with urllib.request.urlopen(url, timeout=5) as r:
+        body = r.read().decode()
+    return sum(
+        float(line.rsplit(" ", 1)[1])
+        for line in body.splitlines()
+        if line.startswith((f"{name}{{", f"{name} "))
+    )
 
 
 @pytest.mark.slow
@@ -274,26 +360,40 @@ FAULT_AT = 8.0  # the simulated card's uncorrectable ECC error: after Prometheus
     not (os.access(ALERTMANAGER, os.X_OK) and os.access(PROMETHEUS, os.X_OK) and shutil.which("amtool")),
     reason="Debian's prometheus and prometheus-alertmanager (amtool) are required",
 )
-async def test_the_guide_end_to_end_an_alert_reaches_dingtalk_through_the_relay(
-    root: Root, tmp_path: Path
+@pytest.mark.parametrize("robots", [1, 2], ids=["one-robot", "two-robots"])
+async def test_the_guide_end_to_end_an_alert_and_the_test_page_reach_dingtalk_through_the_relay(
+    root: Root, tmp_path: Path, robots: int
 ) -> None:
-    oncall = FakeDingTalk(tokens={"oncall"}, secret=SECRET)
-    team = FakeDingTalk(tokens={"team"}, secret=SECRET)
-    await oncall.start()
-    await team.start()
+    bots = {channel: FakeDingTalk(tokens={token}, secret=SECRET) for channel, token in ROBOTS[robots].items()}
+    for bot in bots.values():
+        await bot.start()
     procs: list[subprocess.Popen[bytes]] = []
     try:
         _install_units(root)
         etc = root.path / "etc"
-        # the sudoedit step: the token and the stand-in bots, the file keeps its 0600
-        (etc / "xpuwatch" / "relay.env").write_text(
-            "RELAY_TOKEN=0123456789abcdef0123456789abcdef\n"
-            f"DINGTALK_ONCALL_URL={oncall.url('oncall')}\nDINGTALK_ONCALL_SECRET={SECRET}\n"
-            f"DINGTALK_TEAM_URL={team.url('team')}\nDINGTALK_TEAM_SECRET={SECRET}\n"
+        # the sudoedit step: the token and the stand-in robots, the file keeps its 0600
+        env_file = etc / "xpuwatch" / "relay.env"
+        if robots == 2:
+            _second_robot(env_file)
+        written = {"RELAY_TOKEN": "0123456789abcdef0123456789abcdef"}
+        for channel, access in ROBOTS[robots].items():
+            var = "DINGTALK_" + channel.split("-")[0].upper()
+            written |= {f"{var}_URL": bots[channel].url(access), f"{var}_SECRET": SECRET}
+        lines = env_file.read_text().splitlines()
+        keys = [k for k in keys_of(lines) if k]
+        assert sorted(keys) == sorted(written), keys  # the shipped file names exactly what the relay reads
+        env_file.write_text(
+            "".join(
+                f"{k}={written[k]}\n" if k in written else f"{ln}\n"
+                for ln, k in zip(lines, keys_of(lines), strict=True)
+            )
         )
         # the settings a test cannot keep: free ports, the simulated fleet instead of detection
         exporter_port, prom_port = free_port(), free_port()
+        if robots == 2:
+            _second_robot(etc / "xpuwatch" / "relay.yaml")
         relay_conf = yaml.safe_load((etc / "xpuwatch" / "relay.yaml").read_text())
+        assert set(relay_conf["channels"]) == set(ROBOTS[robots])
         relay_conf["listen_address"] = f"127.0.0.1:{root.relay}"
         (etc / "xpuwatch" / "relay.yaml").write_text(yaml.safe_dump(relay_conf))
         conf = yaml.safe_load((etc / "xpuwatch" / "exporter.yaml").read_text())
@@ -312,30 +412,15 @@ async def test_the_guide_end_to_end_an_alert_reaches_dingtalk_through_the_relay(
         conf["job_mapping"]["dir"] = root.local(conf["job_mapping"]["dir"])
         (etc / "xpuwatch" / "exporter.yaml").write_text(yaml.safe_dump(conf))
         root.run("relay check and start")
-        # Prometheus: the guide's scrape jobs and rule files in a config whose other parts are the site's
-        (etc / "prometheus").mkdir(exist_ok=True)
-        snippet = yaml.safe_load(root.local((SYSTEMD / "prometheus" / "xpuwatch.yml").read_text()))
-        for job in snippet["scrape_configs"]:
-            port = exporter_port if job["job_name"] == "xpuwatch" else root.relay
-            job["static_configs"] = [{"targets": [f"127.0.0.1:{port}"]}]
-        (etc / "prometheus" / "prometheus.yml").write_text(
-            yaml.safe_dump(
-                {
-                    "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
-                    "alerting": {
-                        "alertmanagers": [
-                            {"static_configs": [{"targets": [f"127.0.0.1:{root.alertmanager}"]}]}
-                        ]
-                    },
-                    **snippet,
-                }
-            )
-        )
-        for name in ("prometheus rules", "alertmanager token", "no remediation route", "alertmanager config"):
+        _write_prometheus_yml(root, exporter_port)
+        root.run("site spec")
+        _edit_site_spec(root, robots)
+        for name in ("prometheus rules", "alertmanager token", "alertmanager config"):
             root.run(name)
-        am_conf = yaml.safe_load((etc / "prometheus" / "alertmanager.yml").read_text())
-        assert "remediate" not in {r["name"] for r in am_conf["receivers"]}
-        assert "XpuwatchRemediationDown" not in (etc / "prometheus" / "xpuwatch" / "rules.yml").read_text()
+        am_config = etc / "prometheus" / "alertmanager.yml"
+        _assert_every_receiver_posts_to_a_relay_channel(root, am_config)
+        assert "remediat" not in am_config.read_text()
+        assert "alert: XpuwatchRemediation" not in (etc / "prometheus" / "xpuwatch" / "rules.yml").read_text()
         token = etc / "prometheus" / "xpuwatch" / "relay-token"
         assert token.read_text() == "0123456789abcdef0123456789abcdef"
         assert stat.S_IMODE(token.stat().st_mode) == 0o600 and token.owner() == "prometheus"
@@ -372,7 +457,7 @@ async def test_the_guide_end_to_end_an_alert_reaches_dingtalk_through_the_relay(
             subprocess.Popen(
                 [
                     ALERTMANAGER,
-                    f"--config.file={etc / 'prometheus' / 'alertmanager.yml'}",
+                    f"--config.file={am_config}",
                     f"--storage.path={tmp_path / 'am'}",
                     f"--web.listen-address=127.0.0.1:{root.alertmanager}",
                     "--cluster.listen-address=",
@@ -394,6 +479,7 @@ async def test_the_guide_end_to_end_an_alert_reaches_dingtalk_through_the_relay(
             )
         )
         prom = f"http://127.0.0.1:{prom_port}"
+        relay = f"http://127.0.0.1:{root.relay}"
 
         def diagnose() -> str:
             out = []
@@ -402,7 +488,7 @@ async def test_the_guide_end_to_end_an_alert_reaches_dingtalk_through_the_relay(
                     out.append(f"{what}: {json.dumps(_get(url))[:3000]}")
                 except OSError as exc:
                     out.append(f"{what}: {exc}")
-            out.append(f"dingtalk oncall answers {oncall.answers}, team answers {team.answers}")
+            out += [f"dingtalk {channel} answers {bot.answers}" for channel, bot in bots.items()]
             out += [p.read_text()[-2000:] for p in tmp_path.glob("*.service.log")]
             return "\n".join(out)
 
@@ -414,23 +500,38 @@ async def test_the_guide_end_to_end_an_alert_reaches_dingtalk_through_the_relay(
             return bool(result) and all(r["value"][1] == "1" for r in result)
 
         await _until(lambda: up("xpuwatch") and up("xpuwatch-relay"), 60, "both scrape jobs up", diagnose)
-        # the test page, as the guide sends it
-        await asyncio.sleep(1)  # Alertmanager answers once it has loaded its config
         await _until(lambda: _amtool_ready(am), 30, "Alertmanager", diagnose)
-        root.run("test page")
-        await _until(
-            lambda: any("XpuwatchTestPage" in t for t in _texts(oncall)),
-            90,
-            "the test page at DingTalk",
-            diagnose,
+        # the test page, as the guide sends it: every hop of every category answers ok
+        # --timeout: on a loaded shared machine a minute beyond the shortened group_wait can pass before the
+        # relay has stored anything; the command returns as soon as every hop has answered
+        page = await asyncio.to_thread(root.run, "test page", " --timeout 600")
+        print(page.stdout)  # the output the guide shows (pytest -s)
+        rows = [line.split(None, 3) for line in page.stdout.splitlines()[1:]]
+        assert (
+            page.stdout.startswith("test page ")
+            and f"through Alertmanager {am}" in page.stdout.splitlines()[0]
         )
+        assert sorted((c, hop, ok) for c, hop, ok, _ in rows) == sorted(
+            (c, hop, "ok")
+            for c in ("hardware", "performance", "meta")
+            for hop in ("alertmanager", "relay", "bot")
+        ), page.stdout
+        team = "team-dingtalk" if robots == 2 else "ops-dingtalk"
+        expect = {"hardware": "ops-dingtalk", "performance": team, "meta": team}
+        for category, hop, _, text in rows:
+            if hop == "bot":
+                assert text.startswith(f"channel {expect[category]}: ") and "bot answered code 0" in text
+        for category, channel in expect.items():  # the command waited for these answers: they are there
+            assert any(f"XpuwatchTestPage{category.title()}" in t for t in _texts(bots[channel])), category
         # an alert of the generated rules: the simulated card's uncorrectable ECC error pages the on-call group
         await _until(
-            lambda: any("AcceleratorEccUncorrectable" in t for t in _texts(oncall)),
+            lambda: any("AcceleratorEccUncorrectable" in t for t in _texts(bots["ops-dingtalk"])),
             120,
             "AcceleratorEccUncorrectable at DingTalk",
             diagnose,
         )
+        if robots == 2:
+            assert not any("AcceleratorEccUncorrectable" in t for t in _texts(bots["team-dingtalk"]))
         # the card's Slurm job reached Prometheus with the scrape job's series
         held = _get(f"{prom}/api/v1/query?query=accelerator_allocated%7Bjob%3D%22xpuwatch%22%7D")["data"][
             "result"
@@ -450,7 +551,14 @@ async def test_the_guide_end_to_end_an_alert_reaches_dingtalk_through_the_relay(
             if a["labels"]["alertname"] == "AcceleratorEccUncorrectable"
         )
         assert alert["labels"]["job_id"] == "4711" and alert["labels"]["job_partition"] == "gpu"
-        assert oncall.codes() and set(oncall.codes()) == {"0"}  # signed as the bot requires, none refused
+        # nothing failed on the way, so nothing pages about itself: every notification Alertmanager sent was
+        # taken by the relay, every message the relay sent was taken by its robot, signed as the robot requires
+        assert _metric_total(f"{am}/metrics", "alertmanager_notifications_total") >= 4
+        assert _metric_total(f"{am}/metrics", "alertmanager_notifications_failed_total") == 0
+        assert _metric_total(f"{relay}/metrics", C.RELAY_REJECTED.name) == 0
+        assert _metric_total(f"{relay}/metrics", C.RELAY_FAILED.name) == 0
+        for bot in bots.values():
+            assert bot.codes() and set(bot.codes()) == {"0"}
     finally:
         for p in procs:
             p.terminate()
@@ -459,8 +567,8 @@ async def test_the_guide_end_to_end_an_alert_reaches_dingtalk_through_the_relay(
                 p.wait(10)
             except subprocess.TimeoutExpired:
                 p.kill()
-        await oncall.stop()
-        await team.stop()
+        for bot in bots.values():
+            await bot.stop()
 
 
 def _amtool_ready(am: str) -> bool:
@@ -469,3 +577,70 @@ def _amtool_ready(am: str) -> bool:
             return r.status == 200
     except OSError:
         return False
+
+
+def _route(config: Path, labels: list[str]) -> str:
+    """The receivers ``amtool config routes test`` picks for an alert of these labels."""
+    r = subprocess.run(
+        ["amtool", "config", "routes", "test", f"--config.file={config}", *labels],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert r.returncode == 0, r.stderr
+    return r.stdout.strip()
+
+
+# Alerts of the site's own (Debian's example tree, the hand-written one) and of xpuwatch, for the merge test.
+SITE_ALERTS = [
+    ["alertname=NodeDown", "severity=critical"],
+    ["alertname=DiskFull", "severity=warning", "team=db"],
+    ["alertname=DiskFailing", "category=hardware", "severity=critical"],  # another mixin's category label
+    ["alertname=Slow", "service=database", "owner=team-X"],
+    ["alertname=Broken", "service=files", "severity=critical"],
+    ["alertname=Other"],
+]
+XPUWATCH_ALERTS = [
+    ["alertname=AcceleratorEccUncorrectable", "category=hardware", "severity=critical", "action=drain"],
+    ["alertname=AcceleratorLowUtilization", "category=performance", "severity=warning", "action=none"],
+    ["alertname=XpuwatchTestPageMeta", "category=meta", "severity=critical", "action=none"],
+]
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(
+    not (shutil.which("amtool") and shutil.which("promtool")),
+    reason="Debian's amtool and promtool are required",
+)
+@pytest.mark.parametrize("existing", sorted(EXISTING))
+def test_the_guide_merges_xpuwatch_into_an_existing_alertmanager(root: Root, existing: str) -> None:
+    own = EXISTING[existing]
+    if not own.exists():
+        pytest.skip(f"{own} is not installed here")
+    etc = root.path / "etc" / "prometheus"
+    (root.path / "etc" / "xpuwatch").mkdir(parents=True)
+    (root.path / "etc" / "xpuwatch" / "relay.yaml").write_text(
+        (SYSTEMD / "etc/xpuwatch/relay.yaml").read_text()
+    )
+    _write_prometheus_yml(root, free_port())
+    shutil.copy(own, etc / "alertmanager.yml")
+    root.run("site spec")
+    root.run("prometheus rules")
+    root.run("alertmanager config merged into yours")
+    merged = etc / "alertmanager.yml"
+    assert (etc / "alertmanager-own.yml").read_bytes() == own.read_bytes()
+    # the next run (an upgrade, a changed site.yaml) merges into the kept file again, not into its own output
+    root.run("alertmanager config merged into yours")
+    assert (etc / "alertmanager-own.yml").read_bytes() == own.read_bytes()
+    assert merged.read_bytes() == (etc / "xpuwatch" / "alertmanager-merged.yml").read_bytes()
+    config = yaml.safe_load(merged.read_text())
+    mine = yaml.safe_load(own.read_text())
+    added = [r for r in config["receivers"] if r["name"] not in {m["name"] for m in mine["receivers"]}]
+    assert sorted(r["name"] for r in added) == ["ops-dingtalk", "xpuwatch-meta"]
+    _assert_every_receiver_posts_to_a_relay_channel(root, etc / "xpuwatch" / "alertmanager-fragment.yml")
+    assert "remediat" not in merged.read_text()
+    for labels in XPUWATCH_ALERTS:
+        assert _route(merged, labels) == ("xpuwatch-meta" if "category=meta" in labels else "ops-dingtalk")
+    for labels in SITE_ALERTS:  # the site's own alerts route as before the merge
+        assert _route(merged, labels) == _route(own, labels), labels
+    assert root.recorded().count("systemctl reload prometheus-alertmanager") == 2
