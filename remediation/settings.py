@@ -165,7 +165,7 @@ class ApprovalSettings:
 class RecheckSettings:
     """Re-check before acting (``remediation/recheck.py``): right before each disruptive step the
     controller asks ``prometheus_url`` whether the alert still fires in ``ALERTS``; cleared = the step is
-    cancelled, unreachable = it does not run. None = no re-check (the step runs on the alert as received)."""
+    cancelled, unreachable or unreadable = it does not run. None = no re-check (the step runs on the alert as received)."""
 
     prometheus_url: str | None = None
     timeout_seconds: float = 10.0
