@@ -19,6 +19,7 @@ from xpuwatch.alerts.rules import render_prometheusrule, render_rules
 from xpuwatch.alerts.spec import DEFAULT_SPEC_PATH, SpecError, load_user_spec
 from xpuwatch.exporter import readers, validation
 from xpuwatch.exporter.logs import config_error
+from xpuwatch.vendors.untrusted import replace_file
 
 # Relative to the current directory (the repository root): an installed package never writes into
 # site-packages, and a checkout's own spec.yaml is the one edited.
@@ -172,6 +173,6 @@ def _generate(args: argparse.Namespace) -> int:
         return 1 if stale else 0
     for path, text in outputs.items():
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text, encoding="utf-8")
+        replace_file(path, text)
         print(f"wrote {path}")
     return 0

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from xpuwatch.alerts.promapi import duration
 from xpuwatch.alerts.spec import DEFAULT_SPEC_PATH, SpecError, load_spec
+from xpuwatch.vendors.untrusted import replace_file, replacing
 
 
 def positive(text: str) -> float:
@@ -210,7 +211,7 @@ def run_report(args: argparse.Namespace) -> int:
     comparison = compare(baselines[0], baseline) if before is not None else None
     try:
         tz = args.timezone or system_zone()
-        args.output.write_text(html(baseline, time.time(), tz, comparison), encoding="utf-8")
+        replace_file(args.output, html(baseline, time.time(), tz, comparison))  # a link there: replaced
     except OSError as exc:
         print(f"xpuwatch report: cannot write {args.output}: {exc}", file=sys.stderr)
         return 1
@@ -223,7 +224,7 @@ def run_report(args: argparse.Namespace) -> int:
                 ("usage_by_team.csv", cb.by_team(baseline.usage), cb.TEAM_COLUMNS),
                 ("usage_by_model.csv", cb.by_model(baseline.usage), cb.MODEL_COLUMNS),
             ):
-                (args.csv / name).write_text(cb.to_csv(rows, columns), encoding="utf-8")
+                replace_file(args.csv / name, cb.to_csv(rows, columns))  # never through a planted link
         except OSError as exc:
             print(f"xpuwatch report: cannot write CSV to {args.csv}: {exc}", file=sys.stderr)
             return 1
@@ -243,7 +244,7 @@ def run_history(args: argparse.Namespace) -> int:
     end -= end % args.step
     start = end - args.range_ + args.step
     try:
-        with args.output.open("w", encoding="utf-8") as f:
+        with replacing(args.output) as f:
             for line in openmetrics(args.devices, start, end, args.step):
                 f.write(line + "\n")
     except OSError as exc:

@@ -215,6 +215,10 @@ def test_chargeback_sums_equal_the_models_device_hours_and_energy(prometheus: st
 @pytest.mark.slow
 def test_report_cli_writes_html_that_chromium_renders(prometheus: str, tmp_path: Path) -> None:
     out = tmp_path / "report.html"
+    victim = tmp_path / "victim"  # a link planted in the CSV folder is replaced, never written through
+    victim.write_text("precious\n")
+    (tmp_path / "csv").mkdir()
+    (tmp_path / "csv" / "usage_by_team.csv").symlink_to(victim)
     run = subprocess.run(
         [
             sys.executable,
@@ -242,6 +246,7 @@ def test_report_cli_writes_html_that_chromium_renders(prometheus: str, tmp_path:
     )
     assert run.returncode == 0, run.stderr
     assert "cards' worth of capacity idle while 14 jobs waited" in run.stdout
+    assert victim.read_text() == "precious\n" and not (tmp_path / "csv" / "usage_by_team.csv").is_symlink()
     page = out.read_text()
     end_local = dt.datetime.fromtimestamp(END, zoneinfo.ZoneInfo("Asia/Shanghai")).strftime("%Y-%m-%d %H:%M")
     assert f"to {end_local} CST (UTC+08:00)</h1>" in page
