@@ -287,7 +287,7 @@ def _section(cls: type, raw: Any, key: str, overrides: Mapping[str, Any] | None 
         default = getattr(cls(), name)
         if isinstance(default, bool):
             if not isinstance(value, bool):
-                raise ConfigError(f"{key}.{name}: expected true/false")
+                raise ConfigError(f"{key}.{name}: expected true/false, got {value!r}")
         elif isinstance(default, int | float) and not isinstance(default, bool):
             if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
                 raise ConfigError(f"{key}.{name}: expected a non-negative number")
@@ -511,7 +511,7 @@ def load(path: str | Path) -> Settings:
     """Read and validate the YAML config at ``path``. Errors: ``ConfigError``."""
     p = Path(path)
     try:
-        raw = yaml.safe_load(p.read_text(encoding="utf-8"))
+        raw = validation.load_yaml(p.read_text(encoding="utf-8"))
     except OSError as exc:
         raise ConfigError(f"{p}: {exc.strerror}") from None
     except UnicodeDecodeError as exc:
