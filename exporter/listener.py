@@ -51,10 +51,12 @@ under way counts as a connection reading its header (held, evictable, ``header_t
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import errno
 import logging
 import socket
 import ssl
+import struct
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -347,8 +349,11 @@ class ConnectionGuard:
             if conn.task is not None:
                 conn.task.cancel()  # asyncio closes the socket of a cancelled connection setup
             return
+        unsent = conn.stalled_at is not None  # its answer waits in the kernel for a client that does not read
         self.release(conn)
         if conn.transport is not None:
+            if unsent:
+                _reset(conn.transport)
             conn.transport.abort()
 
     def _schedule_sweep(self) -> None:
@@ -414,6 +419,19 @@ class ConnectionGuard:
                     super().log(request, response, time)
 
         return Answered
+
+
+_LINGER_RESET = struct.pack("ii", 1, 0)
+
+
+def _reset(transport: asyncio.BaseTransport) -> None:
+    """Make the coming close a reset (SO_LINGER 0): a plain close would leave the kernel holding the unsent
+    answer (up to the socket's send buffer, megabytes) and retrying it to a client that never reads for
+    minutes after the descriptor is gone; a reset frees it and tells the client."""
+    sock = transport.get_extra_info("socket")
+    if sock is not None:
+        with contextlib.suppress(OSError):
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, _LINGER_RESET)
 
 
 class GuardCollector(Collector):

@@ -41,6 +41,19 @@ def raw(host: str, port: int, head: str, body: bytes = b"", rcvbuf: int = 0) -> 
     return s
 
 
+def _reset_seen(s: socket.socket) -> bool:
+    """True when the server reset ``s`` (read without waiting; what was received before is discarded)."""
+    s.setblocking(False)
+    try:
+        while s.recv(1 << 20):
+            pass
+    except ConnectionResetError:
+        return True
+    except BlockingIOError:
+        return False
+    return False
+
+
 def closed(s: socket.socket) -> bool:
     """True once the server closed ``s`` (after whatever answer it sent)."""
     try:
@@ -158,6 +171,8 @@ async def test_clients_that_never_read_give_way_to_a_probe(
     # one gave way for the first probe; the others found the slot that probe left
     assert guard.closed["evicted"] == 1 and guard.closed["full"] == 0
     assert guard.count("sending") == 7 and guard.closed["write_timeout"] == 0
+    # the one that gave way was reset: the kernel dropped its unsent answer and the client was told
+    assert sum(_reset_seen(s) for s in stuck) == 1
     for s in stuck:
         s.close()
 

@@ -20,6 +20,9 @@ class Transport:
     def abort(self) -> None:
         self.aborted = True
 
+    def get_extra_info(self, name: str) -> None:
+        return None  # no socket to set SO_LINGER on
+
 
 class Clock:
     def __init__(self) -> None:
