@@ -8,7 +8,10 @@
    waited for at most 2 s.
 3. ``slowbody``: 600 authenticated webhooks whose bodies never finish arriving hold relay connections
    while 80 webhooks, one every 0.25 s, are each waited for at most 2 s.
-4. ``recheck``: the remediation controller (``--apply``, the fake API server of tests/remediation/fakekube.py)
+4. ``report`` (only when asked): ``xpuwatch report --timeout 5 --max-answer-mib 1024`` against a
+   Prometheus stand-in answering every query with a 200 MB vector: the wall time (the deadline now covers
+   decoding).
+5. ``recheck``: the remediation controller (``--apply``, the fake API server of tests/remediation/fakekube.py)
    gets a drain alert whose re-check asks a Prometheus stand-in that answers 300 MB (streamed, no
    Content-Length) or ``[null]``; /healthz is probed every 0.1 s meanwhile. Printed: the webhook's answer
    time, the slowest probe, the controller's peak RSS (VmHWM), whether the node was tainted, and the
@@ -454,6 +457,47 @@ def slowbody(tree: Path, tmp: Path) -> None:
         relay.stop()
 
 
+def report(tree: Path, tmp: Path, bg: Background) -> None:
+    """``xpuwatch report --timeout 5 --max-answer-mib 1024`` against a Prometheus stand-in answering every
+    query at once with a 200 MB vector (~2.2 million series): the wall time and the one line it prints."""
+    item = b'{"metric":{"node":"n1","uuid":"GPU-00000000"},"value":[1700000000,"1"]},'
+    n = 200 * 2**20 // len(item)
+    body = (
+        b'{"status":"success","data":{"resultType":"vector","result":[' + item * (n - 1) + item[:-1] + b"]}}"
+    )
+
+    async def answer(request: web.Request) -> web.Response:
+        return web.Response(body=body, content_type="application/json")
+
+    app = web.Application()
+    app.router.add_route("*", "/api/v1/{kind}", answer)
+    runner = web.AppRunner(app)
+    bg.run(runner.setup())
+    port = free_port()
+    bg.run(web.TCPSite(runner, "127.0.0.1", port).start())
+    env = {k: v for k, v in os.environ.items() if not k.startswith("XPUWATCH_")}
+    env["PYTHONPATH"] = str(tree)
+    argv = [sys.executable, "-m", "xpuwatch", "report", "--prometheus", f"http://127.0.0.1:{port}"]
+    argv += ["--timeout", "5", "--max-answer-mib", "1024", "--concurrency", "1", "-o", str(tmp / "r.html")]
+    try:
+        t0 = time.perf_counter()
+        try:
+            run = subprocess.run(argv, cwd=tree, env=env, capture_output=True, text=True, timeout=180)
+        except subprocess.TimeoutExpired:
+            print(
+                f"  report --timeout 5 against {len(body) / 1e6:.0f} MB answers: running after 180 s, killed"
+            )
+            return
+        took = time.perf_counter() - t0
+        last = (run.stderr.strip().splitlines() or [""])[-1]
+        print(
+            f"  report --timeout 5 against {len(body) / 1e6:.0f} MB answers: {took:.1f} s, exit {run.returncode}:"
+            f" {last[:160]}"
+        )
+    finally:
+        bg.run(runner.cleanup())
+
+
 async def _garbage(request: web.Request) -> web.StreamResponse:
     kind = request.path.split("/")[1]
     if kind == "null":
@@ -557,6 +601,8 @@ def main() -> None:
                         recheck(tree, Path(tmp), bg)
                     elif run == "slowbody":
                         slowbody(tree, Path(tmp))
+                    elif run == "report":
+                        report(tree, Path(tmp), bg)
             print(f"load after: {os.getloadavg()[0]:.2f}")
     finally:
         bg.stop()

@@ -127,7 +127,7 @@ def add_commands(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-
         "--timeout",
         type=positive,
         default=120.0,
-        help="seconds per query, the whole answer included (default 120)",
+        help="seconds per query, the whole answer and its decoding included (default 120)",
     )
     p.add_argument(
         "--concurrency",
