@@ -402,7 +402,9 @@ def test_the_timeout_covers_an_answer_that_trickles_in() -> None:
     per-read timeout let this run until the server stopped (here 30 s); now the query fails at 2 s."""
     with serve(StandIn("slow", limit=300, pause=0.1)) as url:
         t0 = time.monotonic()
-        with pytest.raises(PromError, match=r"no complete answer within 2 s, decoding included \(--timeout\)"):
+        with pytest.raises(
+            PromError, match=r"no complete answer within 2 s, decoding included \(--timeout\)"
+        ):
             Prometheus(url, timeout=2).query("up", 0)
         took = time.monotonic() - t0
     assert 1.9 < took < 5, took
