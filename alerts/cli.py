@@ -35,6 +35,7 @@ from xpuwatch.alerts.spec import (
 )
 from xpuwatch.exporter import readers, validation
 from xpuwatch.exporter.logs import config_error
+from xpuwatch.vendors.untrusted import replace_file
 
 # Relative to the current directory (the repository root): an installed package never writes into
 # site-packages, and a checkout's own spec.yaml is the one edited.
@@ -303,6 +304,6 @@ def _generate(args: argparse.Namespace) -> int:
         return 1 if stale else 0
     for path, text in outputs.items():
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text, encoding="utf-8")
+        replace_file(path, text)
         print(f"wrote {path}")
     return 0

@@ -6,23 +6,35 @@ Follows the Prometheus HTTP API (https://prometheus.io/docs/prometheus/latest/qu
 ``{"status": "success", "data": {"resultType": "vector"|"matrix", "result": [...]}}`` or
 ``{"status": "error", "errorType": ..., "error": ...}`` with a 4xx/5xx status.
 
-Every query is bounded twice: ``timeout`` seconds in all, connection to the last byte of the answer
-(aiohttp's ``ClientTimeout(total=...)``; urllib's timeout is per socket read, so an answer trickling in never
-timed out), and ``max_answer_bytes`` of body (refused by Content-Length when the server sends one, else
-while reading), so a Prometheus that answers a query with millions of series costs at most that much memory
-(plus what its JSON decodes into: measured about 5x for Prometheus' vector JSON) and time.
+Every query is bounded twice: ``timeout`` seconds in all, from the connection to the last series decoded
+(urllib's timeout is per socket read, so an answer trickling in never timed out; a deadline on the download
+alone let ``report --timeout 20`` run 87.5 s decoding a large answer), and ``max_answer_bytes`` of body
+(refused by Content-Length when the server sends one, else while reading), so a Prometheus that answers a
+query with millions of series costs at most that much memory (plus what its JSON decodes into: measured
+about 5x for Prometheus' vector JSON) and time.
+
+Answers are decoded off the event loop, in a daemon thread per answer, series by series: the envelope
+(``status``, ``data``, ``result``) is walked here and each series decoded by ``json.JSONDecoder.raw_decode``
+and read strictly, with the deadline checked after each one. So the loop (the remediation controller's, which
+also answers webhooks and approvals) is held for at most one series' decoding at a time, a decode past its
+deadline stops at the next series, and one that cannot stop at once never holds a CLI's exit (a daemon
+thread). Any answer that cannot be read (not JSON, not the API's envelope, a series that is not
+``{"metric", "value"|"values"}``) is a ``PromError``, never a partial or empty result.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import re
+import threading
+import time
 import urllib.parse
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import aiohttp
 
@@ -35,6 +47,7 @@ DEFAULT_CONCURRENCY = 4
 multi-core server's cores; more would only queue there and hold more answers in memory here."""
 _ERROR_BODY_BYTES = 65536
 _CHUNK = 65536
+_T = TypeVar("_T")
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 
 
@@ -49,6 +62,11 @@ def duration(text: str) -> int:
 class PromError(Exception):
     """Prometheus (or VictoriaMetrics) could not be asked, refused a query, or answered something unusable;
     the message says which, in one line."""
+
+
+class Unreadable(PromError):
+    """Prometheus answered, but what it answered cannot be read: over the size cap, not the API's JSON, or
+    a series that is not one (``[null]``). Not a slow or absent Prometheus: something that answers wrongly."""
 
 
 @dataclass(frozen=True)
@@ -76,12 +94,12 @@ class Prometheus:
         self.max_answer_bytes = max_answer_bytes
         self.settings = settings
 
-    def _call(self, path: str, params: Mapping[str, str]) -> list[dict[str, Any]]:
-        """One query's ``data.result``. Raises PromError."""
+    def _call(self, path: str, params: Mapping[str, str], item: Callable[[Any], Series]) -> list[Series]:
+        """One query's series, each result item read by ``item``. Raises PromError."""
 
-        async def one() -> list[dict[str, Any]]:
+        async def one() -> list[Series]:
             async with self._session() as session:
-                return await self._acall(session, path, params)
+                return await self._acall(session, path, params, item)
 
         return asyncio.run(one())
 
@@ -89,41 +107,65 @@ class Prometheus:
         return aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=self.timeout))
 
     async def _acall(
-        self, session: aiohttp.ClientSession, path: str, params: Mapping[str, str]
-    ) -> list[dict[str, Any]]:
+        self,
+        session: aiohttp.ClientSession,
+        path: str,
+        params: Mapping[str, str],
+        item: Callable[[Any], Series],
+    ) -> list[Series]:
+        """Ask, download and decode within ``timeout`` in all. Raises PromError."""
+        stop = threading.Event()
+        deadline = time.monotonic() + self.timeout
         try:
-            status, body = await self._fetch(session, f"{self.url}{path}", params)
+            async with asyncio.timeout(self.timeout):
+                status, body = await self._fetch(session, f"{self.url}{path}", params)
+                return await _in_thread(self._decode, status, body, item, deadline, stop)
         except TimeoutError:
+            stop.set()  # a decode under way stops at its next series
             raise PromError(
-                f"Prometheus at {self.url}: no complete answer within {self.timeout:g} s ({self.settings[0]})"
+                f"Prometheus at {self.url}: no complete answer within {self.timeout:g} s, decoding included "
+                f"({self.settings[0]})"
             ) from None
         except aiohttp.ClientError as exc:
             raise PromError(f"cannot reach Prometheus at {self.url}: {exc}") from None
         except OSError as exc:
             raise PromError(f"cannot reach Prometheus at {self.url}: {exc.strerror or exc}") from None
-        return self._result(status, body)
 
-    def _result(self, status: int, body: bytearray) -> list[dict[str, Any]]:
+    def _decode(
+        self,
+        status: int,
+        body: bytearray,
+        item: Callable[[Any], Series],
+        deadline: float,
+        stop: threading.Event,
+    ) -> list[Series]:
+        """In the decoding thread: the series of an answer. Raises PromError, TimeoutError past
+        ``deadline`` or once ``stop`` is set."""
         if status >= 400:
             try:
                 detail = json.loads(body).get("error", "")
-            except (ValueError, AttributeError):
+            except (ValueError, AttributeError, RecursionError):
                 detail = ""
-            raise PromError(f"Prometheus at {self.url} refused a query ({status}): {detail}")
+            raise PromError(f"Prometheus at {self.url} refused a query ({status}): {str(detail)[:200]}")
         try:
-            payload = json.loads(body)
-        except ValueError:
-            raise PromError(f"{self.url} did not answer with Prometheus API JSON") from None
+            text = body.decode("utf-8")
+        except UnicodeDecodeError:
+            raise Unreadable(f"{self.url} did not answer with Prometheus API JSON (not UTF-8)") from None
         del body
-        if not isinstance(payload, dict) or payload.get("status") != "success":
-            raise PromError(
-                f"Prometheus at {self.url}: {payload.get('error') if isinstance(payload, dict) else payload}"
-            )
-        data = payload.get("data")
-        result = data.get("result") if isinstance(data, dict) else None
-        if not isinstance(result, list):
-            raise PromError(f"Prometheus at {self.url}: unexpected answer shape")
-        return result
+
+        def check() -> None:
+            if stop.is_set() or time.monotonic() > deadline:
+                raise TimeoutError
+
+        try:
+            doc, series = _Envelope(text, item, check).read()
+        except (ValueError, RecursionError):  # JSONDecodeError is a ValueError
+            raise Unreadable(f"{self.url} did not answer with Prometheus API JSON") from None
+        if doc.get("status") != "success":
+            raise PromError(f"Prometheus at {self.url}: {str(doc.get('error') or doc.get('status'))[:200]}")
+        if series is None:
+            raise Unreadable(f"Prometheus at {self.url}: unexpected answer shape")
+        return series
 
     async def _fetch(
         self, session: aiohttp.ClientSession, url: str, params: Mapping[str, str]
@@ -147,7 +189,7 @@ class Prometheus:
             return resp.status, body
 
     def _too_large(self) -> PromError:
-        return PromError(
+        return Unreadable(
             f"Prometheus at {self.url}: an answer over {self.max_answer_bytes / 2**20:g} MiB "
             f"({self.settings[1]}); narrow the selection or raise the limit"
         )
@@ -155,20 +197,21 @@ class Prometheus:
     async def ainstant(self, session: aiohttp.ClientSession, expr: str) -> list[Series]:
         """Instant vector now, on the caller's session (the remediation controller's), bounded in time and
         size like every query. Raises PromError, also for an answer whose series it cannot read."""
-        return _instant(await self._acall(session, "/api/v1/query", {"query": expr}))
+        return await self._acall(session, "/api/v1/query", {"query": expr}, _instant)
 
     def query(self, expr: str, at: float) -> list[Series]:
         """Instant vector at Unix time ``at``."""
-        return _instant(self._call("/api/v1/query", _params(Request("", expr, at))))
+        return self._call("/api/v1/query", _params(Request("", expr, at)), _instant)
 
     def raw(self, selector: str, at: float, window: int) -> list[Series]:
         """Raw samples of ``selector`` in ``(at - window, at]``, per series: an instant query of a range
         selector, answered as a matrix."""
-        return _matrix(self._call("/api/v1/query", {"query": f"{selector}[{window}s]", "time": f"{at:.3f}"}))
+        params = {"query": f"{selector}[{window}s]", "time": f"{at:.3f}"}
+        return self._call("/api/v1/query", params, _matrix)
 
     def query_range(self, expr: str, start: float, end: float, step: float) -> list[Series]:
         """Range matrix from ``start`` to ``end`` every ``step`` seconds."""
-        return _matrix(self._call("/api/v1/query_range", _params(Request("", expr, end, start, step))))
+        return self._call("/api/v1/query_range", _params(Request("", expr, end, start, step)), _matrix)
 
     def gather(
         self,
@@ -190,9 +233,12 @@ class Prometheus:
 
                 async def one(r: Request) -> None:
                     async with gate:
-                        path = "/api/v1/query" if r.start is None else "/api/v1/query_range"
-                        result = await self._acall(session, path, _params(r))
-                    out[r.key] = _instant(result) if r.start is None else _matrix(result)
+                        path, item = (
+                            ("/api/v1/query", _instant)
+                            if r.start is None
+                            else ("/api/v1/query_range", _matrix)
+                        )
+                        out[r.key] = await self._acall(session, path, _params(r), item)
                     done(r)
 
                 async with asyncio.TaskGroup() as tasks:
@@ -225,25 +271,124 @@ def _params(r: Request) -> dict[str, str]:
     return {"query": r.expr, "start": f"{r.start:.3f}", "end": f"{r.time:.3f}", "step": f"{r.step:g}"}
 
 
-def _instant(result: list[Any]) -> list[Series]:
-    """Series of a vector answer; PromError on any item that is not ``{"metric": {...}, "value": [t, "v"]}``
-    (``[null]`` or ``["x"]`` is garbage, never a series)."""
-    out = []
-    for r in result:
-        metric, value = _item(r, "value")
-        out.append(Series(metric, (_point(value),)))
-    return out
+def _instant(r: Any) -> Series:
+    """The series of one vector item; PromError unless it is ``{"metric": {...}, "value": [t, "v"]}``
+    (``null`` or ``"x"`` is garbage, never a series)."""
+    metric, value = _item(r, "value")
+    return Series(metric, (_point(value),))
 
 
-def _matrix(result: list[Any]) -> list[Series]:
-    """Series of a matrix answer; PromError on any item that is not ``{"metric": {...}, "values": [...]}``."""
-    out = []
-    for r in result:
-        metric, values = _item(r, "values")
-        if not isinstance(values, list):
-            raise _shape(r)
-        out.append(Series(metric, tuple(_point(v) for v in values)))
-    return out
+def _matrix(r: Any) -> Series:
+    """The series of one matrix item; PromError unless it is ``{"metric": {...}, "values": [...]}``."""
+    metric, values = _item(r, "values")
+    if not isinstance(values, list):
+        raise _shape(r)
+    return Series(metric, tuple(_point(v) for v in values))
+
+
+_SPACE = re.compile(r"[ \t\n\r]*")  # JSON whitespace (RFC 8259 section 2)
+
+
+class _Envelope:
+    """Walks an API answer's two outer levels, ``{..., "data": {..., "result": [item, ...]}}``, decoding
+    every other member whole and each result item on its own (``json.JSONDecoder.raw_decode``) into a
+    Series through ``item``, calling ``check`` after each (it raises to stop). ``read()`` returns (the
+    top-level members but data, the series or None when there is no result). Raises ValueError for text that
+    is not such a JSON document (members in any order; the last of a repeated key wins, as in json.loads),
+    RecursionError, and what ``item`` and ``check`` raise."""
+
+    def __init__(self, text: str, item: Callable[[Any], Series], check: Callable[[], None]) -> None:
+        self.text, self.at = text, 0
+        self.item, self.check = item, check
+        self.decode = json.JSONDecoder().raw_decode
+        self.series: list[Series] | None = None
+
+    def read(self) -> tuple[dict[str, Any], list[Series] | None]:
+        top = self._object({"data": ("{", lambda: self._object({"result": ("[", self._result)}))})
+        self._space()
+        if self.at != len(self.text):
+            raise ValueError("data after the answer")
+        return top, self.series
+
+    def _space(self) -> None:
+        self.at = _SPACE.match(self.text, self.at).end()  # type: ignore[union-attr]
+
+    def _value(self) -> Any:
+        self._space()
+        value, self.at = self.decode(self.text, self.at)
+        return value
+
+    def _next(self) -> str:
+        self._space()
+        char = self.text[self.at : self.at + 1]
+        self.at += 1
+        return char
+
+    def _object(self, members: Mapping[str, tuple[str, Callable[[], Any]]]) -> dict[str, Any]:
+        """The object here; a member named in ``members`` that opens with its character is read by its
+        function (its value in the result is what that returns), any other member decoded whole."""
+        if self._next() != "{":
+            raise ValueError("not an object")
+        out: dict[str, Any] = {}
+        self._space()
+        if self.text.startswith("}", self.at):
+            self.at += 1
+            return out
+        while True:
+            key = self._value()
+            if not isinstance(key, str) or self._next() != ":":
+                raise ValueError("not an object")
+            self._space()
+            opening, walk = members.get(key, ("", self._value))
+            out[key] = walk() if opening and self.text.startswith(opening, self.at) else self._value()
+            char = self._next()
+            if char == "}":
+                return out
+            if char != ",":
+                raise ValueError("not an object")
+
+    def _result(self) -> None:
+        if self._next() != "[":
+            raise ValueError("result is not a list")
+        series: list[Series] = []
+        self._space()
+        if self.text.startswith("]", self.at):
+            self.at += 1
+        else:
+            while True:
+                series.append(self.item(self._value()))
+                self.check()
+                char = self._next()
+                if char == "]":
+                    break
+                if char != ",":
+                    raise ValueError("not a list")
+        self.series = series
+
+
+def _in_thread(fn: Callable[..., _T], *args: Any) -> asyncio.Future[_T]:
+    """``fn(*args)`` in a new daemon thread: a future of its result or exception on the running loop."""
+    loop = asyncio.get_running_loop()
+    future: asyncio.Future[_T] = loop.create_future()
+
+    def settle(result: Any, error: BaseException | None) -> None:
+        if future.done():  # the caller gave up (its deadline passed)
+            return
+        if error is not None:
+            future.set_exception(error)
+        else:
+            future.set_result(result)
+
+    def run() -> None:
+        try:
+            result, error = fn(*args), None
+        except BaseException as exc:  # handed to the awaiting caller
+            result, error = None, exc
+        with contextlib.suppress(RuntimeError):  # the loop is closed: nobody waits any more
+            loop.call_soon_threadsafe(settle, result, error)
+
+    threading.Thread(target=run, name="promapi-decode", daemon=True).start()
+    return future
 
 
 def _item(r: Any, key: str) -> tuple[Mapping[str, str], Any]:
@@ -260,9 +405,9 @@ def _point(pair: Any) -> tuple[float, float]:
         raise _shape(pair)
     try:
         return float(pair[0]), float(pair[1])
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):  # OverflowError: a 400-digit timestamp
         raise _shape(pair) from None
 
 
 def _shape(item: Any) -> PromError:
-    return PromError(f"Prometheus answered a series it cannot read: {json.dumps(item)[:80]}")
+    return Unreadable(f"Prometheus answered a series it cannot read: {json.dumps(item)[:80]}")

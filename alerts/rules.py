@@ -861,12 +861,12 @@ def remediation_recheck_failing(a: AlertSpec, spec: Spec) -> Body:
         spec,
         c.REMEDIATION_RECHECKS.name,
         a.value("remediation_selector"),
-        _eq("result", "unreachable"),
+        _eq("result", "unreachable|unreadable", "=~"),
     )
     return (
         f'label_replace(\n{_new_or_increased(failed, w)},\n"remediation_action", "$1", "action", "(.+)")',
         "Remediation cannot confirm alerts in Prometheus; {{ $labels.action }} not acting",
-        f"{_COUNT} {{{{ $labels.action }}}} {{{{ $labels.step }}}} steps were not run in the last {w}: the controller could not ask Prometheus (recheck.prometheus_url) whether the alert still fires, and does not act unconfirmed.",
+        f"{_COUNT} {{{{ $labels.action }}}} {{{{ $labels.step }}}} steps were not run in the last {w}: the controller could not ask Prometheus (recheck.prometheus_url) whether the alert still fires, or could not read its answer ({{{{ $labels.result }}}}), and does not act unconfirmed.",
     )
 
 

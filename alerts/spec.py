@@ -189,7 +189,7 @@ class Spec:
 
 def _read(path: Path) -> Any:
     try:
-        return yaml.safe_load(path.read_text(encoding="utf-8"))
+        return validation.load_yaml(path.read_text(encoding="utf-8"))
     except yaml.YAMLError as exc:
         raise SpecError(f"{path}: not valid YAML: {yaml_problem(exc)}") from exc
 

@@ -10,6 +10,7 @@ from typing import Any
 
 from xpuwatch.dashboards.configmap import render_configmaps
 from xpuwatch.dashboards.generator import READS, render_all, render_reads, stale_files
+from xpuwatch.vendors.untrusted import replace_file
 
 
 def add_commands(sub: Any) -> None:
@@ -60,11 +61,11 @@ def generate(args: argparse.Namespace) -> int:
         (args.out / name).unlink()
         print(f"removed {args.out / name}")
     for name, text in {**files, READS: reads}.items():
-        (args.out / name).write_text(text, encoding="utf-8")
+        replace_file(args.out / name, text)
         print(f"wrote {args.out / name}")
     try:
         cm_path.parent.mkdir(parents=True, exist_ok=True)
-        cm_path.write_text(configmaps, encoding="utf-8")
+        replace_file(cm_path, configmaps)
     except OSError as exc:
         print(f"xpuwatch dashboards generate: {exc}", file=sys.stderr)
         return 2

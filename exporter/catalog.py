@@ -710,7 +710,8 @@ REMEDIATION_RECHECKS = ServiceMetric(
     "counter",
     ("action", "step", "result"),
     "Re-checks of the alert in Prometheus right before a disruptive step, by action, step and result "
-    "(holds: acted; cleared: cancelled; unreachable: not acted, fail safe).",
+    "(holds: acted; cleared: cancelled; unreachable: Prometheus not asked, unreadable: its answer not read; "
+    "both: not acted, fail safe).",
 )
 REMEDIATION_LEADER = ServiceMetric(
     "xpuwatch_remediation_leader", "gauge", (), "1 while this replica holds the Lease."

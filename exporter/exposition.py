@@ -34,8 +34,11 @@ while a backend runs.
 
 from __future__ import annotations
 
+import copy
 import gc
 import gzip
+import logging
+import re
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
@@ -107,7 +110,16 @@ class ScrapeForecast:
         return self._last[variant] + interval - now <= within + FORECAST_SLACK_SECONDS
 
 
+log = logging.getLogger(__name__)
 _FAST_TYPES = frozenset({"gauge", "counter", "info", "unknown", "stateset"})
+_SURROGATE = re.compile("[\ud800-\udfff]")
+"""A lone surrogate (a JSON ``"\\ud800"`` escape in a pod annotation): a str, but not UTF-8 text."""
+
+
+def _text_only(text: str) -> str:
+    return _SURROGATE.sub("\ufffd", text)
+
+
 _TEXT_TYPES = {"info": "gauge", "stateset": "gauge", "unknown": "untyped"}
 _TEXT_SUFFIX = {"counter": "_total", "info": "_info"}
 
@@ -128,6 +140,7 @@ class FastEncoder:
         self._headers: dict[tuple[str, str, str, str], str] = {}
         self._writer: SeriesWriter | None = None
         self._family_headers: list[str] = []
+        self._warned = False
 
     def __call__(self, registry: Any) -> bytes:
         return self.encode(registry.collect())
@@ -200,10 +213,32 @@ class FastEncoder:
         self._prefixes, self._headers = new, headers
         if self.openmetrics:
             out.append("# EOF\n")
-        return "".join(out).encode("utf-8")
+        text = "".join(out)
+        try:
+            return text.encode("utf-8")
+        except UnicodeEncodeError:  # a lone surrogate in a label value: U+FFFD, never a failed scrape
+            self._replaced()
+            return _text_only(text).encode("utf-8")
+
+    def _replaced(self) -> None:
+        if self._warned:  # once per format: the same annotation is met at every render
+            return
+        self._warned = True
+        log.warning(
+            "a label value held a lone surrogate (not UTF-8 text; a pod annotation or label from the "
+            "Kubernetes API or kubelet?): written as U+FFFD"
+        )
 
     def _reference_family(self, metric: Metric) -> str:
-        body = self.reference(_One(metric)).decode("utf-8")
+        try:
+            body = self.reference(_One(metric)).decode("utf-8")
+        except UnicodeEncodeError:  # as in encode(): the family again, its label values made text
+            self._replaced()
+            clean = copy.copy(metric)
+            clean.samples = [
+                s._replace(labels={k: _text_only(v) for k, v in s.labels.items()}) for s in metric.samples
+            ]
+            body = self.reference(_One(clean)).decode("utf-8")
         return body[: -len("# EOF\n")] if self.openmetrics else body
 
     def _header(self, metric: Metric) -> str:

@@ -5,17 +5,33 @@ One mechanism for three services (docs/exporter.md "Hardening", docs/relay.md, d
 
 - **Connection cap.** At most ``max_connections`` connections are held (512, and never more than the
   open-file limit less ``FD_HEADROOM``).
-- **Idle connections are evictable.** A connection is *reading* from its accept (or from the first byte of
-  its next request) until its request header is complete, *busy* until its answer is written, then *idle*
-  (kept alive) until its next byte. When the cap is reached, a new connection closes the reading-or-idle
-  connection that has done nothing for the longest; only when every slot is busy is the new one closed.
-  512 clients that each send one request and keep the connection open therefore never keep a scrape out.
+- **Connections waiting on their client are evictable.** A connection is *reading* from its accept (or
+  from the first byte of its next request) until its request header is complete, then *busy* while the
+  service works on it, *receiving* while a handler waits for more of its body (``read_body``), *sending*
+  while its answer waits for the client to read (the transport paused writing: the kernel's buffers are
+  full), and *idle* (kept alive) from the answer's end until its next byte. When the cap is reached, a new
+  connection closes the reading, receiving, sending or idle connection that has waited for its client the
+  longest; only when every slot is busy is the new one closed. 512 clients that each send one request and
+  keep the connection open, that send their body slowly, or that never read their answer therefore never
+  keep a scrape or a webhook out.
+- **Write deadline** (``write_timeout``, 60 s): an answer not written within that long of the first time
+  it waited for its client closes its connection (counted as ``write_timeout``), so a client that never
+  reads holds its slot, and the answer's buffered bytes, at most that long even when nobody needs them.
 - **Header-read timeout on every request**, not only the first of a connection: a connection that has been
   reading longer than ``header_timeout`` is closed (slowloris, and its keep-alive variant that sends a
   partial second request).
 - **Keep-alive timeout** (``keepalive_timeout``, 75 s): an idle connection is closed after that long even
   when nobody needs its slot. Longer than the common 15/30/60 s scrape intervals, so Prometheus keeps its
   connection; far below aiohttp's default of 3,630 s.
+- **No request inflation.** aiohttp's parser would inflate a ``Content-Encoding: gzip|deflate|br|zstd``
+  body on the event loop as it arrives, before any handler, authentication or body cap runs (a 1 MiB gzip
+  of 1 GiB is about 2 s of loop time). ``listen()`` turns that off (``auto_decompress=False``) and puts
+  ``identity_only`` first among the app's middlewares: a request whose ``Content-Encoding`` is anything but
+  identity gets 415 (with ``Accept-Encoding: identity``), one with a transfer coding other than chunked
+  501, before its body is read and before credentials are checked, and its connection is closed after the
+  answer. Refused rather than inflated after authentication, because nothing that talks to these services
+  compresses a request (Prometheus scrapes with GET, Alertmanager posts plain JSON, approvals are curl
+  lines), so inflating would be code and risk for no client.
 - **Accept errors** (EMFILE/ENFILE/ENOBUFS/ENOMEM: the process or system is out of file descriptors or
   memory, e.g. a vendor tool holding pipes) are counted in ``xpuwatch_http_accept_errors_total``, logged at
   most once per ``ACCEPT_LOG_INTERVAL_SECONDS`` with the count. The cap then drops to the connections held
@@ -26,7 +42,8 @@ One mechanism for three services (docs/exporter.md "Hardening", docs/relay.md, d
 
 HTTP itself stays aiohttp's: ``listen()`` starts an ``aiohttp.web.AppRunner`` whose connections come through
 this listener. aiohttp tells the guard when an answer is written through its access-logger hook
-(``AbstractAccessLogger.log``, called after ``write_eof``). Limits: pipelined requests (sent before the
+(``AbstractAccessLogger.log``, called after ``write_eof``); that an answer waits for its client, through
+the transport's ``pause_writing``/``resume_writing``. Limits: pipelined requests (sent before the
 previous answer; no common scraper or Alertmanager does this) may be evicted while queued. A TLS handshake
 under way counts as a connection reading its header (held, evictable, ``header_timeout``).
 """
@@ -34,11 +51,13 @@ under way counts as a connection reading its header (held, evictable, ``header_t
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import errno
 import logging
 import socket
 import ssl
-from collections.abc import Callable, Iterator
+import struct
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -64,6 +83,11 @@ FD_HEADROOM = 64
 FD_SPARE = 16
 """When accept() fails with EMFILE anyway (descriptors held elsewhere), the cap drops to the connections
 held less this many, so that the service's own work still finds descriptors."""
+WRITE_TIMEOUT_SECONDS = 60.0
+"""An answer not written within this long of the first time it waited for its client (the transport paused
+writing) closes its connection. Prometheus gives up on a scrape at its scrape_timeout, at most the scrape
+interval (60 s is the longest common one), so a longer write helps no scraper; 60 s still carries the largest
+/metrics body (9.5 MiB plain at 2,048 devices) at 1.3 Mbit/s, and every other answer is a few KiB."""
 BODY_TIMEOUT_SECONDS = 30.0
 """A request body (a webhook's) must arrive within this long (``read_body``): 4 MiB at 1 Mbit/s."""
 ACCEPT_LOG_INTERVAL_SECONDS = 60.0
@@ -72,7 +96,12 @@ ACCEPT_BACKOFF_SECONDS = (0.005, 1.0)
 """Pause of accepting after an accept error: the first, doubled on each further error up to the second
 (Go ``net/http`` ``Server.Serve``: 5 ms to 1 s). A successful accept resets it."""
 _RESOURCE_ERRNOS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM})
-_CLOSE_REASONS = ("evicted", "header_timeout", "idle_timeout", "full")
+_CLOSE_REASONS = ("evicted", "header_timeout", "idle_timeout", "write_timeout", "full")
+_STATES = ("reading", "receiving", "busy", "sending", "idle")
+_WAITING = ("reading", "receiving", "sending", "idle")
+"""States in which a connection waits for its client: evictable, the one waiting longest first."""
+_connections: dict[object, _Guarded] = {}
+"""aiohttp's protocol (its RequestHandler) -> the connection wrapping it, for ``read_body``."""
 
 
 class _Handshake:
@@ -89,7 +118,17 @@ class _Handshake:
 class _Guarded(asyncio.Protocol):
     """Wraps aiohttp's per-connection protocol: tracks the connection's state for the guard."""
 
-    __slots__ = ("_tail", "admitted", "guard", "handshake", "inner", "since", "state", "transport")
+    __slots__ = (
+        "_tail",
+        "admitted",
+        "guard",
+        "handshake",
+        "inner",
+        "since",
+        "stalled_at",
+        "state",
+        "transport",
+    )
 
     def __init__(
         self, inner: asyncio.Protocol, guard: ConnectionGuard, handshake: _Handshake | None = None
@@ -98,8 +137,9 @@ class _Guarded(asyncio.Protocol):
         self.guard = guard
         self.handshake = handshake
         self.transport: asyncio.Transport | None = None
-        self.state = "reading"  # "reading" (header not complete), "busy" (being answered), "idle"
+        self.state = "reading"  # one of _STATES
         self.since = 0.0  # loop time the current state began
+        self.stalled_at: float | None = None  # the current answer first waited for the client
         self.admitted = False
         self._tail = b""
 
@@ -133,9 +173,12 @@ class _Guarded(asyncio.Protocol):
             self.inner.connection_lost(exc)
 
     def pause_writing(self) -> None:
+        self.guard.stalled(self)
         self.inner.pause_writing()
 
     def resume_writing(self) -> None:
+        if self.state == "sending":
+            self.guard.moved(self, "busy")
         self.inner.resume_writing()
 
 
@@ -144,7 +187,8 @@ class ConnectionGuard:
 
     ``max_connections`` is lowered to the soft open-file limit less ``FD_HEADROOM`` (at least 8).
     Counters (read by ``collector()``): ``closed[reason]`` connections closed by the guard, reason one of
-    evicted, header_timeout, idle_timeout, full; ``accept_errors[errno name]``; ``peak`` connections held.
+    evicted, header_timeout, idle_timeout, write_timeout, full; ``accept_errors[errno name]``; ``peak``
+    connections held.
     """
 
     def __init__(
@@ -153,6 +197,7 @@ class ConnectionGuard:
         header_timeout: float = HEADER_TIMEOUT_SECONDS,
         keepalive_timeout: float = KEEPALIVE_TIMEOUT_SECONDS,
         clock: Callable[[], float] | None = None,
+        write_timeout: float = WRITE_TIMEOUT_SECONDS,
     ) -> None:
         try:
             import resource
@@ -166,10 +211,12 @@ class ConnectionGuard:
         self._starved_at: float | None = None  # last accept() failure for want of descriptors
         self.header_timeout = header_timeout
         self.keepalive_timeout = keepalive_timeout
+        self.write_timeout = write_timeout
         self._clock = clock
         # Per state, in the order they entered it: the first is the one waiting longest (O(1) eviction).
-        self._states: dict[str, dict[_Guarded, None]] = {"reading": {}, "busy": {}, "idle": {}}
-        self._by_protocol: dict[object, _Guarded] = {}
+        self._states: dict[str, dict[_Guarded, None]] = {state: {} for state in _STATES}
+        # Connections whose current answer has waited for its client, in the order it first did.
+        self._stalled: dict[_Guarded, None] = {}
         self._handshakes: dict[_Handshake, None] = {}  # TLS connections not yet through it, oldest first
         self.closed = dict.fromkeys(_CLOSE_REASONS, 0)
         self.accept_errors: dict[str, int] = {}
@@ -214,7 +261,7 @@ class ConnectionGuard:
         return True
 
     def count(self, state: str) -> int:
-        """Connections now in ``state`` (tls_handshake, reading, busy, idle)."""
+        """Connections now in ``state`` (tls_handshake, reading, receiving, busy, sending, idle)."""
         return len(self._handshakes) if state == "tls_handshake" else len(self._states[state])
 
     def wrap(
@@ -232,7 +279,7 @@ class ConnectionGuard:
             return False
         conn.state, conn.since = "reading", now
         self._states["reading"][conn] = None
-        self._by_protocol[conn.inner] = conn
+        _connections[conn.inner] = conn
         self.peak = max(self.peak, self.held)
         if self._sweeper is None:
             self._schedule_sweep()
@@ -248,13 +295,27 @@ class ConnectionGuard:
 
     def answered(self, protocol: object) -> None:
         """aiohttp wrote a whole answer on the connection of ``protocol`` (its RequestHandler)."""
-        conn = self._by_protocol.get(protocol)
-        if conn is not None and conn.state == "busy":
+        conn = _connections.get(protocol)
+        if conn is not None and conn.guard is self and conn.state in ("busy", "sending", "receiving"):
             self.moved(conn, "idle")
+            self._stalled.pop(conn, None)
+            conn.stalled_at = None
+
+    def stalled(self, conn: _Guarded) -> None:
+        """The transport of ``conn`` paused writing: its answer waits for the client to read. The write
+        deadline runs from the first such pause of the answer."""
+        if conn.state != "busy" or conn not in self._states["busy"]:
+            return
+        self.moved(conn, "sending")
+        if conn.stalled_at is None:
+            conn.stalled_at = conn.since
+            self._stalled[conn] = None
 
     def release(self, conn: _Guarded) -> None:
         self._states[conn.state].pop(conn, None)
-        self._by_protocol.pop(conn.inner, None)
+        self._stalled.pop(conn, None)
+        if _connections.get(conn.inner) is conn:
+            del _connections[conn.inner]
 
     def out_of_descriptors(self) -> bool:
         """accept() failed for want of descriptors that something else holds: lower the cap to what is held
@@ -275,8 +336,7 @@ class ConnectionGuard:
 
     def _oldest_inactive(self) -> _Guarded | _Handshake | None:
         queues: tuple[dict[Any, None], ...] = (
-            self._states["reading"],
-            self._states["idle"],
+            *(self._states[state] for state in _WAITING),
             self._handshakes,
         )
         firsts = [next(iter(q)) for q in queues if q]
@@ -289,12 +349,15 @@ class ConnectionGuard:
             if conn.task is not None:
                 conn.task.cancel()  # asyncio closes the socket of a cancelled connection setup
             return
+        unsent = conn.stalled_at is not None  # its answer waits in the kernel for a client that does not read
         self.release(conn)
         if conn.transport is not None:
+            if unsent:
+                _reset(conn.transport)
             conn.transport.abort()
 
     def _schedule_sweep(self) -> None:
-        period = min(1.0, self.header_timeout, self.keepalive_timeout)
+        period = min(1.0, self.header_timeout, self.keepalive_timeout, self.write_timeout)
         self._sweeper = asyncio.get_running_loop().call_later(period, self._sweep)
 
     def _sweep(self) -> None:
@@ -311,6 +374,11 @@ class ConnectionGuard:
                 if now - first.since <= limit:
                     break
                 self._close(first, reason)
+        while self._stalled:
+            first = next(iter(self._stalled))
+            if now - (first.stalled_at or now) <= self.write_timeout:
+                break
+            self._close(first, "write_timeout")
         if self._starved_at is not None and now - self._starved_at > ACCEPT_LOG_INTERVAL_SECONDS:
             self.max_connections, self._starved_at = self.cap, None
         if self.held:
@@ -353,10 +421,23 @@ class ConnectionGuard:
         return Answered
 
 
+_LINGER_RESET = struct.pack("ii", 1, 0)
+
+
+def _reset(transport: asyncio.BaseTransport) -> None:
+    """Make the coming close a reset (SO_LINGER 0): a plain close would leave the kernel holding the unsent
+    answer (up to the socket's send buffer, megabytes) and retrying it to a client that never reads for
+    minutes after the descriptor is gone; a reset frees it and tells the client."""
+    sock = transport.get_extra_info("socket")
+    if sock is not None:
+        with contextlib.suppress(OSError):
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, _LINGER_RESET)
+
+
 class GuardCollector(Collector):
-    """``xpuwatch_http_connections{state}`` (gauge: tls_handshake, reading, busy, idle),
+    """``xpuwatch_http_connections{state}`` (gauge: tls_handshake, reading, receiving, busy, sending, idle),
     ``xpuwatch_http_max_connections`` (gauge), ``xpuwatch_http_connections_closed_total{reason}`` (counter:
-    evicted, header_timeout, idle_timeout, full) and ``xpuwatch_http_accept_errors_total{errno}`` (counter:
+    evicted, header_timeout, idle_timeout, write_timeout, full) and ``xpuwatch_http_accept_errors_total{errno}`` (counter:
     EMFILE, ENFILE, ENOBUFS, ENOMEM, or any other errno name accept() failed with)."""
 
     def __init__(self, guard: ConnectionGuard) -> None:
@@ -367,7 +448,7 @@ class GuardCollector(Collector):
         conns = GaugeMetricFamily(
             "xpuwatch_http_connections", "HTTP connections held, by state.", labels=("state",)
         )
-        for state in ("tls_handshake", "reading", "busy", "idle"):
+        for state in ("tls_handshake", *_STATES):
             conns.add_metric([state], g.count(state))
         yield conns
         yield GaugeMetricFamily(
@@ -583,23 +664,69 @@ class BodyTooLarge(Exception):
     """The request body is over the limit (answer 413)."""
 
 
+class BodyLost(Exception):
+    """The connection closed before the whole body arrived (the client left, or the guard gave its slot to
+    another connection while it waited for the body): there is nobody to answer."""
+
+
 async def read_body(request: web.BaseRequest, limit: int, timeout: float | None = None) -> bytes:
     """The request body: at most ``limit`` bytes (else BodyTooLarge), complete within ``timeout`` seconds
-    (default ``BODY_TIMEOUT_SECONDS``; else TimeoutError). The connection guard times out headers only, so
-    this bounds how long a client sending its body slowly holds a busy connection."""
+    (default ``BODY_TIMEOUT_SECONDS``; else TimeoutError); BodyLost when the connection closes first. The
+    connection guard times out headers only, so this bounds how long a client sending its body slowly holds
+    a connection; while it waits, the connection is *receiving*, which the guard may evict for a new one."""
     content = request.content
     if content.is_eof():  # the whole body has arrived (a webhook usually has, with its headers): no timer
         whole = content.read_nowait(-1)
         if len(whole) > limit:
             raise BodyTooLarge(f"body exceeds {limit} bytes")
         return whole
+    conn = _connections.get(request.protocol)
+    if conn is not None:
+        conn.guard.moved(conn, "receiving")
     body = bytearray()
-    async with asyncio.timeout(BODY_TIMEOUT_SECONDS if timeout is None else timeout):
-        async for chunk in request.content.iter_chunked(65536):
-            body += chunk
-            if len(body) > limit:
-                raise BodyTooLarge(f"body exceeds {limit} bytes")
+    try:
+        async with asyncio.timeout(BODY_TIMEOUT_SECONDS if timeout is None else timeout):
+            async for chunk in request.content.iter_chunked(65536):
+                body += chunk
+                if len(body) > limit:
+                    raise BodyTooLarge(f"body exceeds {limit} bytes")
+    except ConnectionError:  # evicted, or the client closed: aiohttp sets "Connection lost" on the payload
+        raise BodyLost("connection closed before the body arrived") from None
+    finally:
+        if conn is not None and conn.state == "receiving":
+            conn.guard.moved(conn, "busy")
     return bytes(body)
+
+
+IDENTITY = "identity"
+
+
+@web.middleware
+async def identity_only(
+    request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+) -> web.StreamResponse:
+    """415 for a request whose ``Content-Encoding`` is not identity, 501 for a transfer coding other than
+    chunked (RFC 9112 6.1; aiohttp refuses one that does not end in chunked itself), before the body is read
+    and before any credential check; the connection closes after the answer. ``listen()`` puts it first."""
+    codings = [
+        c.strip().lower() for v in request.headers.getall("Content-Encoding", ()) for c in v.split(",")
+    ]
+    if any(c not in ("", IDENTITY) for c in codings):
+        response = web.Response(
+            status=415,
+            text="request bodies are accepted without content coding only (Content-Encoding: identity)\n",
+            headers={"Accept-Encoding": IDENTITY},
+        )
+        response.force_close()
+        return response
+    transfer = [
+        c.strip().lower() for v in request.headers.getall("Transfer-Encoding", ()) for c in v.split(",")
+    ]
+    if any(c not in ("", "chunked") for c in transfer):
+        response = web.Response(status=501, text="transfer codings other than chunked are not supported\n")
+        response.force_close()
+        return response
+    return await handler(request)
 
 
 @dataclass(frozen=True)
@@ -620,15 +747,19 @@ async def listen(
     access_log_from: int = 0,
     **runner_kw: Any,
 ) -> Listening:
-    """Start ``app`` on host:port (port 0 picks one) through ``guard``. ``access_log``: write aiohttp's
-    access lines (logger ``aiohttp.access``, INFO), for answers with a status of at least
-    ``access_log_from`` (every answer when that logger is enabled for DEBUG). Raises OSError when it cannot
-    listen (the runner is cleaned up first)."""
+    """Start ``app`` on host:port (port 0 picks one) through ``guard``, request bodies never inflated
+    (``identity_only`` put first among the app's middlewares). ``access_log``: write aiohttp's access lines
+    (logger ``aiohttp.access``, INFO), for answers with a status of at least ``access_log_from`` (every
+    answer when that logger is enabled for DEBUG). Raises OSError when it cannot listen (the runner is
+    cleaned up first)."""
+    if identity_only not in app.middlewares:
+        app.middlewares.insert(0, identity_only)
     runner = web.AppRunner(
         app,
         access_log=logging.getLogger("aiohttp.access"),
         access_log_class=guard.access_log_class(delegate=access_log, from_status=access_log_from),
         keepalive_timeout=guard.keepalive_timeout,
+        auto_decompress=False,  # the parser would inflate a gzip body on the loop before any handler
         **runner_kw,
     )
     await runner.setup()

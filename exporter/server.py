@@ -162,11 +162,14 @@ class Server:
         response = web.StreamResponse(headers=headers)
         response.content_length = len(rendered.body)
         await response.prepare(request)
-        if request.method != "HEAD":
-            body = memoryview(rendered.body)
-            for start in range(0, len(body), WRITE_CHUNK_BYTES):
-                await response.write(body[start : start + WRITE_CHUNK_BYTES])
-        await response.write_eof()
+        try:
+            if request.method != "HEAD":
+                body = memoryview(rendered.body)
+                for start in range(0, len(body), WRITE_CHUNK_BYTES):
+                    await response.write(body[start : start + WRITE_CHUNK_BYTES])
+            await response.write_eof()
+        except ConnectionError:  # the client left, or the connection guard closed it (write deadline)
+            pass
         return response
 
     def _refresh(self, accept: str, encoding: str) -> None:

@@ -440,7 +440,7 @@ def load(path: str | None, env: Mapping[str, str], flags: Mapping[str, Any]) -> 
     doc: Any = {}
     if path:
         try:
-            doc = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+            doc = validation.load_yaml(Path(path).read_text(encoding="utf-8"))
         except OSError as exc:
             raise ConfigError(f"--config: cannot read {path}: {exc.strerror or exc}") from exc
         except yaml.YAMLError as exc:
@@ -570,7 +570,7 @@ def _http_server_config(raw: Any) -> Mapping[str, str]:
 def load_web_config(path: str) -> WebConfig:
     """Read and validate an exporter-toolkit web config file. Raises ConfigError naming the key."""
     try:
-        doc = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+        doc = validation.load_yaml(Path(path).read_text(encoding="utf-8"))
     except OSError as exc:
         raise ConfigError(f"web.config_file: cannot read {path}: {exc.strerror or exc}") from exc
     except yaml.YAMLError as exc:

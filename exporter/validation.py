@@ -18,6 +18,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+import yaml
+
 MINUTE = 60.0
 HOUR = 3600.0
 DAY = 86400.0
@@ -33,6 +35,37 @@ MAX_NUMBER = 1e9
 _TOKEN = re.compile(r"^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$")
 # RFC 9110 5.5: field-value octets are VCHAR, obs-text, SP and HTAB; CR, LF, NUL and other controls are not
 _FIELD_VALUE_BAD = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")
+
+
+class _Yaml12Loader(yaml.SafeLoader):
+    """PyYAML's safe loader with YAML 1.2's booleans (core schema): ``true``/``True``/``TRUE`` and
+    ``false``/``False``/``FALSE`` only. YAML 1.1's ``yes``, ``no``, ``on``, ``off`` stay the text written, as
+    a YAML 1.2 reader reads them: where a boolean is expected they are refused like a quoted ``"false"``, and
+    where text is expected (a label value ``no``, the country code) they are not turned into False."""
+
+
+_BOOL_TAG = "tag:yaml.org,2002:bool"
+_Yaml12Loader.yaml_implicit_resolvers = {
+    first: [(tag, regexp) for tag, regexp in resolvers if tag != _BOOL_TAG]
+    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+}
+_Yaml12Loader.add_implicit_resolver(
+    _BOOL_TAG, re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"), list("tTfF")
+)
+
+
+def load_yaml(text: str) -> Any:
+    """A config file's YAML document, booleans read as YAML 1.2 reads them (``_Yaml12Loader``). Raises
+    yaml.YAMLError. Every service's config, web config and alert spec is read with it."""
+    return yaml.load(text, Loader=_Yaml12Loader)
+
+
+def boolean(value: Any, key: str, error: type[ValueError] = ValueError) -> bool:
+    """``value`` if it is a YAML boolean (``true``/``false``), else ``error``: a quoted ``"false"`` is a
+    string, which Python would call true."""
+    if not isinstance(value, bool):
+        raise error(f"{key}: must be true or false, got {value!r}")
+    return value
 
 
 def number(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 from collections.abc import Mapping
 from datetime import datetime
@@ -10,6 +11,8 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from .progress import stamp
+
+_APPEND = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
 def _plain(value: Any) -> Any:
@@ -35,8 +38,9 @@ class Audit:
     def write(self, now: datetime, event: str, **fields: Any) -> dict[str, Any]:
         rec = {"ts": stamp(now), "event": event, **{k: _plain(v) for k, v in fields.items()}}
         line = json.dumps(rec, sort_keys=True, ensure_ascii=False)
-        if self._path is not None:
-            with self._path.open("a", encoding="utf-8") as fh:
+        if self._path is not None:  # appended, never through a symbolic link planted at the path (ELOOP)
+            fd = os.open(self._path, _APPEND, 0o666)
+            with os.fdopen(fd, "a", encoding="utf-8") as fh:
                 fh.write(line + "\n")
         else:
             (self._stream or sys.stdout).write(line + "\n")

@@ -60,6 +60,13 @@ def add_commands(sub: Any) -> None:
         help="Alertmanager's repeat_interval: a firing alert held by the cap is retried this often (default 4h)",
     )
     w.add_argument("--nodes", type=int, default=None, help="fleet size for the cap (default: nodes seen)")
+    w.add_argument(
+        "--timeout",
+        type=float,
+        default=120.0,
+        metavar="SECONDS",
+        help="seconds per query, the whole answer and its decoding included (default 120)",
+    )
     w.add_argument("-o", "--output", default=None, help="also write report.json or report.html")
     p.set_defaults(func=run)
 

@@ -382,7 +382,7 @@ class Controller:
         self.telemetry.rechecks.labels(action, step, r.result).inc()
         if r.result == "holds":
             return None
-        if r.result == "unreachable":
+        if r.result in recheck.UNCONFIRMED:
             self.telemetry.errors.labels("prometheus").inc()
         target = labels.get("node") or f"{labels.get('namespace', '')}/{labels.get('pod', '')}"
         verb = "cancelled" if r.result == "cleared" else "not run"

@@ -203,7 +203,7 @@ class Kube:
             resp.release()
         try:
             doc = json.loads(body) if body else {}
-        except ValueError:
+        except (ValueError, RecursionError):
             doc = {}
         if not 200 <= resp.status <= 299:
             reason = doc.get("reason", "") if isinstance(doc, dict) else ""

@@ -77,7 +77,7 @@ def decode(action: str, text: str | None) -> Progress | None:
         if started is None or not isinstance(doc.get("data", {}), dict):
             return None
         return Progress(action, str(doc["alert"]), str(doc["phase"]), started, doc.get("data", {}))
-    except (ValueError, KeyError, TypeError):
+    except (ValueError, KeyError, TypeError, RecursionError):  # RecursionError: an annotation of [[[[...
         return None
 
 
@@ -88,5 +88,5 @@ def last_time(annotations: Mapping[str, str], action: str) -> datetime | None:
         return None
     try:
         return unstamp(json.loads(text).get("finished"))
-    except (ValueError, AttributeError):
+    except (ValueError, AttributeError, RecursionError):
         return None

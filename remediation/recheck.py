@@ -14,9 +14,11 @@ Any alert that asks for the same action on the same device or notebook keeps the
 that cleared while an XID alert on the same card fires still justifies the drain). API: ``GET
 /api/v1/query`` (prometheus.io/docs/prometheus/latest/querying/api/); a resolved alert's ``ALERTS`` series
 ends with a staleness marker, so an instant query stops returning it at the next rule evaluation.
-Prometheus unreachable, answering an error, or answering what cannot be read (over 1 MiB, series that are not
-``{metric, value}``) = the step does not run (fail safe). Queries go through ``alerts/promapi.py``, bounded in
-time and size like every Prometheus query xpuwatch makes.
+Prometheus unreachable, slow or answering an error (``unreachable``), or answering what cannot be read
+(``unreadable``: over 1 MiB, not the API's JSON, series that are not ``{metric, value}`` such as ``[null]``)
+= the condition cannot be confirmed and the step does not run (fail safe; counted, and
+``XpuwatchRemediationRecheckFailing`` fires). Queries go through ``alerts/promapi.py``: bounded in time (the
+deadline covers decoding) and size, decoded off the event loop, like every Prometheus query xpuwatch makes.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from typing import Literal
 
 import aiohttp
 
-from xpuwatch.alerts.promapi import PromError, Prometheus
+from xpuwatch.alerts.promapi import PromError, Prometheus, Unreadable
 
 IDENTITY: Mapping[str, tuple[str, ...]] = {
     "drain": ("node", "uuid"),
@@ -36,13 +38,16 @@ IDENTITY: Mapping[str, tuple[str, ...]] = {
 }
 """Labels of an ``ALERTS`` series that identify the condition of each action."""
 
-Result = Literal["holds", "cleared", "unreachable"]
-RESULTS: tuple[Result, ...] = ("holds", "cleared", "unreachable")
+Result = Literal["holds", "cleared", "unreachable", "unreadable"]
+RESULTS: tuple[Result, ...] = ("holds", "cleared", "unreachable", "unreadable")
+UNCONFIRMED: tuple[Result, ...] = ("unreachable", "unreadable")
+"""Results that leave the condition unconfirmed: the step does not run (fail safe)."""
 
 
 @dataclass(frozen=True)
 class Recheck:
-    """``result``: holds (the step may run), cleared (cancel it), unreachable (do not act; fail safe).
+    """``result``: holds (the step may run), cleared (cancel it), unreachable or unreadable (do not act; fail
+    safe).
     ``query``: the PromQL asked; ``detail``: one line for the audit log and the notice."""
 
     result: Result
@@ -87,6 +92,8 @@ async def still_holds(
     expr = selector(action, labels)
     try:
         found = await client(prometheus_url, timeout).ainstant(session, expr)
+    except Unreadable as exc:
+        return Recheck("unreadable", expr, f"cannot confirm the condition, not acting: {exc}")
     except PromError as exc:
         return Recheck("unreachable", expr, f"cannot confirm the condition, not acting: {exc}")
     if found:

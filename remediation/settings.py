@@ -8,6 +8,7 @@ the offending key; nothing downstream re-validates.
 from __future__ import annotations
 
 import os
+import re
 import socket
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
@@ -43,6 +44,18 @@ _BOUND_BY_SUFFIX: tuple[tuple[str, float, str], ...] = (
     ("_bytes", 64 * validation.MIB, "bytes"),
     ("_seconds", validation.MAX_DURATION_SECONDS, "seconds"),
 )
+_POSITIVE = frozenset(
+    {
+        "expire_seconds",  # 0: a pending decision expires at once, so nothing can ever be approved
+        "hub_timeout_seconds",  # 0: every JupyterHub call times out, so no notebook is ever reclaimed
+        "state_timeout_seconds",  # 0: every MIG change times out at once
+        "max_body_bytes",  # 0: every webhook is 413
+        "lease_duration_seconds",  # 0: leadership lapses as it is won
+        "renew_deadline_seconds",
+        "retry_period_seconds",  # 0: the elector spins
+    }
+)
+"""Numeric settings that must be more than 0: at 0 the feature they time or bound silently stops working."""
 MAX_TICK_SECONDS = validation.HOUR
 _URL_KEYS = {"hub_api_url", "kernels_url", "prometheus_url", "host"}  # http(s) URLs inside sections
 
@@ -165,7 +178,7 @@ class ApprovalSettings:
 class RecheckSettings:
     """Re-check before acting (``remediation/recheck.py``): right before each disruptive step the
     controller asks ``prometheus_url`` whether the alert still fires in ``ALERTS``; cleared = the step is
-    cancelled, unreachable = it does not run. None = no re-check (the step runs on the alert as received)."""
+    cancelled, unreachable or unreadable = it does not run. None = no re-check (the step runs on the alert as received)."""
 
     prometheus_url: str | None = None
     timeout_seconds: float = 10.0
@@ -221,6 +234,23 @@ class Settings:
         return self.notify.get(category, self.notify_url)
 
 
+_NAMESPACE = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
+MAX_NAMESPACE = 63
+
+
+def namespace(value: Any, key: str) -> str:
+    """``value`` if it can name a Kubernetes namespace (an RFC 1123 label: at most 63 lowercase letters,
+    digits and ``-``, starting and ending with a letter or digit: apimachinery ``IsDNS1123Label``), else
+    ConfigError: a key that no namespace can match (``Training``, ``ml_team``) would silently never apply,
+    leaving that namespace to the default."""
+    if not isinstance(value, str) or len(value) > MAX_NAMESPACE or not _NAMESPACE.fullmatch(value):
+        raise ConfigError(
+            f"{key}: {value!r} is not a namespace name (at most 63 lowercase letters, digits and '-', "
+            "starting and ending with a letter or digit)"
+        )
+    return value
+
+
 def _read_secret(base: Path, value: Any, key: str) -> str:
     if not isinstance(value, str) or not value:
         raise ConfigError(f"{key}: expected a file path")
@@ -257,15 +287,20 @@ def _section(cls: type, raw: Any, key: str, overrides: Mapping[str, Any] | None 
         default = getattr(cls(), name)
         if isinstance(default, bool):
             if not isinstance(value, bool):
-                raise ConfigError(f"{key}.{name}: expected true/false")
+                raise ConfigError(f"{key}.{name}: expected true/false, got {value!r}")
         elif isinstance(default, int | float) and not isinstance(default, bool):
             if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
                 raise ConfigError(f"{key}.{name}: expected a non-negative number")
             _bounded(value, f"{key}.{name}", name)
+            if name in _POSITIVE and value == 0:
+                raise ConfigError(f"{key}.{name}: expected more than 0")
             value = type(default)(value)
         elif isinstance(default, tuple):
             if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
                 raise ConfigError(f"{key}.{name}: expected a list of strings")
+            if name.endswith("namespaces"):
+                for ns in value:
+                    namespace(ns, f"{key}.{name}")
             value = tuple(value)
         elif default is None and name.endswith("_seconds"):
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
@@ -387,6 +422,8 @@ def parse(raw: Any, base: Path = Path(".")) -> Settings:
     modes = dr.pop("namespace_modes", None) or {}
     if not isinstance(modes, Mapping) or any(m not in EVICTION_MODES for m in modes.values()):
         raise ConfigError(f"drain.namespace_modes: values must be one of {', '.join(EVICTION_MODES)}")
+    for ns in modes:
+        namespace(ns, f"drain.namespace_modes.{ns}")
     drain = _section(DrainSettings, dr, "drain", {"namespace_modes": dict(modes)})
 
     guard = _section(GuardSettings, raw.get("guard"), "guard")
@@ -460,6 +497,8 @@ def _approval(raw: Any) -> ApprovalSettings:
         for k, v in m.items():
             if known is not None and k not in known:
                 raise ConfigError(f"approval.{key}.{k}: unknown action, expected one of {', '.join(known)}")
+            if known is None:
+                namespace(k, f"approval.{key}.{k}")
             if v not in APPROVAL_MODES:
                 raise ConfigError(f"approval.{key}.{k}: expected auto or manual")
         over[key] = dict(m)
@@ -472,7 +511,7 @@ def load(path: str | Path) -> Settings:
     """Read and validate the YAML config at ``path``. Errors: ``ConfigError``."""
     p = Path(path)
     try:
-        raw = yaml.safe_load(p.read_text(encoding="utf-8"))
+        raw = validation.load_yaml(p.read_text(encoding="utf-8"))
     except OSError as exc:
         raise ConfigError(f"{p}: {exc.strerror}") from None
     except UnicodeDecodeError as exc:

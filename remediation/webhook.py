@@ -17,9 +17,10 @@ import logging
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from xpuwatch.alerts.payload import BodyError, decode
 from xpuwatch.exporter import listener
 from xpuwatch.exporter.credentials import Authenticator, Secret, Verdict
-from xpuwatch.exporter.listener import BodyTooLarge, read_body
+from xpuwatch.exporter.listener import BodyLost, BodyTooLarge, read_body
 
 from .alert import PayloadError, parse_payload
 from .controller import Controller, NotLeader, Unavailable
@@ -27,6 +28,8 @@ from .settings import WebhookSettings
 
 log = logging.getLogger(__name__)
 PATH = "/alertmanager/remediate"
+APPROVAL_BODY_BYTES = 4096
+"""Largest body of an approval POST: ``{"by": "<at most 200 characters>"}`` needs a few hundred bytes."""
 CONTROLLER: web.AppKey[Controller] = web.AppKey("controller", Controller)
 AUTH: web.AppKey[Authenticator] = web.AppKey("auth", Authenticator)
 
@@ -67,6 +70,8 @@ async def remediate(request: web.Request) -> web.Response:
         return answer(413, {"error": f"body over {settings.max_body_bytes} bytes"})
     except TimeoutError:  # a 5xx: Alertmanager retries (a 4xx would drop the notification)
         return answer(503, {"error": f"body not received within {listener.BODY_TIMEOUT_SECONDS:g} s; retry"})
+    except BodyLost:  # the connection is gone: nobody to answer
+        return answer(503, {"error": "connection closed before the body arrived"})
     try:
         alerts = parse_payload(body)
     except PayloadError as exc:
@@ -93,10 +98,22 @@ async def settle(request: web.Request) -> web.Response:
             {"error": "unauthorized"}, status=401, headers={"WWW-Authenticate": 'Bearer realm="xpuwatch"'}
         )
     who = _identity(header)
-    try:
-        doc = await request.json() if request.can_read_body else {}
-    except ValueError:
-        return web.json_response({"error": "body is not JSON"}, status=400)
+    doc: object = {}
+    if request.can_read_body:
+        try:
+            body = await read_body(request, APPROVAL_BODY_BYTES)
+        except BodyTooLarge:
+            return web.json_response({"error": f"body over {APPROVAL_BODY_BYTES} bytes"}, status=413)
+        except TimeoutError:
+            return web.json_response(
+                {"error": f"body not received within {listener.BODY_TIMEOUT_SECONDS:g} s"}, status=408
+            )
+        except BodyLost:
+            return web.json_response({"error": "connection closed before the body arrived"}, status=400)
+        try:
+            doc = decode(body) if body.strip() else {}  # bounded nesting, Unicode text: as the webhook
+        except BodyError as exc:
+            return web.json_response({"error": str(exc)}, status=400)
     stated = doc.get("by") if isinstance(doc, dict) else None
     if stated is not None and (not isinstance(stated, str) or len(stated) > 200):
         return web.json_response({"error": "by: expected a string of at most 200 characters"}, status=400)

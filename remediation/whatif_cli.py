@@ -12,14 +12,16 @@ Reads only, through alerts/promapi.py's client (every answer bounded in size and
 - the number of nodes: ``count(count by (node) (last_over_time(accelerator_info[<range>])))`` (``--nodes``
   overrides it, e.g. to count nodes without accelerators, which the blast-radius ratio also counts).
 
-Errors: one line ``xpuwatch: what-if: <reason>`` and exit 1 (Prometheus unreachable, a query refused, the
-exporter's series absent from the window).
+Errors: one line ``xpuwatch: what-if: <reason>`` and exit 1 (Prometheus unreachable or slower than
+``--timeout`` per query, a query refused, an answer that cannot be read, the exporter's series absent from
+the window). ``-o`` replaces its file without following a symbolic link planted there.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import re
 import sys
 import time
@@ -32,6 +34,7 @@ import jinja2
 
 from xpuwatch.alerts.promapi import PromError, Prometheus
 from xpuwatch.exporter.catalog import ALLOCATED, INFO
+from xpuwatch.vendors.untrusted import replace_file
 
 from .recheck import quote
 from .settings import Settings
@@ -109,8 +112,15 @@ def _utc(t: float) -> datetime:
 
 
 def count_nodes(prom: Prometheus, window: int, end: float) -> int:
+    """Nodes with an ``accelerator_info`` series in the window. Raises PromError, WhatIfError for a count
+    that is no count (NaN, infinite, negative or fractional)."""
     found = prom.query(f"count(count by (node) (last_over_time({INFO}[{window}s])))", end)
-    return int(found[0].values[0][1]) if found else 0
+    if not found:
+        return 0
+    value = found[0].values[0][1]
+    if not (math.isfinite(value) and value >= 0 and value == int(value)):
+        raise WhatIfError(f"Prometheus at {prom.url} answered a node count of {value!r}: not a count")
+    return int(value)
 
 
 def what_if(
@@ -175,9 +185,9 @@ def write(w: WhatIf, output: str | None) -> None:
     doc = w.to_json()
     try:
         if output.endswith(".json"):
-            Path(output).write_text(json.dumps(doc, indent=1) + "\n", encoding="utf-8")
+            replace_file(Path(output), json.dumps(doc, indent=1) + "\n")
         elif output.endswith((".html", ".htm")):
-            Path(output).write_text(_HTML.render(w=doc), encoding="utf-8")
+            replace_file(Path(output), _HTML.render(w=doc))
         else:
             raise WhatIfError(f"-o {output}: expected a file name ending in .json or .html")
     except OSError as exc:
@@ -195,6 +205,8 @@ def run(settings: Settings, args: argparse.Namespace) -> int:
             raise WhatIfError(f"--step {args.step}s is longer than --range {args.range}s")
         if args.nodes is not None and args.nodes < 1:
             raise WhatIfError(f"--nodes {args.nodes}: expected at least 1")
+        if not (0 < args.timeout <= 86400):
+            raise WhatIfError(f"--timeout {args.timeout:g}: expected seconds more than 0, at most a day")
         if args.output and not args.output.endswith((".json", ".html", ".htm")):
             raise WhatIfError(f"-o {args.output}: expected a file name ending in .json or .html")
         w = what_if(
@@ -204,6 +216,7 @@ def run(settings: Settings, args: argparse.Namespace) -> int:
             float(args.step),
             nodes=args.nodes,
             repeat_interval=float(args.repeat_interval),
+            timeout=args.timeout,
         )
         write(w, args.output)
     except WhatIfError as exc:

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from xpuwatch.alerts.promapi import duration
 from xpuwatch.alerts.spec import DEFAULT_SPEC_PATH, SpecError, load_spec
+from xpuwatch.vendors.untrusted import replace_file, replacing
 
 
 def positive(text: str) -> float:
@@ -134,7 +135,7 @@ def add_commands(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-
         "--timeout",
         type=positive,
         default=120.0,
-        help="seconds per query, the whole answer included (default 120)",
+        help="seconds per query, the whole answer and its decoding included (default 120)",
     )
     p.add_argument(
         "--concurrency",
@@ -224,7 +225,9 @@ def run_report(args: argparse.Namespace) -> int:
     comparison = compare(baselines[0], baseline) if before is not None else None
     try:
         tz = args.timezone or system_zone()
-        args.output.write_text(html(baseline, time.time(), tz, comparison, config.prices), encoding="utf-8")
+        replace_file(
+            args.output, html(baseline, time.time(), tz, comparison, config.prices)
+        )  # a link: replaced
     except OSError as exc:
         print(f"xpuwatch report: cannot write {args.output}: {exc}", file=sys.stderr)
         return 1
@@ -240,7 +243,9 @@ def run_report(args: argparse.Namespace) -> int:
                 ("usage_by_team.csv", cb.by_team(usage), (*cb.TEAM_COLUMNS, *costs)),
                 ("usage_by_model.csv", cb.by_model(usage), (*cb.MODEL_COLUMNS, *costs)),
             ):
-                (args.csv / name).write_text(cb.to_csv(rows, columns, currency), encoding="utf-8")
+                replace_file(
+                    args.csv / name, cb.to_csv(rows, columns, currency)
+                )  # never through a planted link
         except OSError as exc:
             print(f"xpuwatch report: cannot write CSV to {args.csv}: {exc}", file=sys.stderr)
             return 1
@@ -267,7 +272,7 @@ def run_history(args: argparse.Namespace) -> int:
     end -= end % args.step
     start = end - args.range_ + args.step
     try:
-        with args.output.open("w", encoding="utf-8") as f:
+        with replacing(args.output) as f:
             for line in openmetrics(args.devices, start, end, args.step):
                 f.write(line + "\n")
     except OSError as exc:

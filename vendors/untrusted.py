@@ -1,5 +1,6 @@
 """Reading files from paths that others can write (HAMi regions written from inside tenant containers, the
-host's /proc), so that one hostile or broken file costs one reading, never the poll or the process.
+host's /proc), so that one hostile or broken file costs one reading, never the poll or the process; and
+writing output files into folders that others can write, never through a link they planted.
 
 Every read here looks the path up once without following a final symlink (``O_PATH|O_NOFOLLOW``: a link
 to /dev/zero, to another tenant's region or to a host secret is refused), checks what it found with
@@ -8,6 +9,13 @@ FIFO never blocks the backend's only thread and a device node's driver is never 
 inode non-blocking, and reads at most a given number of bytes (a huge or growing file never costs more
 memory or time than that). Reads use ``read(2)``, never ``mmap``: a file
 truncated while mapped would kill the exporter with SIGBUS.
+
+Every output file a command writes (``report -o``/``--csv``, ``report-history -o``, ``remediate --what-if -o``,
+``capture``, the generators) goes through ``replacing``/``replace_file``: the content is written to a new
+file beside the target (``O_CREAT|O_EXCL|O_NOFOLLOW``, a random name) and renamed over it, and rename(2)
+replaces a symbolic link at the target instead of following it. So a link planted in a shared output folder
+(``report --csv /tmp/x`` with ``/tmp/x/usage_by_team.csv -> /etc/passwd``) is replaced, not written
+through, and a reader never sees a half-written file.
 
 Errors are ``OSError`` (``RefusedFile`` for what this module refuses), with a message naming the path and
 what is wrong, ready for an error reason or a log line.
@@ -18,9 +26,11 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import secrets
 import stat
 from collections.abc import Iterator
 from pathlib import Path
+from typing import IO, Any
 
 _CHUNK = 65536
 _FLAGS = os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
@@ -144,3 +154,34 @@ def read_capped(path: Path, max_bytes: int, follow_symlinks: bool = False) -> by
     if len(data) > max_bytes:  # grew since fstat, or a /proc file
         raise RefusedFile(errno.EFBIG, f"{path}: over the {max_bytes}-byte limit")
     return data
+
+
+@contextlib.contextmanager
+def replacing(path: Path, binary: bool = False) -> Iterator[IO[Any]]:
+    """``with replacing(path) as f``: a new file beside ``path`` open for writing (text, UTF-8, unless
+    ``binary``), renamed over ``path`` when the block ends without an error, else removed (``path`` then
+    is as it was). A symbolic link at ``path`` is replaced, never followed; the new file's mode is 0666
+    less the umask, as ``open(path, "w")`` would create it. Raises OSError (``IsADirectoryError`` when
+    ``path`` is a folder)."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+    while True:
+        temporary = path.with_name(f".{path.name}.{secrets.token_hex(6)}.tmp")
+        try:
+            fd = os.open(temporary, flags, 0o666)
+            break
+        except FileExistsError:  # 48 random bits taken: draw again
+            continue
+    try:
+        with os.fdopen(fd, "wb" if binary else "w", encoding=None if binary else "utf-8") as out:
+            yield out
+        os.replace(temporary, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(temporary)
+        raise
+
+
+def replace_file(path: Path, data: str | bytes) -> None:
+    """Write ``data`` (text as UTF-8) to ``path`` through ``replacing``. Raises OSError."""
+    with replacing(path, binary=isinstance(data, bytes)) as out:
+        out.write(data)

@@ -158,7 +158,7 @@ def load_settings(path: str | Path, env: Mapping[str, str] | None = None) -> Set
     """Read the YAML file at ``path``; relative secret files resolve against its folder. Raises ConfigError."""
     path = Path(path)
     try:
-        doc = yaml.safe_load(path.read_text(encoding="utf-8"))
+        doc = validation.load_yaml(path.read_text(encoding="utf-8"))
     except yaml.YAMLError as exc:
         raise ConfigError(f"{path}: invalid YAML: {yaml_problem(exc)}") from None
     except (OSError, UnicodeDecodeError) as exc:
@@ -306,7 +306,7 @@ def _mentions(doc: Any, where: str) -> Mentions:
         mobiles=ids("mobiles"),
         open_ids=ids("open_ids"),
         user_ids=ids("user_ids"),
-        all=bool(doc.get("all", False)),
+        all=validation.boolean(doc.get("all", False), f"{where}.all", ConfigError),
         severities=severities,
     )
 

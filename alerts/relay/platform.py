@@ -82,7 +82,7 @@ def read_answer(
         return Outcome("retry", f"http_{http_status}", f"HTTP {http_status}")
     try:
         code, msg = code_of(json.loads(payload))
-    except (ValueError, KeyError, TypeError, AttributeError):
+    except (ValueError, KeyError, TypeError, AttributeError, RecursionError):  # [[[[... from a proxy
         text = payload[:200].decode(errors="replace")
         if http_status not in readable_statuses:
             return Outcome("permanent", f"http_{http_status}", text)

@@ -27,7 +27,7 @@ from xpuwatch.alerts.relay.sender import Sender, bot_id
 from xpuwatch.alerts.relay.webhook import PayloadError, parse_body
 from xpuwatch.exporter import listener
 from xpuwatch.exporter.credentials import Authenticator, Secret, Verdict
-from xpuwatch.exporter.listener import BodyTooLarge, read_body
+from xpuwatch.exporter.listener import BodyLost, BodyTooLarge, read_body
 
 log = logging.getLogger(__name__)
 
@@ -301,6 +301,8 @@ async def _receive(request: web.Request) -> web.Response:
     except TimeoutError:  # a 5xx: Alertmanager retries (a 4xx would drop the notification)
         metrics.rejected.labels("body_timeout").inc()
         return _error(503, f"body not received within {listener.BODY_TIMEOUT_SECONDS:g} s; retry")
+    except BodyLost:  # the connection is gone (counted by the guard when it closed it): nobody to answer
+        return _error(503, "connection closed before the body arrived")
     try:
         notification = parse_body(bytes(body))
     except PayloadError as exc:

@@ -28,6 +28,11 @@ from xpuwatch.alerts.payload import BodyError, decode, surely_within
 
 Status = Literal["firing", "resolved"]
 SUPPORTED_VERSIONS = ("4", "3")
+MAX_TRUNCATED_ALERTS = 10**9
+"""Largest ``truncatedAlerts`` accepted (Alertmanager: the alerts of a group beyond the receiver's
+``max_alerts``). An Alertmanager holds every alert in memory at a few KiB each, so no group reaches 10^9;
+above it the number is not one Alertmanager sent, and the "N more alerts" line it would print (a
+4,000-digit number overflowed the summarised counter and made a part the bot refused) is refused (400)."""
 _ZERO_TIME_YEAR = 1  # Go's zero time "0001-01-01T00:00:00Z": Alertmanager sets it as endsAt of firing alerts
 _FRACTION = re.compile(r"(\.\d{6})\d+")
 _STR_ONLY = frozenset((str,))
@@ -158,7 +163,7 @@ def _typed(body: bytes) -> Notification | None:
     except (msgspec.DecodeError, RecursionError):  # ValidationError is a DecodeError
         return None
     raw_alerts = doc.alerts
-    if not raw_alerts or doc.truncated_alerts < 0:
+    if not raw_alerts or not 0 <= doc.truncated_alerts <= MAX_TRUNCATED_ALERTS:
         return None
     maps = (doc.group_labels, doc.common_labels, doc.common_annotations)
     containers = 2 + len(raw_alerts) + sum(m is not None for m in maps)  # the body, ``alerts``, each alert
@@ -235,6 +240,8 @@ def parse_payload(doc: Any) -> Notification:
     truncated = doc.get("truncatedAlerts", 0)
     if not isinstance(truncated, int) or isinstance(truncated, bool) or truncated < 0:
         raise PayloadError("'truncatedAlerts' must be a non-negative integer")
+    if truncated > MAX_TRUNCATED_ALERTS:
+        raise PayloadError(f"'truncatedAlerts' must be at most {MAX_TRUNCATED_ALERTS}")
     status: Any = doc.get("status", _ABSENT)
     if status is _ABSENT:  # derived only when absent (an explicit null is refused below)
         status = "firing" if any(a.status == "firing" for a in alerts) else "resolved"

@@ -32,7 +32,7 @@ Report = Callable[[str, str, ObjectRef, Outcome, datetime, str, bool], Awaitable
 
 
 # confirm(action, step, identity labels, now) -> None: the condition still holds, go ahead; else why the
-# step must not run (result cleared, or unreachable: fail safe), already counted, audited and announced.
+# step must not run (result cleared, or unreachable/unreadable: fail safe), already counted, audited and announced.
 Confirm = Callable[[str, str, Mapping[str, str], datetime], Awaitable[Recheck | None]]
 
 

@@ -23,6 +23,7 @@ from ..allocation import AllocationError, holders_of
 from ..kube import NodeView, ObjectRef, Taint
 from ..policy import Decision
 from ..progress import Progress, decode, key_for, last_key_for, stamp, unstamp
+from ..recheck import UNCONFIRMED
 from . import Context, Outcome
 
 TAINT_KEY = "xpuwatch.io/faulty-accelerator"
@@ -233,7 +234,7 @@ async def advance(ctx: Context, node: NodeView, p: Progress, now: datetime) -> O
         no = await ctx.confirm("drain", "evict", {"node": node.name, "uuid": faulty[0]}, now)
         if no:
             return Outcome(
-                "blocked" if no.result == "unreachable" else "skipped", f"evictions not run: {no.detail}"
+                "blocked" if no.result in UNCONFIRMED else "skipped", f"evictions not run: {no.detail}"
             )
     blocked = 0
     for h in todo:

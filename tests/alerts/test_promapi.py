@@ -6,7 +6,10 @@ as the Prometheus HTTP API document describes, prometheus.io/docs/prometheus/lat
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
+import threading
+import time
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -14,7 +17,8 @@ import aiohttp
 import pytest
 from aiohttp import web
 
-from xpuwatch.alerts.promapi import PromError, Prometheus, Series, duration
+from xpuwatch.alerts import promapi
+from xpuwatch.alerts.promapi import PromError, Prometheus, Series, Unreadable, duration
 
 
 @pytest.fixture
@@ -82,3 +86,144 @@ def test_duration() -> None:
     for bad in ("", "7", "1.5h", "-1d", "7days"):
         with pytest.raises(argparse.ArgumentTypeError, match="is not a duration like 7d"):
             duration(bad)
+
+
+@pytest.fixture
+async def answers() -> AsyncIterator[tuple[dict[str, bytes], str]]:
+    """(the raw body the next answer carries, under key "body"; base URL)."""
+    state = {"body": b""}
+
+    async def query(request: web.Request) -> web.Response:
+        return web.Response(body=state["body"], content_type="application/json")
+
+    app = web.Application()
+    app.router.add_route("*", "/api/v1/query", query)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    try:
+        yield state, f"http://127.0.0.1:{port}"
+    finally:
+        await runner.cleanup()
+
+
+VECTOR = [{"metric": {"node": f"n{i}"}, "value": [1, "1"]} for i in range(3)]
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        # members in any order, whitespace anywhere, members the client does not know
+        b'{"data": {"result": RESULT, "resultType": "vector"}, "status": "success"}',
+        b' \n{ "status" : "success" , "warnings": ["w"], "data" : { "resultType" : "vector" ,\t"result" : RESULT } } \r\n',
+        b'{"status":"success","isPartial":false,"data":{"resultType":"vector","result":RESULT}}',  # VictoriaMetrics
+    ],
+)
+async def test_any_layout_of_the_api_envelope_reads(
+    answers: tuple[dict[str, bytes], str], body: bytes
+) -> None:
+    state, url = answers
+    state["body"] = body.replace(b"RESULT", json.dumps(VECTOR).encode())
+    async with aiohttp.ClientSession() as session:
+        got = await Prometheus(url, 5).ainstant(session, "up")
+    assert [s.labels["node"] for s in got] == ["n0", "n1", "n2"]
+
+
+@pytest.mark.parametrize(
+    ("body", "reason"),
+    [
+        (
+            b'{"status":"success","data":{"resultType":"vector","result":[]}} x',
+            "did not answer with Prometheus API JSON",
+        ),
+        (
+            b'{"status":"success","data":{"resultType":"vector","result":[{"metric":{}',
+            "did not answer with Prometheus",
+        ),
+        (b'{"status":"success","data":null}', "unexpected answer shape"),
+        (b'{"status":"success","data":{"result":{"a":1}}}', "unexpected answer shape"),
+        (
+            b'{"status":"success","data":{"result":[[[[' + b"[" * 100_000,
+            "did not answer with Prometheus API JSON",
+        ),
+        (
+            b'{"status":"success","data":{"result":[{"metric":{},"value":[1' + b"0" * 400 + b',"1"]}]}}',
+            "cannot read",
+        ),
+        (b"\xff\xfe", "not UTF-8"),
+        (b'{"status":"error","error":"bad"}', "Prometheus at http"),
+        (b"<html>proxy login</html>", "did not answer with Prometheus API JSON"),
+    ],
+)
+async def test_an_unreadable_answer_is_one_clear_error(
+    answers: tuple[dict[str, bytes], str], body: bytes, reason: str
+) -> None:
+    state, url = answers
+    state["body"] = body
+    async with aiohttp.ClientSession() as session:
+        with pytest.raises(PromError, match=reason) as err:
+            await Prometheus(url, 5).ainstant(session, "up")
+    assert isinstance(err.value, Unreadable) == ("error" not in body.decode(errors="replace"))
+
+
+async def test_decoding_runs_off_the_event_loop(
+    answers: tuple[dict[str, bytes], str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each series is read while a coroutine on the loop answers it: were decoding on the loop, the
+    coroutine could not run and the wait would end in an error."""
+    state, url = answers
+    state["body"] = json.dumps(
+        {"status": "success", "data": {"resultType": "vector", "result": VECTOR}}
+    ).encode()
+    asked, told = threading.Event(), threading.Event()
+    read = promapi._instant
+
+    def item(r: Any) -> Series:
+        asked.set()
+        assert told.wait(30), "the event loop did not run while a series was decoded"
+        told.clear()
+        return read(r)
+
+    async def answer() -> None:
+        for _ in VECTOR:
+            while not asked.is_set():
+                await asyncio.sleep(0.01)
+            asked.clear()
+            told.set()
+
+    monkeypatch.setattr(promapi, "_instant", item)
+    async with aiohttp.ClientSession() as session:
+        helper = asyncio.create_task(answer())
+        got = await Prometheus(url, 30).ainstant(session, "up")
+        await helper
+    assert len(got) == 3
+
+
+async def test_the_deadline_covers_decoding(
+    answers: tuple[dict[str, bytes], str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Fails on main: the timeout ended with the download, so a slow decode ran on (report --timeout 20 took
+    87.5 s). Here the download is instant and decoding 50 series would take 10 s: the query fails at its
+    1 s deadline, and the decoding thread stops at its next series instead of reading the rest."""
+    state, url = answers
+    many = [{"metric": {"node": f"n{i}"}, "value": [1, "1"]} for i in range(50)]
+    state["body"] = json.dumps(
+        {"status": "success", "data": {"resultType": "vector", "result": many}}
+    ).encode()
+    read, seen = promapi._instant, []
+
+    def slow(r: Any) -> Series:
+        time.sleep(0.2)
+        seen.append(r)
+        return read(r)
+
+    monkeypatch.setattr(promapi, "_instant", slow)
+    async with aiohttp.ClientSession() as session:
+        with pytest.raises(
+            PromError, match=r"no complete answer within 1 s, decoding included \(--timeout\)"
+        ):
+            await Prometheus(url, 1).ainstant(session, "up")
+    await asyncio.sleep(0.6)  # the thread finishes the series it was on, then stops
+    assert len(seen) < 50

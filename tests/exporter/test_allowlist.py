@@ -129,3 +129,21 @@ def test_without_allowlists_holders_carry_nothing_extra() -> None:
     )
     assert att.for_device("GPU-a")[0].promoted == ()
     assert Attribution().for_device("GPU-a") == ()
+
+
+def test_a_lone_surrogate_in_an_allow_listed_annotation_never_breaks_metrics() -> None:
+    """Fails on main: a JSON ``"\\ud800"`` in an annotation (decoded as a lone surrogate) made every /metrics
+    answer 500 (UnicodeEncodeError). Now written as U+FFFD, the rest of the body intact, in both formats."""
+    settings = PodMappingSettings(enabled=True, kube_api=True, annotation_allowlist=("note",))
+    pods = [PodMeta("ml", "train-0", {}, {"note": "a\ud800b"}, containers=("main",))]
+    allocs = [ContainerDevices("ml", "train-0", "main", "nvidia.com/gpu", ("GPU-a",))]
+    att, _ = build_attribution(allocs, [DeviceRef("nvidia", "GPU-a", "0")], [], pods, settings)
+    dev = Device("nvidia", "A100", "0", "GPU-a")
+    view = BackendView("nvml", True, (DeviceSample(dev, power_watts=1.0),), 1, 1.0, 0.1, {}, 1, True)
+    node = Node(kube=False)
+    node.set(node.inp.__class__("n", (view,), att, True))
+    for accept in ("text/plain", "application/openmetrics-text; version=1.0.0"):
+        fast = fast_encoder(choose_encoder(accept)[0])
+        assert isinstance(fast, FastEncoder)
+        body = fast.render(node.collector).decode("utf-8")
+        assert 'annotation_note="a\ufffdb"' in body and "accelerator_power_watts{" in body

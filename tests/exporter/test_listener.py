@@ -20,6 +20,9 @@ class Transport:
     def abort(self) -> None:
         self.aborted = True
 
+    def get_extra_info(self, name: str) -> None:
+        return None  # no socket to set SO_LINGER on
+
 
 class Clock:
     def __init__(self) -> None:
@@ -68,7 +71,13 @@ async def test_a_new_connection_at_the_cap_closes_the_longest_inactive_and_never
     request(e, clock, 7)
     _, tf = connect(guard, clock, 8)  # c, d, e all busy: the new one is refused
     assert tf.aborted and not (tc.aborted or td.aborted or te.aborted)
-    assert guard.closed == {"evicted": 2, "header_timeout": 0, "idle_timeout": 0, "full": 1}
+    assert guard.closed == {
+        "evicted": 2,
+        "header_timeout": 0,
+        "idle_timeout": 0,
+        "write_timeout": 0,
+        "full": 1,
+    }
     assert (guard.count("reading"), guard.count("busy"), guard.count("idle")) == (0, 3, 0)
     guard.stop()
 
@@ -145,4 +154,60 @@ async def test_out_of_descriptors_lowers_the_cap_for_a_minute_and_closes_the_lon
     clock.t = 90.5
     guard._sweep()
     assert guard.max_connections == 40
+    guard.stop()
+
+
+async def test_an_answer_waiting_for_its_client_is_evictable_and_timed_out() -> None:
+    """Fails on main: a connection was busy until its answer was written, so clients that never read held
+    every slot (600 of them kept /healthz out for 40 s), and nothing timed the write out."""
+    clock = Clock()
+    guard = ConnectionGuard(max_connections=8, keepalive_timeout=75, write_timeout=60, clock=clock)
+    guard.max_connections = 3
+    stuck, t_stuck = connect(guard, clock, 0)
+    request(stuck, clock, 0)
+    clock.t = 1
+    stuck.pause_writing()  # the kernel's buffers are full: the client does not read
+    slow, t_slow = connect(guard, clock, 2)
+    request(slow, clock, 2)
+    clock.t = 3
+    slow.pause_writing()
+    clock.t = 4
+    slow.resume_writing()  # it reads a little: busy again, but its write deadline still runs from 3
+    busy, t_busy = connect(guard, clock, 5)
+    request(busy, clock, 5)
+    assert (guard.count("sending"), guard.count("busy")) == (1, 2)
+    _, t_new = connect(guard, clock, 6)  # the cap: the answer waiting longest for its client gives way
+    assert (t_stuck.aborted, t_slow.aborted, t_busy.aborted, t_new.aborted) == (True, False, False, False)
+    clock.t = 62
+    guard._sweep()
+    assert not t_slow.aborted
+    clock.t = 63.5  # 60 s after its first pause, though it read in between: closed
+    guard._sweep()
+    assert t_slow.aborted and not t_busy.aborted
+    assert guard.closed["write_timeout"] == 1 and guard.closed["evicted"] == 1
+    guard.stop()
+
+
+async def test_an_answer_written_ends_its_write_deadline() -> None:
+    clock = Clock()
+    guard = ConnectionGuard(keepalive_timeout=500, write_timeout=60, clock=clock)
+    conn, transport = connect(guard, clock, 0)
+    request(conn, clock, 0)
+    clock.t = 1
+    conn.pause_writing()
+    clock.t = 30
+    conn.resume_writing()
+    answer(guard, conn, clock, 31)  # written: idle, no deadline any more
+    request(conn, clock, 100)  # the next request of the kept-alive connection
+    clock.t = 200
+    guard._sweep()
+    assert not transport.aborted and guard.count("busy") == 1
+    clock.t = 201
+    conn.pause_writing()  # its own deadline, from now
+    clock.t = 260
+    guard._sweep()
+    assert not transport.aborted
+    clock.t = 261.5
+    guard._sweep()
+    assert transport.aborted and guard.closed["write_timeout"] == 1
     guard.stop()

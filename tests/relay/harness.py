@@ -13,6 +13,7 @@ from aiohttp import web
 
 from xpuwatch.alerts.relay.config import Settings, parse_settings
 from xpuwatch.alerts.relay.server import Relay, build_app, build_relay
+from xpuwatch.exporter.listener import ConnectionGuard, listen
 
 FIXTURES = Path(__file__).parent.parent / "fixtures"
 TOKEN = "s3cret-token"
@@ -81,13 +82,11 @@ class Harness:
 
 
 async def start_relay(settings: Settings) -> Harness:
+    """The relay's app through the listener the real ``xpuwatch relay`` uses (exporter.listener)."""
     relay = build_relay(settings)
-    runner = web.AppRunner(build_app(relay))
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-    return Harness(relay, f"http://127.0.0.1:{port}", runner, aiohttp.ClientSession())
+    listening = await listen(build_app(relay), "127.0.0.1", 0, ConnectionGuard())
+    port = listening.address[1]
+    return Harness(relay, f"http://127.0.0.1:{port}", listening.runner, aiohttp.ClientSession())
 
 
 def metric_value(text: str, name: str, **labels: str) -> float:

@@ -60,3 +60,11 @@ def test_the_docs_table_lists_every_rate_limit_code() -> None:
     section = doc.split("### Bot answers", 1)[1].split("\n## ", 1)[0]
     for _, _, _, code in RATE_LIMITED:
         assert f"`{code.removeprefix('http_')}`" in section or f"HTTP {code[5:]}" in section, code
+
+
+@pytest.mark.parametrize("bot", sorted(BOTS))
+def test_an_answer_nested_past_the_recursion_limit_is_a_retry_not_a_crash(bot: str) -> None:
+    """Fails on main: 100,000 ``[`` from a bot (or a proxy in front of it) raised RecursionError in the
+    sender instead of being an answer it cannot read."""
+    outcome = BOTS[bot].classify(200, b"[" * 100_000)
+    assert (outcome.result, outcome.code) == ("retry", "bad_response")

@@ -78,6 +78,11 @@ def test_digest_depends_on_fingerprints_and_statuses_only():
             b'{"version": "4", "truncatedAlerts": -1, "alerts": [{"status": "firing", "labels": {"a": "b"}}]}',
             "'truncatedAlerts' must be",
         ),
+        (  # accepted on main: the sender's summarised counter overflowed, the bot refused the part
+            b'{"version": "4", "truncatedAlerts": ' + b"9" * 4000 + b', "alerts": [{"status": "firing", '
+            b'"labels": {"a": "b"}}]}',
+            "'truncatedAlerts' must be at most 1000000000",
+        ),
     ],
 )
 def test_malformed_bodies_say_why(body, reason):

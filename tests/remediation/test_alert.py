@@ -115,3 +115,13 @@ def test_fuzz_shapes_never_crash(doc: dict) -> None:
     except PayloadError:
         return
     assert all(a.status in ("firing", "resolved") for a in alerts)
+
+
+def test_an_annotation_nested_past_the_recursion_limit_reads_as_absent() -> None:
+    """Fails on main: ``decode`` promised never to raise, but 100,000 ``[`` in a progress annotation (anyone
+    who may annotate the node can write one) raised RecursionError at every tick."""
+    from xpuwatch.remediation.progress import decode, last_time
+
+    deep = "[" * 100_000
+    assert decode("drain", deep) is None
+    assert last_time({"xpuwatch.io/last-drain": deep}, "drain") is None

@@ -192,3 +192,23 @@ def test_check_masks_the_relay_token_and_passwords_in_notice_urls(tmp_path: Path
     assert doc["notify_token"] == "***"
     assert doc["notify_url"] == "http://remediation:***@127.0.0.1:9852/alertmanager/team-feishu"
     assert doc["notify"] == {"hardware": "http://remediation:***@relay:9852/alertmanager/oncall-wecom"}
+
+
+def test_the_audit_log_is_appended_and_never_written_through_a_link(tmp_path: Path) -> None:
+    import errno
+    from datetime import UTC, datetime
+
+    from xpuwatch.remediation.audit import Audit
+
+    now = datetime(2026, 1, 1, tzinfo=UTC)
+    log = tmp_path / "audit.jsonl"
+    Audit(path=log).write(now, "a")
+    Audit(path=log).write(now, "b")
+    assert [json.loads(x)["event"] for x in log.read_text().splitlines()] == ["a", "b"]
+    victim = tmp_path / "victim"
+    victim.write_text("precious\n")
+    link = tmp_path / "planted.jsonl"
+    link.symlink_to(victim)
+    with pytest.raises(OSError) as err:
+        Audit(path=link).write(now, "c")
+    assert err.value.errno == errno.ELOOP and victim.read_text() == "precious\n"

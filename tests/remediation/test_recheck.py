@@ -246,3 +246,51 @@ async def test_evictions_after_the_notice_wait_for_the_alert_to_still_fire(
     clock.advance(10)
     await ctl.tick()
     assert fake.evictions == [("ml", "train-0")]
+
+
+async def _answer_garbage(request: web.Request) -> web.StreamResponse:
+    """Stands in for a Prometheus (or something posing as one) answering garbage: ``/huge`` streams a 300 MB
+    vector with no Content-Length, ``/null`` and ``/string`` a result of ``[null]`` / ``["x"]``."""
+    kind = request.path.split("/")[1]
+    if kind != "huge":
+        result = [None] if kind == "null" else ["x"]
+        return web.json_response({"status": "success", "data": {"resultType": "vector", "result": result}})
+    response = web.StreamResponse(headers={"Content-Type": "application/json"})
+    await response.prepare(request)
+    item = b'{"metric":{"alertname":"AcceleratorEccUncorrectable","node":"gpu-0"},"value":[1,"1"]},'
+    chunk = item * (65536 // len(item))
+    try:
+        await response.write(b'{"status":"success","data":{"resultType":"vector","result":[')
+        for _ in range(300 * 2**20 // len(chunk)):
+            await response.write(chunk)
+    except ConnectionError:  # the controller stopped reading at its cap
+        pass
+    return response
+
+
+@pytest.mark.parametrize("kind", ["huge", "null", "string"])
+async def test_an_answer_that_cannot_be_read_means_no_action(fake, kube, session, clock, kind) -> None:  # type: ignore[no-untyped-def]
+    """The answer is refused (over the 1 MiB cap: read no further) or read strictly; the step does not run
+    and the answer is counted as ``unreadable``, which ``XpuwatchRemediationRecheckFailing`` alerts on. In
+    the break-it round's build ``[null]`` or ``["x"]`` counted as "still firing" and tainted the node, and a
+    300 MB answer was read whole on the event loop (1.88 GB peak); on main (issue 31's client) both counted
+    as ``unreachable``, as if Prometheus had not answered: this fails there."""
+    from tests.remediation.kit import serve
+
+    fake.add_node("gpu-0")
+    app = web.Application()
+    app.router.add_route("*", f"/{kind}/api/v1/query", _answer_garbage)
+    async with serve(app) as base:
+        settings = make_settings(recheck=RecheckSettings(prometheus_url=f"{base}/{kind}", timeout_seconds=30))
+        ctl = make_controller(settings, kube, session, clock)
+        await ctl.refresh_view(clock())
+        out = await ctl.handle(alerts_of(am_alert(**drain_labels("gpu-0", "GPU-A"))))
+    assert fake.get("nodes", "gpu-0")["spec"].get("taints") in (None, [])  # type: ignore[index]
+    assert out[0]["result"] == "skipped" and "cannot confirm the condition" in out[0]["detail"]
+    reason = "an answer over 1 MiB" if kind == "huge" else "a series it cannot read"
+    assert reason in out[0]["detail"]
+    assert ctl.telemetry.rechecks.labels("drain", "taint", "unreadable")._value.get() == 1
+    assert ctl.telemetry.rechecks.labels("drain", "taint", "holds")._value.get() == 0
+    assert ctl.telemetry.errors.labels("prometheus")._value.get() == 1
+    rec = [r for r in ctl.audit.records or [] if r["event"] == "recheck"]
+    assert [r["result"] for r in rec] == ["unreadable"]

@@ -87,6 +87,24 @@ notify_url: http://relay:9852/alertmanager/team-feishu
             "drain.eviction_grace_seconds: expected a non-negative integer",
         ),
         ({"kube": {"host": 5}}, "kube.host: expected a string"),
+        # issue 37: settings under which a feature silently never works (each accepted on main)
+        ({"approval": {"expire_seconds": 0}}, "approval.expire_seconds: expected more than 0"),
+        ({"reclaim": {"hub_timeout_seconds": 0}}, "reclaim.hub_timeout_seconds: expected more than 0"),
+        ({"leader": {"retry_period_seconds": 0}}, "leader.retry_period_seconds: expected more than 0"),
+        (
+            {"approval": {"namespaces": {"Training": "manual"}}},
+            "approval.namespaces.Training: 'Training' is not a namespace name",
+        ),
+        (
+            {"approval": {"namespaces": {"ml_team": "manual"}}},
+            "approval.namespaces.ml_team: 'ml_team' is not",
+        ),
+        ({"approval": {"namespaces": {"a" * 64: "manual"}}}, f"approval.namespaces.{'a' * 64}: 'aaa"),
+        ({"drain": {"namespace_modes": {"-ml": "immediate"}}}, "drain.namespace_modes.-ml: '-ml' is not"),
+        (
+            {"guard": {"protected_namespaces": ["kube system"]}},
+            "guard.protected_namespaces: 'kube system' is",
+        ),
     ],
 )
 def test_errors_name_the_key(raw: object, msg: str) -> None:
@@ -163,3 +181,17 @@ def test_startup_failures_are_one_line(tmp_path: Path) -> None:
     cfg.write_text("webhook: {allow_unauthenticated: true, listen_port: 99999}\n")
     res = run("--config", str(cfg), "--check")
     assert res.returncode == 2 and "webhook.listen_port: 99999 is not a port" in res.stderr
+
+
+def test_namespace_names_that_kubernetes_accepts_pass() -> None:
+    s = parse(
+        {
+            "webhook": {"allow_unauthenticated": True},
+            "approval": {
+                "namespaces": {"ml-team": "manual", "a" * 63: "auto", "0": "auto"},
+                "expire_seconds": 1,
+            },
+            "guard": {"protected_namespaces": ["kube-system", "team-7"]},
+        }
+    )
+    assert s.approval.namespaces["ml-team"] == "manual" and s.approval.expire_seconds == 1.0

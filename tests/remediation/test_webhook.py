@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import gzip
 import json
 from collections.abc import AsyncIterator
 
@@ -65,13 +66,10 @@ async def url(fake, kube, session) -> AsyncIterator[str]:  # type: ignore[no-unt
     fake.add_node("gpu-0")
     settings = make_settings(webhook=WH, guard=GuardSettings(max_disrupted_ratio=1.0))  # dry-run
     ctl = make_controller(settings, kube, session, Clock())
-    runner = web.AppRunner(build_app(ctl))
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-    yield f"http://127.0.0.1:{port}"
-    await runner.cleanup()
+    # through the listener ``xpuwatch remediate`` uses (exporter.listener)
+    listening = await listener.listen(build_app(ctl), "127.0.0.1", 0, listener.ConnectionGuard())
+    yield f"http://127.0.0.1:{listening.address[1]}"
+    await listening.runner.cleanup()
 
 
 async def test_http_answers(url, session) -> None:  # type: ignore[no-untyped-def]
@@ -118,6 +116,30 @@ async def test_lone_surrogates_and_nesting_bombs_are_400_with_the_reason(url, se
         (400, "body is nested deeper than 32 levels"),
         (200, ""),
     ]
+
+
+async def test_approval_bodies_are_bounded_and_compressed_bodies_refused(url, session) -> None:  # type: ignore[no-untyped-def]
+    """Fails on main: ``POST /approve/<id>`` with 100,000 ``[`` answered 500 (RecursionError), and a gzip
+    body was inflated on the event loop before the credentials were checked."""
+    auth = {"Authorization": f"Bearer {TOKEN}"}
+    approve = url + "/approve/0123456789ab"
+    answers = []
+    for body in (b"[" * 100_000, b"[" * 2000 + b"]" * 2000, b'{"by": "\\ud800"}'):
+        async with session.post(approve, data=body, headers=auth) as r:
+            answers.append((r.status, (await r.json())["error"]))
+    assert answers == [
+        (413, "body over 4096 bytes"),
+        (400, "body is nested deeper than 32 levels"),
+        (400, "body.by: invalid Unicode: lone surrogate U+D800 at character 0"),
+    ]
+    async with session.post(approve, data=b"{}", headers=auth) as r:
+        assert r.status == 404  # a good body reaches the lookup
+    packed = gzip.compress(json.dumps(am_payload(am_alert(**drain_labels("gpu-0", "GPU-0")))).encode())
+    for path, headers in ((PATH, auth), (PATH, {}), ("/approve/0123456789ab", auth)):
+        async with session.post(
+            url + path, data=packed, headers={**headers, "Content-Encoding": "gzip"}
+        ) as r:
+            assert r.status == 415
 
 
 async def test_a_body_sent_too_slowly_is_503_after_the_body_timeout(url, monkeypatch) -> None:  # type: ignore[no-untyped-def]

@@ -12,10 +12,12 @@ The week (relative to its start S, cap 2 nodes, cooldown and healthy-for 1 h, Al
 
 from __future__ import annotations
 
+import http.server
 import json
 import shutil
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -355,3 +357,64 @@ def test_holders_and_gpu_hours_from_allocation() -> None:
     rec = next(a for a in w.actions if a.action == "reclaim")
     assert rec.reclaimed == ("ml-nb/jupyter-alice",)
     assert rec.gpu_hours_freed == pytest.approx(4.5)  # stop at t0+30min, device held until t0+5h
+
+
+# --------------------------------------------------------------- what-if against a Prometheus that misbehaves
+class _Garbage(http.server.BaseHTTPRequestHandler):
+    """Stands in for ``POST /api/v1/query`` of the Prometheus HTTP API answering wrongly: ``/null`` a result of
+    ``[null]``, ``/nan`` a node count of NaN, ``/hang`` nothing at all (it holds the connection)."""
+
+    def do_POST(self) -> None:
+        kind = self.path.split("/")[1]
+        self.rfile.read(int(self.headers.get("Content-Length", 0)))
+        if kind == "hang":
+            time.sleep(5)
+            return
+        result = [None] if kind == "null" else [{"metric": {}, "value": [1, "NaN"]}]
+        body = json.dumps({"status": "success", "data": {"resultType": "vector", "result": result}}).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.fixture
+def garbage() -> Iterator[str]:
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Garbage)
+    server.daemon_threads = True
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+    server.server_close()
+
+
+@pytest.mark.parametrize(
+    ("kind", "flags", "says"),
+    [
+        ("null", [], "Prometheus answered a series it cannot read: null"),
+        ("nan", [], "answered a node count of nan: not a count"),
+        ("hang", ["--timeout", "0.5"], "no complete answer within 0.5 s, decoding included (--timeout)"),
+        ("hang", ["--timeout", "0"], "--timeout 0: expected seconds more than 0, at most a day"),
+    ],
+)
+def test_what_if_fails_in_one_line_on_a_misbehaving_prometheus(
+    garbage: str, tmp_path: Path, capsys: pytest.CaptureFixture[str], kind: str, flags: list[str], says: str
+) -> None:
+    """Fails on main: ``[null]`` and a NaN count printed tracebacks, and against a hanging Prometheus the
+    what-if waited 120 s, then suggested a ``--timeout`` it did not accept."""
+    from xpuwatch.entry import build_parser
+
+    cfg = tmp_path / "remediate.yaml"
+    cfg.write_text("webhook: {allow_unauthenticated: true}\nrules: [{action: drain}]\n")
+    args = build_parser().parse_args(
+        ["remediate", "--config", str(cfg), "--what-if", "--prometheus", f"{garbage}/{kind}", *flags]
+    )
+    assert args.func(args) == 1
+    err = capsys.readouterr().err
+    assert err == f"xpuwatch: what-if: {err.removeprefix('xpuwatch: what-if: ').strip()}\n"
+    assert says in err

@@ -300,6 +300,10 @@ def test_report_cli_writes_html_that_chromium_renders(prometheus: str, tmp_path:
         "prices:\n  currency: CNY\n  card_hour:\n    NVIDIA H100 80GB HBM3: 28\n    nvidia.com/gpu: 16\n"
         "    huawei.com/Ascend910: 12\n  kwh: 0.85\n"
     )
+    victim = tmp_path / "victim"  # a link planted in the CSV folder is replaced, never written through
+    victim.write_text("precious\n")
+    (tmp_path / "csv").mkdir()
+    (tmp_path / "csv" / "usage_by_team.csv").symlink_to(victim)
     run = subprocess.run(
         [
             sys.executable,
@@ -332,6 +336,7 @@ def test_report_cli_writes_html_that_chromium_renders(prometheus: str, tmp_path:
         "14 jobs waited for cards (longest 3h 45m). While nlp waited for 4 huawei.com/Ascend910" in run.stdout
     )
     assert "no card-hour price for AMD Instinct MI300X (504.0 device-hours): its cost is n/a" in run.stderr
+    assert victim.read_text() == "precious\n" and not (tmp_path / "csv" / "usage_by_team.csv").is_symlink()
     page = out.read_text()
     end_local = dt.datetime.fromtimestamp(END, zoneinfo.ZoneInfo("Asia/Shanghai")).strftime("%Y-%m-%d %H:%M")
     assert f"to {end_local} CST (UTC+08:00)</h1>" in page
@@ -508,7 +513,9 @@ def test_the_timeout_covers_an_answer_that_trickles_in() -> None:
     per-read timeout let this run until the server stopped (here 30 s); now the query fails at 2 s."""
     with serve(StandIn("slow", limit=300, pause=0.1)) as url:
         t0 = time.monotonic()
-        with pytest.raises(PromError, match=r"no complete answer within 2 s \(--timeout\)"):
+        with pytest.raises(
+            PromError, match=r"no complete answer within 2 s, decoding included \(--timeout\)"
+        ):
             Prometheus(url, timeout=2).query("up", 0)
         took = time.monotonic() - t0
     assert 1.9 < took < 5, took

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from xpuwatch.vendors.untrusted import RefusedFile, opened, read_capped
+from xpuwatch.vendors.untrusted import RefusedFile, opened, read_capped, replace_file, replacing
 
 
 def test_a_fifo_is_never_opened_for_reading(tmp_path: Path) -> None:
@@ -68,3 +68,32 @@ def test_proc_files_report_size_zero_and_read_whole() -> None:
     assert text.startswith(b"Name:") and f"Pid:\t{os.getpid()}\n".encode() in text
     with pytest.raises(RefusedFile, match="over the 8-byte limit"):
         read_capped(Path(f"/proc/{os.getpid()}/status"), 8)
+
+
+def test_an_output_file_replaces_a_planted_link_and_never_writes_through_it(tmp_path: Path) -> None:
+    """Fails with ``Path.write_text`` (what ``report --csv`` used): it wrote through the link, over the file
+    the link named (a system file in the break-it round)."""
+    victim = tmp_path / "victim"
+    victim.write_text("precious\n")
+    out = tmp_path / "usage_by_team.csv"
+    out.symlink_to(victim)
+    replace_file(out, "team,hours\n")
+    assert victim.read_text() == "precious\n"
+    assert not out.is_symlink() and out.read_text() == "team,hours\n"
+    umask = os.umask(0o022)
+    os.umask(umask)
+    assert out.stat().st_mode & 0o777 == 0o666 & ~umask  # as open(path, "w") would have made it
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["usage_by_team.csv", "victim"]  # nothing left over
+
+
+def test_an_output_file_is_whole_or_untouched(tmp_path: Path) -> None:
+    out = tmp_path / "report.html"
+    out.write_text("old\n")
+    with pytest.raises(RuntimeError), replacing(out) as f:
+        f.write("half of a new")
+        raise RuntimeError("failed while rendering")
+    assert out.read_text() == "old\n" and [p.name for p in tmp_path.iterdir()] == ["report.html"]
+    replace_file(out, b"\x00bytes")
+    assert out.read_bytes() == b"\x00bytes"
+    with pytest.raises(IsADirectoryError):
+        replace_file(tmp_path, "x")
