@@ -272,6 +272,27 @@ def test_hygon_and_pod_mapping_extras() -> None:
     assert sim.SimBackend(idle, clock=lambda: 0.0).resources_reassigned() == ()
 
 
+def test_reassigned_resources_follow_the_timeline_though_computed_once_per_event() -> None:
+    """The status is read by every scrape, so it is kept per timeline event: a pod leaving an Ascend chip
+    takes the resource's series away at that event, and an earlier time gives it back."""
+    doc = (
+        "devices: [{model: Ascend910B, count: 2}]\n"
+        "timeline:\n"
+        "  - {at: 0, device: '0-0', pod: {namespace: ml, pod: p, container: c}}\n"
+        "  - {at: 60, device: '0-0', pod: null}\n"
+    )
+    now = [10.0]
+    backend = sim.SimBackend(sim.parse_scenario(doc), clock=lambda: now[0])
+    now[0] = 20.0  # elapsed 10 s
+    held = (("huawei.com/Ascend910", 0),)
+    assert backend.resources_reassigned() == held
+    assert backend.resources_reassigned() is backend.resources_reassigned()  # kept, not recomputed
+    now[0] = 80.0  # elapsed 70 s: the pod has gone
+    assert backend.resources_reassigned() == ()
+    assert backend.resources_reassigned(30.0) == held
+    assert backend.resources_unmatched() == (("huawei.com/Ascend910", 0),)
+
+
 @pytest.mark.parametrize(
     ("doc", "message"),
     [
