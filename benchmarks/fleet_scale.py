@@ -83,6 +83,7 @@ from tests.dashboards.test_prometheus import _dashboards, _targets, substitute
 from tests.ports import free_port
 from xpuwatch.alerts import queue
 from xpuwatch.alerts.promapi import Prometheus
+from xpuwatch.alerts.rules import GROUP_HARDWARE, GROUP_META, PERFORMANCE_GROUPS, RECORDING_GROUPS
 from xpuwatch.alerts.spec import load_spec
 from xpuwatch.report import history
 from xpuwatch.report.baseline import Window, collect, figures
@@ -91,6 +92,12 @@ from xpuwatch.report.render import html
 
 ROOT = Path(__file__).resolve().parents[1]
 RULES = ROOT / "alerts" / "generated" / "rules.yml"
+DEPLOY_DOC = ROOT / "docs" / "deploy.md"
+SERVICEMONITOR = ROOT / "deploy" / "kustomize" / "base" / "monitoring.yaml"
+# Where docs/deploy.md ("Several clusters, one view") evaluates each group: the per-device groups in each
+# cluster's Prometheus (for its own share of the fleet), the aggregate groups once, on the central store.
+CLUSTER_GROUPS = (*RECORDING_GROUPS, GROUP_HARDWARE, GROUP_META)
+CENTRAL_GROUPS = PERFORMANCE_GROUPS
 DEVICES_PER_NODE = 8
 NODES_PER_CLUSTER = 512
 RANGE_S = 6 * 3600  # Grafana's default time range: now-6h
@@ -358,7 +365,7 @@ def _values(s: TemplateSeries, i: int, t: np.ndarray, n: int, rng: np.random.Gen
 @dataclass(frozen=True)
 class Loaded:
     series: int
-    waiting_series: int  # of them, kube-state-metrics' of the waiting pods
+    ksm_series: int  # of them, kube-state-metrics' (nodes, waiting pods)
     samples: int
     seconds: float
     body_bytes: int
@@ -382,11 +389,14 @@ SCRAPE_SERIES = (
 
 
 def node_lines(
-    tpl: list[TemplateSeries], n: int, t: np.ndarray, stamps: str, f: Formatter
+    tpl: list[TemplateSeries], n: int, t: np.ndarray, stamps: Sequence[str], f: Formatter
 ) -> tuple[bytes, int]:
     """Node ``n``'s JSON import lines and their series count: the exporter's series with the target labels
     the ServiceMonitor gives them (docs/deploy.md "Target labels": ``job="xpuwatch-exporter"``,
-    ``instance="<node>/<vendor>"``, plus ``cluster``), and the scrape's own series."""
+    ``instance="<node>/<vendor>"``, plus ``cluster``), and the scrape's own series. Each series is written
+    once per entry of ``stamps`` (the millisecond timestamps each Prometheus replica scraped at, joined):
+    an HA pair's remote writes store every sample twice, with the same labels (the replica label dropped)
+    and the two replicas' own scrape offsets, for VictoriaMetrics' ``-dedup.minScrapeInterval`` to thin."""
     node = f"gpu-node-{n:05d}"
     cluster = f"fleet-{n // NODES_PER_CLUSTER}"
     vendor = next((v for s in tpl for k, v in s.labels if k == "vendor"), "none")
@@ -396,30 +406,43 @@ def node_lines(
     parts = []
     for i, s in enumerate(tpl):
         metric = {"__name__": s.name, **_node_labels(s.labels, n, node, target)}
-        parts.append(
-            f'{{"metric":{json.dumps(metric, separators=(",", ":"))},"values":[{_values(s, i, tf, n, rng, f)}],'
-            f'"timestamps":[{stamps}]}}\n'
-        )
+        head = f'{{"metric":{json.dumps(metric, separators=(",", ":"))},"values":[{_values(s, i, tf, n, rng, f)}],'
+        parts += [f'{head}"timestamps":[{st}]}}\n' for st in stamps]
     for name, value in SCRAPE_SERIES:
         metric = {"__name__": name, **target}
         value = value or float(len(tpl))
-        parts.append(
-            f'{{"metric":{json.dumps(metric, separators=(",", ":"))},"values":[{f.constant(value)}],'
-            f'"timestamps":[{stamps}]}}\n'
-        )
+        head = f'{{"metric":{json.dumps(metric, separators=(",", ":"))},"values":[{f.constant(value)}],'
+        parts += [f'{head}"timestamps":[{st}]}}\n' for st in stamps]
     return "".join(parts).encode(), len(tpl) + len(SCRAPE_SERIES)
 
 
-def ksm_lines(clusters: int, t: np.ndarray) -> tuple[bytes, int, int]:
-    """kube-state-metrics series of the pods waiting for cards (``report.history.waiting``), per cluster:
-    present only while they wait, as KSM's are. Lines, series, samples."""
+KSM_NODE_INFO, KSM_UNSCHEDULABLE = "kube_node_info", "kube_node_spec_unschedulable"
+
+
+def ksm_node_labels(n: int, cluster: bool = True) -> dict[str, str]:
+    """kube-state-metrics' labels of node ``n``'s series (the target's ``job``/``instance`` included)."""
+    out = {"job": "kube-state-metrics", "instance": "ksm:8080", "node": f"gpu-node-{n:05d}"}
+    return {**out, "cluster": f"fleet-{n // NODES_PER_CLUSTER}"} if cluster else out
+
+
+def ksm_lines(nodes: int, t: np.ndarray) -> tuple[bytes, int, int]:
+    """kube-state-metrics series: each node's ``kube_node_info`` and ``kube_node_spec_unschedulable`` (0),
+    which ``AcceleratorMissing`` joins, and of the pods waiting for cards (``report.history.waiting``), per
+    cluster, present only while they wait, as KSM's are. Lines, series, samples."""
+    clusters = math.ceil(nodes / NODES_PER_CLUSTER)
     start = int(t[0])
     pods: dict[tuple[str, str], tuple[history.WaitingPod, list[int]]] = {}
     for ts in t.tolist():
         for p in history.waiting(ts, start):
             pods.setdefault((p.namespace, p.pod), (p, []))[1].append(ts)
     lines, series, samples = [], 0, 0
-
+    stamps = [x * 1000 for x in t.tolist()]
+    for n in range(nodes):
+        for name, value in ((KSM_NODE_INFO, 1), (KSM_UNSCHEDULABLE, 0)):
+            metric = {"__name__": name, **ksm_node_labels(n)}
+            lines.append(json.dumps({"metric": metric, "values": [value] * len(t), "timestamps": stamps}))
+            series += 1
+            samples += len(t)
     for c in range(clusters):
         for p, ts in pods.values():
             base = {
@@ -450,30 +473,49 @@ def ksm_lines(clusters: int, t: np.ndarray) -> tuple[bytes, int, int]:
     return ("\n".join(lines) + "\n").encode() if lines else b"", series, samples
 
 
-class VictoriaMetrics:
-    """Debian's single-node VictoriaMetrics on loopback with its own data directory."""
+def _duration_s(text: str) -> int:
+    """A Prometheus duration of one unit (``15s``, ``1m``) in seconds."""
+    units = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400}
+    for unit in sorted(units, key=len, reverse=True):
+        if text.endswith(unit) and text[: -len(unit)].isdigit():
+            return max(1, round(int(text[: -len(unit)]) * units[unit]))
+    raise ValueError(f"not a duration: {text!r}")
 
-    def __init__(self, data: Path) -> None:
+
+def scrape_interval_s() -> int:
+    """The scrape interval of the exporter's ServiceMonitor (deploy/kustomize/base/monitoring.yaml), s."""
+    for doc in yaml.safe_load_all(SERVICEMONITOR.read_text()):
+        if doc and doc.get("kind") == "ServiceMonitor" and doc["metadata"]["name"] == "xpuwatch-exporter":
+            return _duration_s(doc["spec"]["endpoints"][0]["interval"])
+    raise SystemExit(f"fleet_scale: no xpuwatch-exporter ServiceMonitor in {SERVICEMONITOR}")
+
+
+def documented_vm_flags() -> list[str]:
+    """The flags docs/deploy.md runs VictoriaMetrics with: its ``victoria-metrics ...`` command line (the
+    benchmark replaces only ``-storageDataPath`` and adds its loopback ``-httpListenAddr``)."""
+    for line in DEPLOY_DOC.read_text().splitlines():
+        if line.startswith("victoria-metrics "):
+            return line.split()[1:]
+    raise SystemExit(f"fleet_scale: no 'victoria-metrics ...' command line in {DEPLOY_DOC}")
+
+
+class VictoriaMetrics:
+    """Debian's single-node VictoriaMetrics on loopback with its own data directory, run with exactly the
+    flags docs/deploy.md deploys it with (``documented_vm_flags``), plus ``extra`` flags if given."""
+
+    def __init__(self, data: Path, extra: Sequence[str] = ()) -> None:
         binary = shutil.which("victoria-metrics")
         if not binary:
             raise SystemExit("fleet_scale: needs Debian's victoria-metrics (/usr/bin/victoria-metrics)")
         self.data = data
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
+        self.flags = [
+            *(f for f in documented_vm_flags() if not f.startswith("-storageDataPath=")),
+            *extra,
+        ]
         self.proc = subprocess.Popen(
-            [
-                binary,
-                f"-storageDataPath={data}",
-                f"-httpListenAddr=127.0.0.1:{self.port}",
-                "-retentionPeriod=30d",
-                # Prometheus' 5 m lookback (VM otherwise derives it from the samples' spacing)
-                "-search.maxStalenessInterval=5m",
-                # a fleet's per-device queries touch more than the default 300,000 series; measure them
-                # rather than have them refused
-                "-search.maxUniqueTimeseries=100000000",
-                "-search.maxQueryDuration=10m",
-                "-search.maxSamplesPerQuery=100000000000",
-            ],
+            [binary, f"-storageDataPath={data}", f"-httpListenAddr=127.0.0.1:{self.port}", *self.flags],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
         )
@@ -530,15 +572,33 @@ class VictoriaMetrics:
             raise RuntimeError(f"import: {r.status} {body[:500]!r}")
 
 
-def load(vm: VictoriaMetrics, devices: int, t: np.ndarray, tpls: list[list[TemplateSeries]]) -> Loaded:
-    """``devices`` devices' history at times ``t`` into ``vm``, one streamed request per 64 nodes."""
+def replica_offset_ms(n: int, replica: int, step: int) -> int:
+    """Where in each ``step`` replica ``replica`` of an HA Prometheus pair scrapes node ``n`` (ms): the
+    first at the step's start, the second 1 s to ``step`` - 1 s later, spread over the nodes (Prometheus
+    derives a target's offset from a hash of the target and the server's external labels)."""
+    if replica == 0:
+        return 0
+    span = max(1, step * 1000 - 2000)
+    return 1000 + (n * 7919 + replica * 104729) % span
+
+
+def load(
+    vm: VictoriaMetrics, devices: int, t: np.ndarray, tpls: list[list[TemplateSeries]], replicas: int = 1
+) -> Loaded:
+    """``devices`` devices' history at times ``t`` into ``vm``, one streamed request per 64 nodes; each
+    sample ``replicas`` times (an HA pair: 2), at each replica's own offset in the step."""
     nodes = math.ceil(devices / DEVICES_PER_NODE)
     f = Formatter(len(t))
-    stamps = ",".join(str(x * 1000) for x in t.tolist())
+    step = int(t[1] - t[0]) if len(t) > 1 else 60
+    ms = t * 1000
+    base = ",".join(map(str, ms.tolist()))
     counts = {"series": 0, "bytes": 0}
 
     def batch(first: int, last: int) -> Iterator[bytes]:
         for n in range(first, last):
+            stamps = [base] + [
+                ",".join(map(str, (ms + replica_offset_ms(n, r, step)).tolist())) for r in range(1, replicas)
+            ]
             body, k = node_lines(tpls[n % len(tpls)], n, t, stamps, f)
             counts["series"] += k
             counts["bytes"] += len(body)
@@ -547,23 +607,37 @@ def load(vm: VictoriaMetrics, devices: int, t: np.ndarray, tpls: list[list[Templ
     t0 = time.perf_counter()
     for first in range(0, nodes, 64):
         vm.import_lines(batch(first, min(nodes, first + 64)))
-    ksm, ksm_series, ksm_samples = ksm_lines(math.ceil(nodes / NODES_PER_CLUSTER), t)
+    ksm, ksm_series, ksm_samples = ksm_lines(nodes, t)
     if ksm:
         vm.import_lines(iter([ksm]))
     vm.flush()
     seconds = time.perf_counter() - t0
     series = counts["series"] + ksm_series
     return Loaded(
-        series, ksm_series, counts["series"] * len(t) + ksm_samples, seconds, counts["bytes"] + len(ksm)
+        series,
+        ksm_series,
+        counts["series"] * len(t) * replicas + ksm_samples,
+        seconds,
+        counts["bytes"] + len(ksm),
     )
 
 
-def vm_series_count(vm: VictoriaMetrics) -> int:
-    """Series VM holds (its /api/v1/series/count), waiting up to a minute for the import to be indexed."""
+def vm_series_count(vm: VictoriaMetrics, t: np.ndarray) -> int:
+    """Series VM holds with a sample at the history's times ``t``: ``count(last_over_time(<name>[span]))``
+    at the last of them for every metric name (one
+    query per name, so that none selects more series than the store's ``-search.maxUniqueTimeseries``
+    allows; ``/api/v1/series/count`` counts index entries, which concurrent imports of one series can make
+    more than one), waiting up to a minute for the import to be indexed."""
     deadline = time.monotonic() + 60
     last = -1
     while True:
-        n = int(vm.get("/api/v1/series/count")["data"][0])
+        names = vm.get("/api/v1/label/__name__/values")["data"]
+        n = 0
+        span = int(t[-1] - t[0]) + 1
+        for name in names:
+            query = {"query": f"count(last_over_time({name}[{span}s]))", "time": int(t[-1])}
+            result = vm.get("/api/v1/query", query)["data"]["result"]
+            n += int(float(result[0]["value"][1])) if result else 0
         if n == last or time.monotonic() > deadline:
             return n
         last = n
@@ -715,19 +789,36 @@ def replay_recording(
     return time.perf_counter() - t0, sum(len(g["rules"]) for g in groups)
 
 
-def rule_groups(vm: VictoriaMetrics, interval_s: int, intervals: int, tmp: Path) -> list[GroupEval]:
-    """Run vmalert on the committed rules for ``intervals`` evaluation intervals; each group's evaluation
-    time from vmalert's /metrics (1.79: the summary ``vmalert_iteration_duration_seconds{group=...}``)."""
+def rules_file(groups: Sequence[str] | None, tmp: Path) -> Path:
+    """alerts/generated/rules.yml, or a copy holding only ``groups`` (in the committed order)."""
+    if groups is None:
+        return RULES
+    doc = yaml.safe_load(RULES.read_text())
+    unknown = set(groups) - {g["name"] for g in doc["groups"]}
+    if unknown:
+        raise SystemExit(f"fleet_scale: no rule group {', '.join(sorted(unknown))} in {RULES}")
+    path = tmp / f"rules-{len(groups)}-{time.monotonic_ns()}.yml"
+    path.write_text(yaml.safe_dump({"groups": [g for g in doc["groups"] if g["name"] in groups]}))
+    return path
+
+
+def rule_groups(
+    vm: VictoriaMetrics, interval_s: int, intervals: int, tmp: Path, groups: Sequence[str] | None = None
+) -> list[GroupEval]:
+    """Run vmalert on the committed rules (``groups`` of them, default all) for ``intervals`` evaluation
+    intervals; each group's evaluation time from vmalert's /metrics (1.79: the summary
+    ``vmalert_iteration_duration_seconds{group=...}``)."""
     binary = shutil.which("vmalert")
     if not binary:
         raise SystemExit("fleet_scale: needs Debian's vmalert")
+    rules = rules_file(groups, tmp)
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     with alertmanager() as am:
         proc = subprocess.Popen(
             [
                 binary,
-                f"-rule={RULES}",
+                f"-rule={rules}",
                 f"-datasource.url={vm.url}",
                 f"-remoteWrite.url={vm.url}",
                 f"-notifier.url={am}",
@@ -766,10 +857,15 @@ def rule_groups(vm: VictoriaMetrics, interval_s: int, intervals: int, tmp: Path)
     ]
 
 
-def rule_costs(vm: VictoriaMetrics, runs: int) -> list[tuple[str, Timed]]:
-    """(group, median time of the rule's expression as an instant query at now) for every rule."""
+def rule_costs(
+    vm: VictoriaMetrics, runs: int, groups: Sequence[str] | None = None
+) -> list[tuple[str, Timed]]:
+    """(group, median time of the rule's expression as an instant query at now) for every rule (of
+    ``groups``, default all)."""
     out = []
     for g in yaml.safe_load(RULES.read_text())["groups"]:
+        if groups is not None and g["name"] not in groups:
+            continue
         for r in g["rules"]:
             times, series = [], 0
             for _ in range(runs):
@@ -824,6 +920,273 @@ def report(vm: VictoriaMetrics, hours: float, step: int) -> ReportTime:
     return ReportTime(t1 - t0, t2 - t1, t3 - t2, len(page.encode()), tuple(slowest[:5]))
 
 
+# ---- one cluster's Prometheus (--layout)
+
+
+def _escape(v: str) -> str:
+    return v.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+
+def _line_prefix(name: str, labels: dict[str, str]) -> str:
+    inner = ",".join(f'{k}="{_escape(v)}"' for k, v in sorted(labels.items()))
+    return f"{name}{{{inner}}} " if inner else f"{name} "
+
+
+class ClusterTargets:
+    """Stands in for one cluster's exporters and its kube-state-metrics, for a real Prometheus to scrape
+    (Prometheus' text format 0.0.4): ``/node/<n>`` serves node ``n``'s series as the sim exporter wrote
+    them for its node type (``templates``, node labels made unique as ``node_lines`` makes them, no
+    target labels: Prometheus adds ``job``/``instance``, the cluster is its external label), values moving
+    as ``_values`` moves them, at the scrape's time; ``/ksm`` serves every node's ``kube_node_info`` and
+    ``kube_node_spec_unschedulable`` and the pods waiting for cards now (``report.history.waiting``)."""
+
+    def __init__(self, nodes: int, tpls: list[list[TemplateSeries]], start: float) -> None:
+        self.nodes, self.start = nodes, start
+        self.series: list[list[tuple[str, TemplateSeries, float]]] = []
+        for n in range(nodes):
+            node = f"gpu-node-{n:05d}"
+            self.series.append(
+                [
+                    (
+                        _line_prefix(s.name, _node_labels(s.labels, n, node, {})),
+                        s,
+                        (n * 0.37 + i * 1.3) % 6.283,
+                    )
+                    for i, s in enumerate(tpls[n % len(tpls)])
+                ]
+            )
+        self.vendors = [next((v for s in t for k, v in s.labels if k == "vendor"), "none") for t in tpls]
+
+    def instance(self, n: int) -> str:
+        return f"gpu-node-{n:05d}/{self.vendors[n % len(self.vendors)]}"
+
+    def node_body(self, n: int, t: float) -> bytes:
+        day = 0.5 + 0.5 * math.cos(2 * math.pi * ((t % 86400) / 86400 - 14 / 24))
+        out = []
+        for prefix, s, phase in self.series[n]:
+            v = s.value
+            wave = math.sin(t / 977.0 + phase)
+            if s.counter:
+                if "energy" in s.name:
+                    v += (t - self.start) * (150.0 + 200.0 * day)
+                elif s.name.startswith(("process_cpu", "python_gc")):
+                    v += (t - self.start) / 30
+            elif s.name.endswith("_timestamp_seconds") and "start" not in s.name:
+                v = float(int(t))
+            elif v == 0 or (v.is_integer() and abs(v) < 1000) or s.name.endswith("_seconds") or v < 0:
+                pass
+            elif s.name.endswith("_ratio") and 0 <= v <= 1:
+                v = min(1.0, max(0.0, round(v + 0.2 * v * (day - 0.5) + 0.01 * wave, 3)))
+            else:
+                v = max(0.0, v * (1 + 0.04 * wave + 0.03 * (day - 0.5)))
+            out.append(f"{prefix}{v:.6g}\n")
+        return "".join(out).encode()
+
+    def ksm_body(self, t: float) -> bytes:
+        out = []
+        for n in range(self.nodes):
+            labels = {"node": f"gpu-node-{n:05d}"}
+            out.append(_line_prefix(KSM_NODE_INFO, labels) + "1\n")
+            out.append(_line_prefix(KSM_UNSCHEDULABLE, labels) + "0\n")
+        for p in history.waiting(t, self.start - 86400):
+            base = {"namespace": p.namespace, "pod": p.pod}
+            for name, extra, value in (
+                (
+                    queue.KSM_REQUESTS,
+                    {"container": "main", "resource": p.resource, "unit": "integer"},
+                    p.count,
+                ),
+                (queue.KSM_PHASE, {"uid": p.pod, "phase": "Pending"}, 1),
+                (queue.KSM_SCHEDULED, {"uid": p.pod, "condition": "false"}, 1),
+                (queue.KSM_CREATED, {"uid": p.pod}, int(p.created)),
+            ):
+                out.append(_line_prefix(name, {**base, **extra}) + f"{value}\n")
+        return "".join(out).encode()
+
+    @contextlib.contextmanager
+    def serve(self) -> Iterator[int]:
+        targets = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                now = time.time()
+                if self.path == "/ksm":
+                    body = targets.ksm_body(now)
+                elif (
+                    self.path.startswith("/node/")
+                    and self.path[6:].isdigit()
+                    and int(self.path[6:]) < targets.nodes
+                ):
+                    body = targets.node_body(int(self.path[6:]), now)
+                else:
+                    self.send_error(404)
+                    return
+                self.send_response(200)
+                self.send_header("Content-Type", "text/plain; version=0.0.4")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        server.daemon_threads = True
+        thread = threading.Thread(target=server.serve_forever, daemon=True)
+        thread.start()
+        try:
+            yield int(server.server_address[1])
+        finally:
+            server.shutdown()
+            server.server_close()
+
+
+def _prom_get(url: str) -> Any:
+    with urllib.request.urlopen(url, timeout=60) as r:
+        return json.loads(r.read().decode())
+
+
+def _prom_own(url: str, name: str) -> float:
+    """The sum of Prometheus' own metric ``name`` on its /metrics (it does not scrape itself here)."""
+    return sum(
+        s.value
+        for fam in text_string_to_metric_families(_own(url))
+        for s in fam.samples
+        if s.name == name and not math.isnan(s.value)
+    )
+
+
+def cluster_prometheus(devices: int, a: argparse.Namespace, tpls: list[list[TemplateSeries]]) -> list[str]:
+    """One cluster's Prometheus in its own place (docs/deploy.md, "Several clusters, one view"): Debian's
+    Prometheus scraping the cluster's ``devices`` (512 nodes of 8: one cluster of the fleet) every
+    ``a.step`` seconds (the ServiceMonitor's 15 s) from ``ClusterTargets``, with its name as the external
+    label ``cluster``, evaluating ``CLUSTER_GROUPS`` every ``a.interval`` seconds. After
+    ``a.cluster_warmup`` minutes of scraping (65: the groups' longest window over raw series, 1 h, full;
+    their ``[1d]`` windows read recorded node series, a few per node, and see only the warm-up), each group's
+    evaluation time (``/api/v1/rules``: ``evaluationTime`` of every evaluation) over ``a.runs`` runs of
+    ``a.intervals`` intervals. Prometheus' history is the warm-up, not a day: its TSDB cannot be backfilled
+    with a day of this fleet in reasonable time (promtool reads OpenMetrics text), and the rules read
+    nothing older than the warm-up covers except those small recorded series. Returns the printed lines of
+    its figures."""
+    binary = shutil.which("prometheus")
+    if not binary:
+        raise SystemExit("fleet_scale: --layout needs Debian's prometheus")
+    nodes = math.ceil(devices / DEVICES_PER_NODE)
+    print(
+        f"\n=== one cluster's Prometheus: {devices:,} devices ({nodes:,} nodes of {DEVICES_PER_NODE})",
+        flush=True,
+    )
+    targets = ClusterTargets(nodes, tpls, time.time())
+    with tempfile.TemporaryDirectory(prefix="fleet-prom-") as tmp_, targets.serve() as port:
+        tmp = Path(tmp_)
+        rules = rules_file(CLUSTER_GROUPS, tmp)
+        statics = [
+            {
+                "targets": [f"127.0.0.1:{port}"],
+                "labels": {"__metrics_path__": f"/node/{n}", "instance": targets.instance(n)},
+            }
+            for n in range(nodes)
+        ]
+        config = {
+            "global": {
+                "scrape_interval": f"{a.step}s",
+                "scrape_timeout": f"{min(a.step, 10)}s",
+                "evaluation_interval": f"{a.interval}s",
+                "external_labels": {"cluster": "fleet-0"},
+            },
+            "rule_files": [str(rules)],
+            "scrape_configs": [
+                {"job_name": "xpuwatch-exporter", "honor_labels": True, "static_configs": statics},
+                {
+                    "job_name": "kube-state-metrics",
+                    "honor_labels": True,
+                    "metrics_path": "/ksm",
+                    "static_configs": [
+                        {"targets": [f"127.0.0.1:{port}"], "labels": {"instance": "ksm:8080"}}
+                    ],
+                },
+            ],
+        }
+        (tmp / "prometheus.yml").write_text(yaml.safe_dump(config))
+        prom_port = free_port()
+        url = f"http://127.0.0.1:{prom_port}"
+        proc = subprocess.Popen(
+            [
+                binary,
+                f"--config.file={tmp / 'prometheus.yml'}",
+                f"--storage.tsdb.path={tmp / 'data'}",
+                f"--web.listen-address=127.0.0.1:{prom_port}",
+            ],
+            stdout=(tmp / "prometheus.log").open("w"),
+            stderr=subprocess.STDOUT,
+        )
+        try:
+            deadline = time.monotonic() + 120
+            while True:
+                try:
+                    with urllib.request.urlopen(f"{url}/-/ready", timeout=2):
+                        break
+                except OSError:
+                    if time.monotonic() > deadline or proc.poll() is not None:
+                        raise RuntimeError(
+                            f"prometheus did not start: {(tmp / 'prometheus.log').read_text()[-2000:]}"
+                        ) from None
+                    time.sleep(0.5)
+            warm_until = time.monotonic() + a.cluster_warmup * 60
+            while (left := warm_until - time.monotonic()) > 0:
+                time.sleep(min(left, 300))
+                up = _prom_get(f"{url}/api/v1/query?query=sum(up)")["data"]["result"]
+                print(
+                    f"  warm-up: {max(0.0, warm_until - time.monotonic()) / 60:.0f} min left, head series "
+                    f"{_prom_own(url, 'prometheus_tsdb_head_series'):,.0f}, targets up "
+                    f"{up[0]['value'][1] if up else '?'} of {nodes + 1}",
+                    flush=True,
+                )
+            shares: dict[str, list[float]] = {g: [] for g in CLUSTER_GROUPS}
+            most: dict[str, float] = {g: 0.0 for g in CLUSTER_GROUPS}
+            counts: dict[str, int] = {g: 0 for g in CLUSTER_GROUPS}
+            for run in range(1, a.runs + 1):
+                seen: dict[str, dict[str, float]] = {g: {} for g in CLUSTER_GROUPS}
+                until = time.monotonic() + a.interval * a.intervals
+                while time.monotonic() < until:
+                    for g in _prom_get(f"{url}/api/v1/rules")["data"]["groups"]:
+                        if g["name"] in seen and g.get("lastEvaluation", "").startswith("2"):
+                            seen[g["name"]][g["lastEvaluation"]] = float(g["evaluationTime"])
+                    time.sleep(1)
+                line = [f"--- cluster run {run} of {a.runs}:"]
+                for g, evals in seen.items():
+                    if evals:
+                        mean = statistics.mean(evals.values())
+                        shares[g].append(mean / a.interval)
+                        most[g] = max(most[g], *evals.values())
+                        counts[g] += len(evals)
+                        line.append(f"{g.removeprefix('xpuwatch.')} {mean / a.interval:.1%}")
+                print(" ".join(line), flush=True)
+            missed = _prom_own(url, "prometheus_rule_group_iterations_missed_total")
+            head = _prom_own(url, "prometheus_tsdb_head_series")
+        finally:
+            proc.terminate()
+            try:
+                proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+    out = [
+        f"head series {head:,.0f}; {a.cluster_warmup:g} min of scrapes every {a.step} s before measuring; rule"
+        f" group iterations missed {missed:.0f}"
+    ]
+    for g in CLUSTER_GROUPS:
+        if not shares[g]:
+            out.append(f"  {g}: no evaluation seen")
+            continue
+        miss = "  MISSES TARGET" if statistics.median(shares[g]) > TARGET_RULE_SHARE else ""
+        out.append(
+            f"  {g}: {spread(shares[g], _num_pct, ' %')} of {a.interval} s (most {_ms(most[g])}; "
+            f"{counts[g]} evaluations){miss}"
+        )
+    return out
+
+
 # ---- one size
 
 
@@ -831,30 +1194,112 @@ def _mib(n: float) -> str:
     return f"{n / 2**20:,.0f} MiB"
 
 
+def _num_pct(x: float) -> str:
+    return f"{x * 100:.1f}"
+
+
+def _num_ms(s: float) -> str:
+    return f"{s * 1000:,.0f}"
+
+
 def _ms(s: float) -> str:
     return f"{s * 1000:,.0f} ms"
 
 
-def run_size(devices: int, a: argparse.Namespace, tpls: list[list[TemplateSeries]]) -> str:
-    """Everything for one size; returns its markdown table row."""
+@dataclass(frozen=True)
+class RunFigures:
+    """One run's figures on the loaded store: the worst rule group, the dashboards' full refresh, the report."""
+
+    worst: GroupEval | None
+    refresh_s: float
+    per_dashboard: dict[str, float]
+    report_s: float
+
+
+def spread(values: Sequence[float], fmt: Any, unit: str = "") -> str:
+    """The median of ``values`` with their range when there are several: ``4.4% (4.1-4.9)``."""
+    mid = fmt(statistics.median(values)) + unit
+    return mid if len(values) < 2 else f"{mid} ({fmt(min(values))}-{fmt(max(values))})"
+
+
+def measure(
+    vm: VictoriaMetrics, a: argparse.Namespace, tmp: Path, run: int, groups: Sequence[str] | None
+) -> RunFigures:
+    """Run ``run`` of the rules (vmalert on ``groups``), every dashboard and the report, printed."""
+    print(f"--- run {run} of {a.runs}", flush=True)
+    evals = rule_groups(vm, a.interval, a.intervals, tmp, groups)
+    worst = max(evals, key=lambda g: g.mean_s) if evals else None
+    print(f"rule groups (vmalert, {a.interval} s interval, {a.intervals} intervals; mean / most seen):")
+    for g in evals:
+        share = g.mean_s / a.interval
+        miss = "  MISSES TARGET" if share > TARGET_RULE_SHARE else ""
+        print(
+            f"  {g.group}: {_ms(g.mean_s)} = {share:.1%} of the interval (most {_ms(g.most_s)} = "
+            f"{g.most_s / a.interval:.1%}; {g.count} evaluations){miss}"
+        )
+    if run == 1:
+        costs = rule_costs(vm, a.query_runs, groups)
+        print("slowest rules (their expression as an instant query at now, median):")
+        for group, tm in sorted(costs, key=lambda x: -x[1].seconds)[: a.top]:
+            print(f"  {tm.seconds * 1000:8.1f} ms {tm.series:7,} series  {group}: {tm.what}")
+    print(flush=True)
+    if a.rules_only:
+        return RunFigures(worst, math.nan, {"-": math.nan}, math.nan)
+
+    timings = dashboards(vm, a.step, a.query_runs)
+    per_dash: dict[str, float] = {}
+    for uid, tm in timings:
+        per_dash[uid] = per_dash.get(uid, 0.0) + tm.seconds
+    total = sum(per_dash.values())
+    slowest_uid = max(per_dash, key=lambda u: per_dash[u])
+    print(
+        f"dashboards ({len(timings)} queries, 6 h at {STEP_S} s, median of {a.query_runs}): "
+        f"all {_ms(total)}; slowest {slowest_uid} {_ms(per_dash[slowest_uid])}"
+        f" (target < {_ms(TARGET_REFRESH_S)} at 16,384 devices)"
+    )
+    for uid in sorted(per_dash):
+        miss = "  MISSES TARGET" if per_dash[uid] > TARGET_REFRESH_S else ""
+        print(f"  {uid}: {_ms(per_dash[uid])}{miss}")
+        for _, tm in sorted((x for x in timings if x[0] == uid), key=lambda x: -x[1].seconds)[:5]:
+            print(f"      {tm.seconds * 1000:8.1f} ms {tm.series:7,} series  {tm.what}")
+    print(flush=True)
+
+    rep = report(vm, a.hours, a.step)
+    miss = "  MISSES TARGET" if rep.total_s > TARGET_REPORT_S else ""
+    print(
+        f"report ({a.hours:g} h): queries {rep.queries_s:.2f} s, figures {rep.figures_s:.2f} s, "
+        f"render {rep.render_s:.2f} s, total {rep.total_s:.2f} s, HTML {rep.html_bytes / 1024:.0f} KiB{miss}"
+    )
+    for seconds, title in rep.slowest:
+        print(f"  {seconds * 1000:8.1f} ms  {title}")
+    return RunFigures(worst, total, per_dash, rep.total_s)
+
+
+def run_size(
+    devices: int, a: argparse.Namespace, tpls: list[list[TemplateSeries]], groups: Sequence[str] | None = None
+) -> str:
+    """Everything for one size: the store loaded once, then ``a.runs`` runs of the rules (``groups``, default
+    all), dashboards and report; returns its markdown table row (medians, and the range over the runs)."""
     print(
         f"\n=== {devices:,} devices ({math.ceil(devices / DEVICES_PER_NODE):,} nodes of {DEVICES_PER_NODE})",
         flush=True,
     )
     with tempfile.TemporaryDirectory(prefix="fleet-vm-") as tmp_:
         tmp = Path(tmp_)
-        vm = VictoriaMetrics(tmp / "data")
+        vm = VictoriaMetrics(tmp / "data", a.vm_flag)
         try:
+            print(f"VictoriaMetrics {' '.join(vm.flags)} (docs/deploy.md)")
             t = history_times(a.hours, a.step, a.ahead * 60, time.time())
-            loaded = load(vm, devices, t, tpls)
-            in_vm = vm_series_count(vm)
+            loaded = load(vm, devices, t, tpls, a.replicas)
+            in_vm = vm_series_count(vm, t)
             rss, disk = vm.rss_bytes(), vm.disk_bytes()
-            per_day = loaded.series * 86400 // a.step
+            per_day = loaded.series * 86400 // a.step * a.replicas
             print(
                 f"history: {a.hours:g} h every {a.step} s ({len(t)} samples a series, to {a.ahead} min after now)"
+                f", {a.replicas} replica(s)"
             )
             print(
-                f"loaded: {loaded.series:,} series ({loaded.waiting_series:,} of waiting pods), {loaded.samples:,} samples, {loaded.body_bytes / 2**30:.2f} GiB"
+                f"loaded: {loaded.series:,} series ({loaded.ksm_series:,} of kube-state-metrics), {loaded.samples:,} samples, {loaded.body_bytes / 2**30:.2f} GiB"
                 f" of JSON lines in {loaded.seconds:.1f} s ({loaded.samples / loaded.seconds / 1e6:.2f} M samples/s)"
             )
             print(
@@ -869,65 +1314,32 @@ def run_size(devices: int, a: argparse.Namespace, tpls: list[list[TemplateSeries
                 f" last {replayed / 3600:g} h at {a.interval} s in {replay_s:.1f} s",
                 flush=True,
             )
-            groups = rule_groups(vm, a.interval, a.intervals, tmp)
-            worst = max(groups, key=lambda g: g.mean_s) if groups else None
-            print(
-                f"rule groups (vmalert, {a.interval} s interval, {a.intervals} intervals; mean / most seen):"
-            )
-            for g in groups:
-                share = g.mean_s / a.interval
-                miss = "  MISSES TARGET" if share > TARGET_RULE_SHARE else ""
-                print(
-                    f"  {g.group}: {_ms(g.mean_s)} = {share:.1%} of the interval (most {_ms(g.most_s)} = "
-                    f"{g.most_s / a.interval:.1%}; {g.count} evaluations){miss}"
-                )
-            costs = rule_costs(vm, a.runs)
-            print("slowest rules (their expression as an instant query at now, median):")
-            for group, tm in sorted(costs, key=lambda x: -x[1].seconds)[: a.top]:
-                print(f"  {tm.seconds * 1000:8.1f} ms {tm.series:7,} series  {group}: {tm.what}")
-            print(flush=True)
-
-            timings = dashboards(vm, a.step, a.runs)
-            per_dash: dict[str, float] = {}
-            for uid, tm in timings:
-                per_dash[uid] = per_dash.get(uid, 0.0) + tm.seconds
-            total = sum(per_dash.values())
-            slowest_uid = max(per_dash, key=lambda u: per_dash[u])
-            print(
-                f"dashboards ({len(timings)} queries, 6 h at {STEP_S} s, median of {a.runs}): "
-                f"all {_ms(total)}; slowest {slowest_uid} {_ms(per_dash[slowest_uid])}"
-                f" (target < {_ms(TARGET_REFRESH_S)} at 16,384 devices)"
-            )
-            for uid in sorted(per_dash):
-                miss = "  MISSES TARGET" if per_dash[uid] > TARGET_REFRESH_S else ""
-                print(f"  {uid}: {_ms(per_dash[uid])}{miss}")
-                for _, tm in sorted((x for x in timings if x[0] == uid), key=lambda x: -x[1].seconds)[:5]:
-                    print(f"      {tm.seconds * 1000:8.1f} ms {tm.series:7,} series  {tm.what}")
-            print(flush=True)
-
-            rep = report(vm, a.hours, a.step)
-            miss = "  MISSES TARGET" if rep.total_s > TARGET_REPORT_S else ""
-            print(
-                f"report ({a.hours:g} h): queries {rep.queries_s:.2f} s, figures {rep.figures_s:.2f} s, "
-                f"render {rep.render_s:.2f} s, total {rep.total_s:.2f} s, HTML {rep.html_bytes / 1024:.0f} KiB{miss}"
-            )
-            for seconds, title in rep.slowest:
-                print(f"  {seconds * 1000:8.1f} ms  {title}")
+            runs = [measure(vm, a, tmp, r, groups) for r in range(1, a.runs + 1)]
             rss_end = vm.rss_bytes()
             print(f"VictoriaMetrics RSS at the end: {_mib(rss_end)}", flush=True)
         finally:
             vm.close()
-    worst_txt = f"{worst.mean_s / a.interval:.1%} ({worst.group})" if worst else "-"
+    worsts = [r.worst for r in runs if r.worst is not None]
+    if worsts:
+        names = [w.group for w in worsts]
+        name = max(set(names), key=names.count)
+        worst_txt = spread([w.mean_s / a.interval for w in worsts], _num_pct, " %") + f" ({name})"
+    else:
+        worst_txt = "-"
+    medians = {u: statistics.median(r.per_dashboard[u] for r in runs) for u in runs[0].per_dashboard}
+    uid = max(medians, key=medians.__getitem__)  # the slowest dashboard, by its median
+    refresh = spread([r.refresh_s for r in runs], _num_ms, " ms")
+    dash = spread([r.per_dashboard[uid] for r in runs], _num_ms, " ms")
     return (
         f"| {devices:,} | {in_vm:,} | {per_day / 1e6:,.0f} M | {_mib(max(rss, rss_end))} | {_mib(disk)} | "
-        f"{worst_txt} | {_ms(total)} ({slowest_uid.removeprefix('xpuwatch-')} {_ms(per_dash[slowest_uid])}) | "
-        f"{rep.total_s:.1f} s |"
+        f"{worst_txt} | {refresh} ({uid.removeprefix('xpuwatch-')} {dash}) | "
+        f"{spread([r.report_s for r in runs], lambda x: f'{x:.1f}', ' s')} |"
     )
 
 
 HEADER = (
-    "| devices | active series | samples/day (60 s) | VictoriaMetrics RSS | VictoriaMetrics disk (1 day) | "
-    "worst rule group (% of interval) | full dashboard refresh (slowest dashboard) | report (1 day) |\n"
+    "| devices | active series | samples/day stored | VictoriaMetrics RSS | VictoriaMetrics disk (1 day) | "
+    "worst rule group (% of interval) | full dashboard refresh (slowest dashboard) | report (--hours) |\n"
     "|---:|---:|---:|---:|---:|---|---|---:|"
 )
 
@@ -936,7 +1348,15 @@ def main(argv: Sequence[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     ap.add_argument("--devices", default="2048", help="comma-separated fleet sizes (default 2048)")
     ap.add_argument("--hours", type=float, default=24.0, help="history length (default 24)")
-    ap.add_argument("--step", type=int, default=60, help="seconds between the history's samples (default 60)")
+    ap.add_argument(
+        "--step",
+        type=int,
+        default=None,
+        help="seconds between the history's samples (default: the exporter ServiceMonitor's interval, 15)",
+    )
+    ap.add_argument(
+        "--replicas", type=int, default=2, help="Prometheus replicas storing each sample (default 2: HA pair)"
+    )
     ap.add_argument("--ahead", type=int, default=30, help="minutes of history after now (default 30)")
     ap.add_argument("--interval", type=int, default=30, help="vmalert evaluation interval, s (default 30)")
     ap.add_argument("--intervals", type=int, default=3, help="intervals vmalert runs (default 3)")
@@ -946,19 +1366,77 @@ def main(argv: Sequence[str] | None = None) -> None:
         default=1.0,
         help="seconds between recording rules in vmalert's replay (-replay.rulesDelay; default 1)",
     )
-    ap.add_argument("--runs", type=int, default=3, help="runs of each query (median; default 3)")
+    ap.add_argument("--runs", type=int, default=3, help="runs of rules, dashboards and report (default 3)")
+    ap.add_argument("--query-runs", type=int, default=3, help="runs of each query (median; default 3)")
     ap.add_argument("--top", type=int, default=10, help="slowest rules listed (default 10)")
+    ap.add_argument(
+        "--rules-only", action="store_true", help="measure the rule groups only (no dashboards, no report)"
+    )
+    ap.add_argument(
+        "--groups",
+        help="comma-separated rule groups vmalert evaluates (default all of alerts/generated/rules.yml)",
+    )
+    ap.add_argument(
+        "--vm-flag",
+        action="append",
+        default=[],
+        help="a VictoriaMetrics flag added to docs/deploy.md's (experiments only: the table uses none)",
+    )
+    ap.add_argument(
+        "--layout",
+        action="store_true",
+        help="docs/deploy.md's layout: the central store with the aggregate groups only, and one cluster's "
+        "Prometheus with the per-device groups for its share (see cluster_prometheus)",
+    )
+    ap.add_argument(
+        "--cluster-warmup",
+        type=float,
+        default=65.0,
+        help="--layout: minutes the cluster's Prometheus scrapes before its groups are read (default 65: the "
+        "longest raw-series window of the cluster groups, 1 h, is full)",
+    )
+    ap.add_argument(
+        "--cluster-devices",
+        type=int,
+        default=NODES_PER_CLUSTER * DEVICES_PER_NODE,
+        help="--layout: devices in one cluster (default 4,096: 512 nodes, the fleet's clusters)",
+    )
+    ap.add_argument(
+        "--skip-central", action="store_true", help="--layout: measure the cluster's Prometheus only"
+    )
     a = ap.parse_args(argv)
     try:
         sizes = [int(x) for x in a.devices.split(",")]
     except ValueError:
         ap.error(f"--devices: {a.devices!r} is not a comma-separated list of integers")
-    if any(s < DEVICES_PER_NODE for s in sizes) or a.step <= 0 or a.hours <= 0:
-        ap.error(f"--devices at least {DEVICES_PER_NODE}, --step and --hours positive")
+    if a.step is None:
+        a.step = scrape_interval_s()
+    if (
+        any(s < DEVICES_PER_NODE for s in sizes)
+        or a.step <= 0
+        or a.hours <= 0
+        or a.runs < 1
+        or a.replicas < 1
+    ):
+        ap.error(f"--devices at least {DEVICES_PER_NODE}; --step, --hours, --runs and --replicas positive")
+    groups = [g for g in a.groups.split(",") if g] if a.groups else None
     with tempfile.TemporaryDirectory(prefix="fleet-tpl-") as tmp:
         tpls = templates(Path(tmp))
     print(f"node types: {', '.join(str(len(t)) for t in tpls)} series a node of {DEVICES_PER_NODE} devices")
-    rows = [run_size(n, a, tpls) for n in sizes]
+    if a.layout:
+        rows = []
+        if not a.skip_central:
+            rows = [run_size(n, a, tpls, CENTRAL_GROUPS) for n in sizes]
+        cluster = cluster_prometheus(a.cluster_devices, a, tpls)
+        print("\nlayout (docs/deploy.md, Sizing): central store and ruler")
+        print(HEADER)
+        for row in rows:
+            print(row)
+        print(f"\none cluster's Prometheus ({a.cluster_devices:,} devices), its groups:")
+        for line in cluster:
+            print(line)
+        return
+    rows = [run_size(n, a, tpls, groups) for n in sizes]
     print("\nsizing table rows (docs/deploy.md):")
     print(HEADER)
     for row in rows:

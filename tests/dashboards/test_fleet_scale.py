@@ -1,9 +1,10 @@
 """Keeps ``benchmarks/fleet_scale.py`` working: the fleet benchmark at 256 devices x 1 hour against the real
-VictoriaMetrics and vmalert it starts (5 s rule interval, two intervals, one run of each query, the recording rules replayed over the hour). Times are
-not asserted (tests never time things); what is: VictoriaMetrics holds exactly the series the generator
-says it sent (the exporter's series of 32 nodes, the scrape's 5 a node, the waiting pods'), one sample a
-minute each; every dashboard, every rule group of alerts/generated/rules.yml and the report have figures;
-the sizing row is printed."""
+VictoriaMetrics (run with docs/deploy.md's flags) and vmalert it starts (5 s rule interval, two intervals,
+one run, one run of each query, the recording rules replayed over the hour). Times are not asserted (tests
+never time things); what is: VictoriaMetrics holds exactly the series the generator says it sent (the
+exporter's series of 32 nodes, the scrape's 5 a node, kube-state-metrics'), one sample every 15 s (the
+ServiceMonitor's interval) from each of an HA pair's two replicas; every dashboard, every rule group of
+alerts/generated/rules.yml and the report have figures; the sizing row is printed."""
 
 from __future__ import annotations
 
@@ -42,6 +43,8 @@ def test_fleet_benchmark_measures_every_dashboard_rule_group_and_the_report() ->
         "2",
         "--runs",
         "1",
+        "--query-runs",
+        "1",
         "--ahead",
         "10",
     ]
@@ -59,14 +62,20 @@ def test_fleet_benchmark_measures_every_dashboard_rule_group_and_the_report() ->
     types = re.search(r"^node types: (\d+), (\d+), (\d+), (\d+) series a node of 8 devices$", out, re.M)
     assert types, out
     assert re.search(r"^=== 256 devices \(32 nodes of 8\)$", out, re.M)
-    assert re.search(r"^history: 1 h every 60 s \(60 samples a series, to 10 min after now\)$", out, re.M)
-    loaded = re.search(r"^loaded: ([\d,]+) series \(([\d,]+) of waiting pods\), ([\d,]+) samples", out, re.M)
+    assert re.search(r"^VictoriaMetrics .*-dedup\.minScrapeInterval=15s.* \(docs/deploy\.md\)$", out, re.M)
+    assert re.search(
+        r"^history: 1 h every 15 s \(240 samples a series, to 10 min after now\), 2 replica\(s\)$", out, re.M
+    )
+    loaded = re.search(
+        r"^loaded: ([\d,]+) series \(([\d,]+) of kube-state-metrics\), ([\d,]+) samples", out, re.M
+    )
     assert loaded, out
-    series, waiting, samples = (_int(x) for x in loaded.groups())
-    # 32 nodes, 8 of each type, each with the exporter's series and the scrape's 5 (up, scrape_*)
-    assert series - waiting == 8 * sum(int(x) for x in types.groups()) + 32 * 5
-    assert samples >= 60 * (series - waiting)  # the waiting pods' series only while they wait
-    assert samples <= 60 * series
+    series, ksm, samples = (_int(x) for x in loaded.groups())
+    # 32 nodes, 8 of each type, each with the exporter's series and the scrape's 5 (up, scrape_*), and
+    # kube-state-metrics' two series of each node
+    assert series - ksm == 8 * sum(int(x) for x in types.groups()) + 32 * 5 and ksm >= 2 * 32
+    assert samples >= 2 * 240 * (series - ksm) + 240 * 2 * 32  # the waiting pods' series only while they wait
+    assert samples <= 2 * 240 * series
     in_vm = re.search(
         r"^VictoriaMetrics: ([\d,]+) series, RSS [\d,]+ MiB, data [\d,]+ MiB after the load$", out, re.M
     )
