@@ -83,7 +83,6 @@ from tests.dashboards.test_prometheus import _dashboards, _targets, substitute
 from tests.ports import free_port
 from xpuwatch.alerts import queue
 from xpuwatch.alerts.promapi import Prometheus
-from xpuwatch.alerts.rules import GROUP_HARDWARE, GROUP_META, PERFORMANCE_GROUPS, RECORDING_GROUPS
 from xpuwatch.alerts.spec import load_spec
 from xpuwatch.report import history
 from xpuwatch.report.baseline import Window, collect, figures
@@ -94,10 +93,14 @@ ROOT = Path(__file__).resolve().parents[1]
 RULES = ROOT / "alerts" / "generated" / "rules.yml"
 DEPLOY_DOC = ROOT / "docs" / "deploy.md"
 SERVICEMONITOR = ROOT / "deploy" / "kustomize" / "base" / "monitoring.yaml"
-# Where docs/deploy.md ("Several clusters, one view") evaluates each group: the per-device groups in each
-# cluster's Prometheus (for its own share of the fleet), the aggregate groups once, on the central store.
-CLUSTER_GROUPS = (*RECORDING_GROUPS, GROUP_HARDWARE, GROUP_META)
-CENTRAL_GROUPS = PERFORMANCE_GROUPS
+# The groups a ruler on the central store evaluates in docs/deploy.md's layout ("Several clusters, one view");
+# each cluster's Prometheus evaluates the others, for its own share of the fleet. Measured (issue 36): the performance groups' per-device alerts (idle notebooks, power-starved and
+# low-utilization cards, container memory hogs, application faults) read raw per-device series, so on a
+# central ruler they cost what the whole fleet's devices cost: at 16,384 devices 44.9 % and 26.7 % of 30 s
+# (shared machine under load), where each cluster's Prometheus evaluates them for its own 4,096. So every
+# group runs in the clusters and the central store has no ruler of xpuwatch's; ``--central-groups`` measures
+# another split.
+CENTRAL_GROUPS: tuple[str, ...] = ()
 DEVICES_PER_NODE = 8
 NODES_PER_CLUSTER = 512
 RANGE_S = 6 * 3600  # Grafana's default time range: now-6h
@@ -1060,7 +1063,7 @@ def cluster_prometheus(devices: int, a: argparse.Namespace, tpls: list[list[Temp
     """One cluster's Prometheus in its own place (docs/deploy.md, "Several clusters, one view"): Debian's
     Prometheus scraping the cluster's ``devices`` (512 nodes of 8: one cluster of the fleet) every
     ``a.step`` seconds (the ServiceMonitor's 15 s) from ``ClusterTargets``, with its name as the external
-    label ``cluster``, evaluating ``CLUSTER_GROUPS`` every ``a.interval`` seconds. After
+    label ``cluster``, evaluating ``a.cluster_groups`` every ``a.interval`` seconds. After
     ``a.cluster_warmup`` minutes of scraping (65: the groups' longest window over raw series, 1 h, full;
     their ``[1d]`` windows read recorded node series, a few per node, and see only the warm-up), each group's
     evaluation time (``/api/v1/rules``: ``evaluationTime`` of every evaluation) over ``a.runs`` runs of
@@ -1079,7 +1082,7 @@ def cluster_prometheus(devices: int, a: argparse.Namespace, tpls: list[list[Temp
     targets = ClusterTargets(nodes, tpls, time.time())
     with tempfile.TemporaryDirectory(prefix="fleet-prom-") as tmp_, targets.serve() as port:
         tmp = Path(tmp_)
-        rules = rules_file(CLUSTER_GROUPS, tmp)
+        rules = rules_file(a.cluster_groups, tmp)
         statics = [
             {
                 "targets": [f"127.0.0.1:{port}"],
@@ -1142,11 +1145,11 @@ def cluster_prometheus(devices: int, a: argparse.Namespace, tpls: list[list[Temp
                     f"{up[0]['value'][1] if up else '?'} of {nodes + 1}",
                     flush=True,
                 )
-            shares: dict[str, list[float]] = {g: [] for g in CLUSTER_GROUPS}
-            most: dict[str, float] = {g: 0.0 for g in CLUSTER_GROUPS}
-            counts: dict[str, int] = {g: 0 for g in CLUSTER_GROUPS}
+            shares: dict[str, list[float]] = {g: [] for g in a.cluster_groups}
+            most: dict[str, float] = {g: 0.0 for g in a.cluster_groups}
+            counts: dict[str, int] = {g: 0 for g in a.cluster_groups}
             for run in range(1, a.runs + 1):
-                seen: dict[str, dict[str, float]] = {g: {} for g in CLUSTER_GROUPS}
+                seen: dict[str, dict[str, float]] = {g: {} for g in a.cluster_groups}
                 until = time.monotonic() + a.interval * a.intervals
                 while time.monotonic() < until:
                     for g in _prom_get(f"{url}/api/v1/rules")["data"]["groups"]:
@@ -1175,7 +1178,7 @@ def cluster_prometheus(devices: int, a: argparse.Namespace, tpls: list[list[Temp
         f"head series {head:,.0f}; {a.cluster_warmup:g} min of scrapes every {a.step} s before measuring; rule"
         f" group iterations missed {missed:.0f}"
     ]
-    for g in CLUSTER_GROUPS:
+    for g in a.cluster_groups:
         if not shares[g]:
             out.append(f"  {g}: no evaluation seen")
             continue
@@ -1227,9 +1230,14 @@ def measure(
 ) -> RunFigures:
     """Run ``run`` of the rules (vmalert on ``groups``), every dashboard and the report, printed."""
     print(f"--- run {run} of {a.runs}", flush=True)
-    evals = rule_groups(vm, a.interval, a.intervals, tmp, groups)
+    ruled = groups is None or bool(groups)  # --layout with no central group: no ruler on the store
+    evals = rule_groups(vm, a.interval, a.intervals, tmp, groups) if ruled else []
     worst = max(evals, key=lambda g: g.mean_s) if evals else None
-    print(f"rule groups (vmalert, {a.interval} s interval, {a.intervals} intervals; mean / most seen):")
+    print(
+        f"rule groups (vmalert, {a.interval} s interval, {a.intervals} intervals; mean / most seen):"
+        if ruled
+        else "rule groups: none on the central store (every group in the clusters' Prometheus)"
+    )
     for g in evals:
         share = g.mean_s / a.interval
         miss = "  MISSES TARGET" if share > TARGET_RULE_SHARE else ""
@@ -1237,7 +1245,7 @@ def measure(
             f"  {g.group}: {_ms(g.mean_s)} = {share:.1%} of the interval (most {_ms(g.most_s)} = "
             f"{g.most_s / a.interval:.1%}; {g.count} evaluations){miss}"
         )
-    if run == 1:
+    if run == 1 and ruled:
         costs = rule_costs(vm, a.query_runs, groups)
         print("slowest rules (their expression as an instant query at now, median):")
         for group, tm in sorted(costs, key=lambda x: -x[1].seconds)[: a.top]:
@@ -1404,6 +1412,13 @@ def main(argv: Sequence[str] | None = None) -> None:
     ap.add_argument(
         "--skip-central", action="store_true", help="--layout: measure the cluster's Prometheus only"
     )
+    ap.add_argument(
+        "--central-groups",
+        default=",".join(CENTRAL_GROUPS),
+        help="--layout: comma-separated groups a central ruler evaluates, each cluster's Prometheus the others "
+        "(default none: every group in the clusters, docs/deploy.md; e.g. xpuwatch.performance.device,"
+        "xpuwatch.performance for the layout before issue 36)",
+    )
     a = ap.parse_args(argv)
     try:
         sizes = [int(x) for x in a.devices.split(",")]
@@ -1420,13 +1435,18 @@ def main(argv: Sequence[str] | None = None) -> None:
     ):
         ap.error(f"--devices at least {DEVICES_PER_NODE}; --step, --hours, --runs and --replicas positive")
     groups = [g for g in a.groups.split(",") if g] if a.groups else None
+    every = [g["name"] for g in yaml.safe_load(RULES.read_text())["groups"]]
+    a.central_groups = [g for g in a.central_groups.split(",") if g]  # "" : none
+    if set(a.central_groups) - set(every):
+        ap.error(f"--central-groups: unknown group(s) {sorted(set(a.central_groups) - set(every))}")
+    a.cluster_groups = [g for g in every if g not in a.central_groups]
     with tempfile.TemporaryDirectory(prefix="fleet-tpl-") as tmp:
         tpls = templates(Path(tmp))
     print(f"node types: {', '.join(str(len(t)) for t in tpls)} series a node of {DEVICES_PER_NODE} devices")
     if a.layout:
         rows = []
         if not a.skip_central:
-            rows = [run_size(n, a, tpls, CENTRAL_GROUPS) for n in sizes]
+            rows = [run_size(n, a, tpls, a.central_groups) for n in sizes]
         cluster = cluster_prometheus(a.cluster_devices, a, tpls)
         print("\nlayout (docs/deploy.md, Sizing): central store and ruler")
         print(HEADER)
