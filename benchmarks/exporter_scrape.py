@@ -41,6 +41,7 @@ import http.client
 import os
 import shutil
 import socket
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -144,6 +145,10 @@ class MemoryStats:
 
         info = mallinfo2() or {}
         fields = " ".join(f"{k}={v}" for k, v in info.items())
+        # RSS less the file-backed pages (the interpreter's and libraries' code, which the kernel drops and
+        # reads back under memory pressure from other processes): what the exporter itself holds
+        status = dict(line.split(":", 1) for line in Path("/proc/self/status").read_text().splitlines())
+        fields += f" anon_kib={status.get('RssAnon', '0 kB').split()[0]}"
         if tracemalloc.is_tracing():
             fields += f" traced={tracemalloc.get_traced_memory()[0]}"
         with open(f"{polls_file}.mem", "a") as f:
@@ -870,6 +875,7 @@ def rss_polls(
     t0 = time.monotonic()
     done = 0
     rows: list[tuple[int, int]] = []
+    anon: list[tuple[int, int]] = []
     try:
         with out.open("w") as f:
             f.write(
@@ -883,6 +889,7 @@ def rss_polls(
                 for line in lines[done:]:
                     poll, rss, *rest = line.split()
                     rows.append((int(poll), int(rss)))
+                    anon.extend((int(poll), int(x.split("=")[1])) for x in rest if x.startswith("anon_kib="))
                     f.write(f"{poll} {time.monotonic() - t0:.1f} {rss} {' '.join(rest)}\n")
                 done = max(done, len(lines))
                 f.flush()
@@ -890,15 +897,23 @@ def rss_polls(
     finally:
         for p in (*scrapers, proc):
             stop(p)
-    at = dict(rows)
-    base = at.get(settle) or rows[0][1]
-    end = rows[-1][1]
-    most = max(r for k, r in rows if k >= settle)
-    print(
-        f"{n} devices, malloc {malloc}: RSS {rows[0][1] / 1024:.1f} MiB after poll 1, {base / 1024:.1f} MiB after"
-        f" poll {settle}, {end / 1024:.1f} MiB after poll {rows[-1][0]} (most {most / 1024:.1f}): growth after"
-        f" poll {settle} {(end - base) / 1024:+.2f} MiB; curve in {out}",
-        flush=True,
+    print(rss_summary(rows, settle, f"{n} devices, malloc {malloc}") + f"; curve in {out}", flush=True)
+    if anon:
+        print(rss_summary(anon, settle, f"{n} devices, malloc {malloc}, anonymous (RssAnon)"), flush=True)
+
+
+def rss_summary(rows: list[tuple[int, int]], settle: int, what: str) -> str:
+    """Growth after poll ``settle`` from (poll, RSS KiB) rows: the median of the 50 polls from ``settle`` on
+    against the median of the last 50 (a single sample rises and falls with the bodies alive at that
+    instant: a scrape still writing the previous one, a render under way), and the most seen after it."""
+    after = [(k, r) for k, r in rows if k >= settle] or rows
+    first = statistics.median(r for _, r in after[:50]) / 1024
+    last = statistics.median(r for _, r in after[-50:]) / 1024
+    most = max(r for _, r in after) / 1024
+    return (
+        f"{what}: RSS {rows[0][1] / 1024:.1f} MiB after poll {rows[0][0]}; median {first:.1f} MiB over polls"
+        f" {after[0][0]}-{after[min(49, len(after) - 1)][0]}, {last:.1f} MiB over the last 50 (to poll"
+        f" {rows[-1][0]}): growth {last - first:+.2f} MiB, most {most:.1f} MiB"
     )
 
 
