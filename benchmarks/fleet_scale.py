@@ -1,54 +1,65 @@
 """Benchmark: a fleet's day in VictoriaMetrics, then every dashboard, rule group and the report against it.
 
-Run from the repository root (issue 23; docs/deploy.md "Sizing")::
+Run from the repository root (issues 23 and 36; docs/deploy.md "Sizing")::
 
-    PYTHONPATH=$PWD .venv/bin/python benchmarks/fleet_scale.py --devices 2048,8192,16384 [--hours 24]
+    PYTHONPATH=$PWD .venv/bin/python benchmarks/fleet_scale.py --devices 2048,8192 --runs 3
+    PYTHONPATH=$PWD .venv/bin/python benchmarks/fleet_scale.py --devices 16384 --layout --runs 3
 
-Per size it starts Debian's ``victoria-metrics`` (1.79) on loopback with its own ``-storageDataPath`` in a
-temporary directory and:
+It measures what a deployment following docs/deploy.md runs. Per size it starts Debian's
+``victoria-metrics`` (1.79) on loopback with its own ``-storageDataPath`` in a temporary directory and
+exactly the flags of docs/deploy.md's ``victoria-metrics`` command line (read from the page at run time:
+no raised query limit, ``-dedup.minScrapeInterval``; ``--vm-flag`` adds one for experiments), and:
 
-1. **Loads** a synthetic history: ``--hours`` (24) of samples every ``--step`` seconds (60: one scrape a
-   minute, a quarter of the 15 s a real fleet scrapes at, so a day of 16,384 devices loads in minutes,
-   at about a million samples a second), ending
-   ``--ahead`` minutes (30) after now so the queries below, all at "now", find fresh samples for the whole
-   run. The series are the exporter's own: the sim exporter (``xpuwatch serve --simulate``) is started once
-   per node type and its /metrics read, so every name and label the rules, dashboards and report read is
-   the one the exporter writes today. Node types (8 devices a node, node ``n`` of type ``n % 4``): A100s
-   with one card in MIG mode (three slices), RTX 4090s with one card shared by two vGPU shares, MI250X and
-   Ascend 910B; on each node most cards are held by a pod (the namespace and pod names made unique per
-   node). Each node's series get the target labels of the ServiceMonitor (docs/deploy.md "Target labels":
+1. **Loads** a synthetic history: ``--hours`` (24) of samples every ``--step`` seconds (default: the
+   interval of the exporter's ServiceMonitor in deploy/kustomize/base/monitoring.yaml, 15 s), each sample
+   stored ``--replicas`` (2) times, as an HA Prometheus pair remote-writes it with the replica label
+   dropped, each replica at its own offset in the step (``replica_offset_ms``), ending ``--ahead`` minutes
+   (30) after now so the queries below, all at "now", find fresh samples for the whole run. The series are
+   the exporter's own: the sim exporter (``xpuwatch serve --simulate``) is started once per node type and
+   its /metrics read, so every name and label the rules, dashboards and report read is the one the
+   exporter writes today. Node types (8 devices a node, node ``n`` of type ``n % 4``): A100s with one card
+   in MIG mode (three slices), RTX 4090s with one card shared by two vGPU shares, MI250X and Ascend 910B;
+   on each node most cards are held by a pod (the namespace and pod names made unique per node). Each
+   node's series get the target labels of the ServiceMonitor (docs/deploy.md "Target labels":
    ``job="xpuwatch-exporter"``, ``instance="<node>/<vendor>"``) and ``cluster="fleet-<n // 512>"``, plus
-   the scrape's own ``up`` and ``scrape_*`` series; kube-state-metrics series of the pods
-   waiting for cards (``report.history.waiting``) are added per cluster. Values move over the day
-   (utilization, power, memory, clocks, temperature; the energy counter integrates power; fault and error
-   counters stay flat, as on a healthy fleet). The lines are VM's JSON import format (one line per series
-   with its arrays of values and millisecond timestamps, ``/api/v1/import``), generated per node with numpy
-   and streamed (memory bounded by one node's lines). Printed: series and samples generated, series VM
-   counts, load time, VM's RSS and data size after a flush.
+   the scrape's own ``up`` and ``scrape_*`` series; kube-state-metrics' series of every node
+   (``kube_node_info``, ``kube_node_spec_unschedulable``) and of the pods waiting for cards
+   (``report.history.waiting``) are added. Values move over the day (utilization, power, memory, clocks,
+   temperature; the energy counter integrates power; fault and error counters stay flat, as on a healthy
+   fleet). The lines are VM's JSON import format (one line per series and replica with its arrays of values
+   and millisecond timestamps, ``/api/v1/import``), generated per node with numpy and streamed (memory
+   bounded by one node's lines). Printed: series and samples generated, series VM holds, load time, VM's
+   RSS and data size after a flush.
 2. **Recorded series**: vmalert's replay mode runs the recording groups of alerts/generated/rules.yml over
    the last 6 h at the evaluation interval, so the panels that read recorded series read 6 h of them, as
    under a ruler that ran all along (time printed; not part of any target).
-3. **Rules**: Debian's ``vmalert`` with alerts/generated/rules.yml, ``-evaluationInterval`` ``--interval``
-   (30 s) against VM, writing back to VM, notifying an Alertmanager stand-in, for ``--intervals`` (3)
-   intervals; each group's evaluation time from vmalert's own /metrics (1.79:
-   ``vmalert_iteration_duration_seconds_sum`` / ``_count`` per group, the most seen from its quantiles) as
-   a share of the interval. The groups run concurrently, each rule after the other, on this machine's
-   cores. Where the time goes: every rule's expression timed as an instant query at now against VM (what
-   vmalert sends), the slowest listed. Prometheus is not run: backfilling a day of this fleet into it
-   (promtool from OpenMetrics text) takes far longer than VM's import.
+
+Then ``--runs`` (3) runs on the loaded store, each of:
+
+3. **Rules**: Debian's ``vmalert`` with alerts/generated/rules.yml (``--groups``: some of its groups),
+   ``-evaluationInterval`` ``--interval`` (30 s) against VM, writing back to VM, notifying an Alertmanager
+   stand-in, for ``--intervals`` (3) intervals; each group's evaluation time from vmalert's own /metrics
+   (1.79: ``vmalert_iteration_duration_seconds_sum`` / ``_count`` per group, the most seen from its
+   quantiles) as a share of the interval. The groups run concurrently, each rule after the other, on this
+   machine's cores. Where the time goes (first run): every rule's expression timed as an instant query at
+   now against VM (what vmalert sends), the slowest listed.
 4. **Dashboards**: every panel query of every generated dashboard (read from dashboards/generated at run
    time, ``tests.dashboards.test_prometheus._targets``), each variable at Grafana's default "All" (its
    ``allValue``) and the device dashboard's uuid a MIG card, at Grafana's default range (the last 6 h, step
-   20 s, ``$__rate_interval`` = max(step + scrape, 4 x scrape) with the history's scrape interval: 240 s at
-   60 s), each run ``--runs`` times (3), timed to the last byte of the answer (decoding it is Grafana's);
-   per dashboard the sum of the median times (a full refresh, queries one after another) and the slowest
-   five queries with the series they return.
+   20 s, ``$__rate_interval`` = max(step + scrape, 4 x scrape) with the history's scrape interval: 60 s at
+   15 s), each run ``--query-runs`` times (3), timed to the last byte of the answer (decoding it is
+   Grafana's); per dashboard the sum of the median times (a full refresh, queries one after another) and
+   the slowest five queries with the series they return.
 5. **Report**: ``xpuwatch report``'s code (``report.baseline.collect``/``figures``, chargeback, render) for
-   the last day, time split into queries, figures and render, and its five slowest queries.
+   the last ``--hours``, time split into queries, figures and render, and its five slowest queries.
 
-Then per size a ready-to-paste markdown row of the docs/deploy.md sizing table. Targets (issue 23), at
-16,384 devices: every rule group under 10 % of its interval, a full dashboard refresh under 2 s, the report
-under 60 s; a missed target is marked and its top queries or rules printed. Nothing is asserted.
+Then per size a ready-to-paste markdown row of the docs/deploy.md sizing table: each figure the median of
+the runs and, in brackets, their range. ``--layout`` measures docs/deploy.md's layout for several clusters
+instead, each ruler in its own place: the central store with the groups of ``--central-groups`` (none by
+default) and the dashboards and report, then one cluster's Prometheus with its share and every other group
+(``cluster_prometheus``). Targets (issue 23), at 16,384 devices: every rule group under 10 % of its
+interval, a full dashboard refresh under 2 s, the report under 60 s; a missed target is marked and its top
+queries or rules printed. Nothing is asserted.
 """
 
 from __future__ import annotations
