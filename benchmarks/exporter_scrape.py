@@ -34,12 +34,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import ctypes
 import gc
 import gzip
 import http.client
 import os
 import shutil
 import socket
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -94,12 +96,81 @@ class SlowBackend:
         pass
 
 
+class _Mallinfo2(ctypes.Structure):
+    """glibc's ``struct mallinfo2`` (malloc.h, glibc 2.33+): every field a size_t."""
+
+    FIELDS = tuple(
+        [
+            "arena",
+            "ordblks",
+            "smblks",
+            "hblks",
+            "hblkhd",
+            "usmblks",
+            "fsmblks",
+            "uordblks",
+            "fordblks",
+            "keepcost",
+        ]
+    )
+    _fields_ = [(name, ctypes.c_size_t) for name in FIELDS]
+
+
+def mallinfo2() -> dict[str, int] | None:
+    """glibc's heap figures for the whole process (all arenas): ``arena`` bytes taken from the system with
+    brk/mmap for the arenas, ``hblkhd`` in mmapped chunks, ``uordblks`` in use, ``fordblks`` free inside the
+    arenas, ``keepcost`` releasable at the top. None off glibc."""
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+        fn = libc.mallinfo2
+    except (OSError, AttributeError):
+        return None
+    fn.restype = _Mallinfo2
+    info = fn()
+    return {name: int(getattr(info, name)) for name in _Mallinfo2.FIELDS}
+
+
+class MemoryStats:
+    """Child mode, with ``--polls-file``: after each poll appends to ``<polls file>.mem`` one line of
+    ``polls rss_kib`` and glibc's ``mallinfo2`` fields (``name=bytes``), and, for the polls listed in
+    ``snapshots`` (comma-separated, from ``$XPUWATCH_BENCH_SNAPSHOTS``), starts tracemalloc at the first and
+    writes a snapshot ``<polls file>.<poll>.snap`` at each (compare them with ``tracemalloc.Snapshot.load``
+    and ``compare_to``)."""
+
+    def __init__(self, snapshots: str) -> None:
+        self.snapshots = sorted(int(x) for x in snapshots.split(",") if x.strip())
+
+    def after_poll(self, polls: int, polls_file: str) -> None:
+        import tracemalloc
+
+        info = mallinfo2() or {}
+        fields = " ".join(f"{k}={v}" for k, v in info.items())
+        # RSS less the file-backed pages (the interpreter's and libraries' code, which the kernel drops and
+        # reads back under memory pressure from other processes): what the exporter itself holds
+        status = dict(line.split(":", 1) for line in Path("/proc/self/status").read_text().splitlines())
+        fields += f" anon_kib={status.get('RssAnon', '0 kB').split()[0]}"
+        if tracemalloc.is_tracing():
+            fields += f" traced={tracemalloc.get_traced_memory()[0]}"
+        with open(f"{polls_file}.mem", "a") as f:
+            f.write(f"{polls} {int(rss_mib(os.getpid()) * 1024)} {fields}\n")
+        if self.snapshots and polls == self.snapshots[0] and not tracemalloc.is_tracing():
+            tracemalloc.start(8)
+        if polls in self.snapshots:
+            tracemalloc.take_snapshot().dump(f"{polls_file}.{polls}.snap")
+
+
 def serve_child(
     sim_config: str, slow: float, port_file: str, lag_file: str | None = None, polls_file: str | None = None
 ) -> None:
     sys.path.insert(0, str(ROOT))
+    from xpuwatch.exporter import cli
     from xpuwatch.exporter.cli import Clocks, assemble
     from xpuwatch.exporter.poller import PollSettings
+
+    if hasattr(
+        cli, "tune_malloc"
+    ):  # as ``xpuwatch serve`` does first (sources before issue 36: no such step)
+        cli.tune_malloc(os.environ)
     from xpuwatch.exporter.server import Server
     from xpuwatch.exporter.settings import Settings, WebConfig, WebSettings
     from xpuwatch.vendors.command import SubprocessRunner
@@ -111,10 +182,12 @@ def serve_child(
     server = Server(asm.cache, asm.poller, WebSettings("127.0.0.1:0"), WebConfig(), clocks.wall)
     if polls_file:
         count = [0]
+        stats = MemoryStats(os.environ.get("XPUWATCH_BENCH_SNAPSHOTS", ""))
 
         def counted() -> None:  # after warm(): how many polls completed, for CPU per poll
             count[0] += 1
             Path(polls_file).write_text(str(count[0]))
+            stats.after_poll(count[0], polls_file)
 
         asm.poller.listeners.append(counted)
 
@@ -133,7 +206,8 @@ def serve_child(
     async def main() -> None:
         _, port = await server.start()
         Path(port_file).write_text(str(port))
-        gc.freeze()  # as exporter.cli._serve does before the first poll
+        gc.freeze()  # as exporter.cli._serve does before the first poll, and its switch interval
+        sys.setswitchinterval(getattr(cli, "SWITCH_INTERVAL_SECONDS", sys.getswitchinterval()))
         asm.poller.start()
         await asyncio.sleep(0.5)
         tasks = [asyncio.create_task(ticker())] if lag_file else []  # 100 wake-ups a second cost CPU
@@ -206,9 +280,12 @@ def second_scraper(port: int, interval: float, offset: float) -> None:
         t += interval
 
 
-def start_second_scraper(port: int) -> subprocess.Popen[bytes]:
+def start_second_scraper(port: int, interval: float = 1.0, offset: float = 0.5) -> subprocess.Popen[bytes]:
     return subprocess.Popen(
-        [sys.executable, __file__, "--root", str(ROOT), "--scrape-port", str(port)],
+        [
+            *(sys.executable, __file__, "--root", str(ROOT), "--scrape-port", str(port)),
+            *(f"--scrape-interval={interval:g}", f"--scrape-offset={offset:g}"),
+        ],
         env={**os.environ, "PYTHONPATH": str(ROOT)},
     )
 
@@ -601,6 +678,245 @@ def rss_run(tmp: Path, scrapes: int, interval: float, n: int = 512, rate: float 
         stop(proc)
 
 
+GZIP_GOALS = {2048: 2.0, 4096: 3.0}
+"""Issue 36: the exporter's gzip p99 at most this many times nginx ``gzip_static``'s, in 3 of 3 runs."""
+
+
+def _child_for(root: Path, n: int, tmp: Path) -> tuple[subprocess.Popen[bytes], int]:
+    """``start_child`` of the exporter source in ``root`` (the one benchmarked, or a baseline)."""
+    global ROOT
+    saved, ROOT = ROOT, root
+    try:
+        return start_child(n, 0.0, tmp)
+    finally:
+        ROOT = saved
+
+
+def gzip_runs(sizes: list[int], runs: int, tmp: Path, quick: bool, baseline: Path | None) -> None:
+    """Section 7: gzip p99 against nginx ``gzip_static`` serving the same bytes, ``runs`` runs per size,
+    each with fresh processes: the exporter child (5 s polls, the images' malloc setting) with an HA pair's
+    second scraper (every second, half a second out of phase, as section 2), nginx, and with ``baseline``
+    (another exporter source, e.g. ``git archive`` of the commit before) a second child with its own second
+    scraper; 1,000 gzip scrapes of each (200 with ``--quick``) on keep-alive connections in 20 interleaved
+    rounds, so load on the machine hits them alike. Prints each run and whether the goal (``GZIP_GOALS``)
+    held in every run."""
+    gzip_n = 200 if quick else 1000
+    print(
+        f"{'devices':>7} {'run':>3} | {'x gzip p50/p99 ms':>17} {'nginx p50/p99 ms':>16} {'x p99/nginx':>11}"
+        + (f" | {'baseline p50/p99 ms':>19} {'b p99/nginx':>11}" if baseline else "")
+    )
+    for n in sizes:
+        goal = GZIP_GOALS.get(n)
+        ratios: dict[str, list[float]] = {"x": [], "b": []}
+        for run in range(1, runs + 1):
+            procs: list[subprocess.Popen[bytes]] = []
+            try:
+                proc, port = start_child(n, 0.0, tmp)
+                procs.append(proc)
+                targets = [("x", port, "/metrics", HEADERS)]
+                if baseline is not None:
+                    bproc, bport = _child_for(baseline, n, tmp)
+                    procs.append(bproc)
+                    targets.append(("b", bport, "/metrics", HEADERS))
+                zipped = fetch(port, HEADERS)
+                ng = start_nginx(tmp, gzip.decompress(zipped), zipped)
+                if ng is None:
+                    print("nginx not installed (apt-get install nginx-light): no gzip runs")
+                    return
+                procs.append(ng[0])
+                targets.insert(1, ("n", ng[1], "/gz/metrics", HEADERS))
+                procs += [start_second_scraper(p) for label, p, *_ in targets if label != "n"]
+                lat = interleaved(targets, {label: gzip_n for label, *_ in targets}, 20)
+            finally:
+                for p in reversed(procs):
+                    stop(p)
+            n99 = pct(lat["n"], 99)
+            row = (
+                f"{n:>7} {run:>3} | {pct(lat['x'], 50):>8.2f}/{pct(lat['x'], 99):<8.2f} "
+                f"{pct(lat['n'], 50):>7.2f}/{n99:<8.2f} {pct(lat['x'], 99) / n99:>11.2f}"
+            )
+            ratios["x"].append(pct(lat["x"], 99) / n99)
+            if baseline is not None:
+                ratios["b"].append(pct(lat["b"], 99) / n99)
+                row += f" | {pct(lat['b'], 50):>9.2f}/{pct(lat['b'], 99):<9.2f} {ratios['b'][-1]:>11.2f}"
+            print(row, flush=True)
+        for label, name in (("x", "exporter"), ("b", "baseline")):
+            xs = ratios[label]
+            if not xs:
+                continue
+            met = f"; goal <= {goal:g}x met in {sum(r <= goal for r in xs)} of {len(xs)}" if goal else ""
+            print(f"{n:>7} {name}: gzip p99 / nginx {min(xs):.2f}-{max(xs):.2f}x over {len(xs)} runs{met}")
+
+
+def start_node_exporter() -> tuple[subprocess.Popen[bytes], int] | None:
+    """Debian's prometheus-node-exporter on loopback with its default collectors; None when absent."""
+    ne = shutil.which("prometheus-node-exporter")
+    if not ne:
+        return None
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = subprocess.Popen(
+        [ne, f"--web.listen-address=127.0.0.1:{port}"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            fetch(port, HEADERS)
+            return proc, port
+        except OSError:
+            if time.monotonic() > deadline:
+                stop(proc)
+                raise
+            time.sleep(0.1)
+
+
+def _series_of(port: int) -> int:
+    body = fetch(port, HEADERS)
+    return series_count(gzip.decompress(body) if body[:2] == b"\x1f\x8b" else body)
+
+
+def cpu_alike(sizes: list[int], tmp: Path, quick: bool, poll: float = 1.0) -> None:
+    """Section 8: CPU per series against node_exporter, measured alike (issue 36), both processes whole
+    (utime + stime from /proc), side by side in the same window so that load hits both:
+
+    * **with the poll**: the exporter polling every ``poll`` s and node_exporter, each scraped (gzip,
+      OpenMetrics) every ``3 * poll`` s by one scraper (Prometheus' 15 s over the exporter's 5 s polls,
+      time scaled by ``poll / 5``: per scrape the same three polls and one render); node_exporter collects
+      at each scrape, which is its poll. A third child, never scraped, gives the simulator's own share
+      (a real backend's is its vendor library or tool).
+    * **serving alone**: the exporter with polls off (one poll, then 1 h: the body cached) and
+      node_exporter, each scraped back to back; node_exporter still collects at every scrape (it has no
+      other mode), so its figure is its whole cost again."""
+    ne = start_node_exporter()
+    if ne is None:
+        print("prometheus-node-exporter not installed: no comparison")
+        return
+    window = 30.0 if quick else 120.0
+    try:
+        ne_series = _series_of(ne[1])
+        print(
+            f"{'devices':>7} {'series':>7} | with the poll, per scrape: {'exporter ms':>11} {'sim ms':>7} "
+            f"{'us/series':>9} {'w/o sim':>7} | {'node_exp ms':>11} {'us/series':>9} | {'ratio':>5} "
+            f"{'w/o sim':>7} | serving alone: {'exporter us/series':>18} {'node_exp':>8} {'ratio':>5}"
+        )
+        for n in sizes:
+            polls_file = tmp / f"alike-{n}-{time.monotonic_ns()}"
+            proc, port = start_child(n, 0.0, tmp, interval=poll, polls_file=polls_file)
+            idle, _ = start_child(n, 0.0, tmp, interval=poll)
+            try:
+                series = _series_of(port)
+                wait_polls(polls_file, 3)
+                c0 = {p.pid: cpu_seconds(p.pid) for p in (proc, idle, ne[0])}
+                t0 = time.monotonic()
+                scrapes = 0
+                while time.monotonic() - t0 < window:
+                    fetch(port, HEADERS)
+                    fetch(ne[1], HEADERS)
+                    scrapes += 1
+                    time.sleep(max(0.0, t0 + scrapes * 3 * poll - time.monotonic()))
+                x = (cpu_seconds(proc.pid) - c0[proc.pid]) / scrapes
+                sim = (cpu_seconds(idle.pid) - c0[idle.pid]) / scrapes
+                node = (cpu_seconds(ne[0].pid) - c0[ne[0].pid]) / scrapes
+            finally:
+                stop(idle)
+                stop(proc)
+            proc, port = start_child(n, 0.0, tmp, interval=3600)
+            try:
+                fetch(port, HEADERS)
+                reqs = 200 if quick else 1000
+                c0 = {p.pid: cpu_seconds(p.pid) for p in (proc, ne[0])}
+                sequential(port, reqs)
+                serve = (cpu_seconds(proc.pid) - c0[proc.pid]) / reqs
+                sequential(ne[1], reqs // 5)
+                ne_serve = (cpu_seconds(ne[0].pid) - c0[ne[0].pid]) / (reqs // 5)
+            finally:
+                stop(proc)
+            per = x / series * 1e6
+            per_wo = (x - sim) / series * 1e6
+            ne_per = node / ne_series * 1e6
+            print(
+                f"{n:>7} {series:>7} | {'':>26} {x * 1e3:>11.1f} {sim * 1e3:>7.1f} {per:>9.2f} {per_wo:>7.2f} | "
+                f"{node * 1e3:>11.2f} {ne_per:>9.2f} | {per / ne_per:>5.2f} {per_wo / ne_per:>7.2f} | "
+                f"{'':>15} {serve / series * 1e6:>18.3f} {ne_serve / ne_series * 1e6:>8.2f} "
+                f"{serve / series / (ne_serve / ne_series):>5.3f}",
+                flush=True,
+            )
+        print(
+            f"node_exporter: {ne_series} series; {scrapes} scrapes in {window:g} s per size (with the poll)"
+        )
+    finally:
+        stop(ne[0])
+
+
+MALLOC_SETTINGS = {"default": {}, "mmap": IMAGE_ENV}
+
+
+def rss_polls(
+    tmp: Path, n: int, polls: int, interval: float, malloc: str, out: Path, settle: int, snapshots: str = ""
+) -> None:
+    """Section 6: RSS after every poll for ``polls`` polls at ``n`` devices, polls every ``interval`` s and
+    an HA pair of scrapers (gzip, OpenMetrics) each every 3 polls, half a period apart (Prometheus' 15 s
+    scrapes over 5 s polls: one render per scrape). ``malloc``: ``default`` (glibc as it comes) or ``mmap``
+    (the images' ``MALLOC_MMAP_THRESHOLD_=262144``). Writes ``out`` (``poll seconds rss_kib`` and glibc's
+    mallinfo2 fields, one line per poll) and prints the growth after ``settle`` polls (120: the first 10
+    minutes at 5 s)."""
+    polls_file = tmp / f"rss-{n}-{malloc}-{time.monotonic_ns()}"
+    env = dict(MALLOC_SETTINGS[malloc])
+    if snapshots:
+        env["XPUWATCH_BENCH_SNAPSHOTS"] = snapshots
+    proc, port = start_child(n, 0.0, tmp, interval=interval, env=env, polls_file=polls_file)
+    scrape = 3 * interval
+    scrapers = [
+        start_second_scraper(port, scrape, 0.25 * interval),
+        start_second_scraper(port, scrape, 1.75 * interval),
+    ]
+    mem = Path(f"{polls_file}.mem")
+    t0 = time.monotonic()
+    done = 0
+    rows: list[tuple[int, int]] = []
+    anon: list[tuple[int, int]] = []
+    try:
+        with out.open("w") as f:
+            f.write(
+                f"# {n} devices, {interval:g} s polls, HA pair scraping every {scrape:g} s, malloc {malloc}\n"
+            )
+            f.write("# poll seconds rss_kib mallinfo2...\n")
+            while done < polls:
+                if proc.poll() is not None:
+                    raise RuntimeError(f"exporter child exited {proc.returncode}")
+                lines = mem.read_text().splitlines() if mem.exists() else []
+                for line in lines[done:]:
+                    poll, rss, *rest = line.split()
+                    rows.append((int(poll), int(rss)))
+                    anon.extend((int(poll), int(x.split("=")[1])) for x in rest if x.startswith("anon_kib="))
+                    f.write(f"{poll} {time.monotonic() - t0:.1f} {rss} {' '.join(rest)}\n")
+                done = max(done, len(lines))
+                f.flush()
+                time.sleep(min(1.0, interval / 2))
+    finally:
+        for p in (*scrapers, proc):
+            stop(p)
+    print(rss_summary(rows, settle, f"{n} devices, malloc {malloc}") + f"; curve in {out}", flush=True)
+    if anon:
+        print(rss_summary(anon, settle, f"{n} devices, malloc {malloc}, anonymous (RssAnon)"), flush=True)
+
+
+def rss_summary(rows: list[tuple[int, int]], settle: int, what: str) -> str:
+    """Growth after poll ``settle`` from (poll, RSS KiB) rows: the median of the 50 polls from ``settle`` on
+    against the median of the last 50 (a single sample rises and falls with the bodies alive at that
+    instant: a scrape still writing the previous one, a render under way), and the most seen after it."""
+    after = [(k, r) for k, r in rows if k >= settle] or rows
+    first = statistics.median(r for _, r in after[:50]) / 1024
+    last = statistics.median(r for _, r in after[-50:]) / 1024
+    most = max(r for _, r in after) / 1024
+    return (
+        f"{what}: RSS {rows[0][1] / 1024:.1f} MiB after poll {rows[0][0]}; median {first:.1f} MiB over polls"
+        f" {after[0][0]}-{after[min(49, len(after) - 1)][0]}, {last:.1f} MiB over the last 50 (to poll"
+        f" {rows[-1][0]}): growth {last - first:+.2f} MiB, most {most:.1f} MiB"
+    )
+
+
 def main() -> None:
     global ROOT
     ap = argparse.ArgumentParser()
@@ -610,6 +926,8 @@ def main() -> None:
     ap.add_argument("--lag-file")
     ap.add_argument("--polls-file")
     ap.add_argument("--scrape-port", type=int, help="child mode: the HA pair's second scraper")
+    ap.add_argument("--scrape-interval", type=float, default=1.0, help="child mode: its scrape interval (s)")
+    ap.add_argument("--scrape-offset", type=float, default=0.5, help="child mode: its phase (s)")
     ap.add_argument("--root", type=Path, default=ROOT, help="the exporter source to benchmark")
     ap.add_argument("--quick", action="store_true", help="fewer requests and shorter windows")
     ap.add_argument("--render-only", action="store_true", help="section 1 (render CPU) alone")
@@ -617,7 +935,17 @@ def main() -> None:
     ap.add_argument("--skip", default="", help="sections to skip, e.g. 1,3")
     ap.add_argument("--mmap", action="store_true", help="section 4 (malloc setting at 2,048 devices)")
     ap.add_argument("--rss", type=int, default=0, help="section 5: this many paced scrapes (e.g. 50000)")
-    ap.add_argument("--rss-poll-interval", type=float, default=5.0, help="section 5's poll interval (s)")
+    ap.add_argument("--rss-poll-interval", type=float, default=5.0, help="sections 5/6: poll interval (s)")
+    ap.add_argument("--rss-polls", type=int, default=0, help="section 6: RSS over this many polls (1500)")
+    ap.add_argument("--rss-malloc", default="default,mmap", help="section 6: default and/or mmap (images)")
+    ap.add_argument("--rss-settle", type=int, default=120, help="section 6: growth counted after this poll")
+    ap.add_argument("--rss-out", type=Path, default=Path("/tmp"), help="section 6: folder of the curves")
+    ap.add_argument(
+        "--cpu-alike", action="store_true", help="section 8: CPU per series vs node_exporter, alike"
+    )
+    ap.add_argument("--gzip-runs", type=int, default=0, help="section 7: gzip p99 vs nginx, this many runs")
+    ap.add_argument("--baseline-root", type=Path, help="section 7: another exporter source, interleaved")
+    ap.add_argument("--rss-snapshots", default="", help="section 6: tracemalloc snapshots at these polls")
     ap.add_argument(
         "--every-breakdown", action="store_true", help="render with every breakdown on (nothing switched off)"
     )
@@ -627,7 +955,7 @@ def main() -> None:
         serve_child(args.child, args.slow, args.port_file, args.lag_file, args.polls_file)
         return
     if args.scrape_port:
-        second_scraper(args.scrape_port, 1.0, 0.5)
+        second_scraper(args.scrape_port, args.scrape_interval, args.scrape_offset)
         return
     skip = set(args.skip.split(","))
     sizes = [int(x) for x in args.sizes.split(",")]
@@ -653,6 +981,26 @@ def main() -> None:
         if args.rss:
             print("\n== 5. RSS over paced scrapes")
             rss_run(tmp, args.rss, args.rss_poll_interval)
+        if args.cpu_alike:
+            print(
+                "\n== 8. CPU per series vs node_exporter, whole processes side by side (with the poll; serving)"
+            )
+            cpu_alike(sizes, tmp, args.quick)
+        if args.gzip_runs:
+            print(
+                f"\n== 7. gzip p99 vs nginx gzip_static, {args.gzip_runs} runs per size, interleaved; HA pair"
+            )
+            baseline = args.baseline_root.resolve() if args.baseline_root else None
+            gzip_runs(sizes, args.gzip_runs, tmp, args.quick, baseline)
+        if args.rss_polls:
+            print("\n== 6. RSS over polls (HA pair scraping every 3 polls)")
+            for n in sizes:
+                for malloc in args.rss_malloc.split(","):
+                    out = args.rss_out / f"exporter-rss-{n}-{malloc}.txt"
+                    rss_polls(
+                        tmp, n, args.rss_polls, args.rss_poll_interval, malloc, out, args.rss_settle,
+                        args.rss_snapshots,
+                    )  # fmt: skip
 
 
 if __name__ == "__main__":

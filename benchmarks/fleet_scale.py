@@ -1,54 +1,75 @@
 """Benchmark: a fleet's day in VictoriaMetrics, then every dashboard, rule group and the report against it.
 
-Run from the repository root (issue 23; docs/deploy.md "Sizing")::
+Run from the repository root (issues 23 and 36; docs/deploy.md "Sizing")::
 
-    PYTHONPATH=$PWD .venv/bin/python benchmarks/fleet_scale.py --devices 2048,8192,16384 [--hours 24]
+    PYTHONPATH=$PWD .venv/bin/python benchmarks/fleet_scale.py --devices 2048,8192 --runs 3
+    PYTHONPATH=$PWD .venv/bin/python benchmarks/fleet_scale.py --devices 16384 --layout --runs 3
+    PYTHONPATH=$PWD .venv/bin/python benchmarks/fleet_scale.py --devices 2048 --hours 168 --only report \
+        --keep /var/tmp/xpuwatch-fleet
 
-Per size it starts Debian's ``victoria-metrics`` (1.79) on loopback with its own ``-storageDataPath`` in a
-temporary directory and:
+It measures what a deployment following docs/deploy.md runs. Per size it starts Debian's
+``victoria-metrics`` (1.79) on loopback with its own ``-storageDataPath`` in a temporary directory and
+exactly the flags of docs/deploy.md's ``victoria-metrics`` command line (read from the page at run time:
+no raised query limit, ``-dedup.minScrapeInterval``; ``--vm-flag`` adds one for experiments), and:
 
-1. **Loads** a synthetic history: ``--hours`` (24) of samples every ``--step`` seconds (60: one scrape a
-   minute, a quarter of the 15 s a real fleet scrapes at, so a day of 16,384 devices loads in minutes,
-   at about a million samples a second), ending
-   ``--ahead`` minutes (30) after now so the queries below, all at "now", find fresh samples for the whole
-   run. The series are the exporter's own: the sim exporter (``xpuwatch serve --simulate``) is started once
-   per node type and its /metrics read, so every name and label the rules, dashboards and report read is
-   the one the exporter writes today. Node types (8 devices a node, node ``n`` of type ``n % 4``): A100s
-   with one card in MIG mode (three slices), RTX 4090s with one card shared by two vGPU shares, MI250X and
-   Ascend 910B; on each node most cards are held by a pod (the namespace and pod names made unique per
-   node). Each node's series get the target labels of the ServiceMonitor (docs/deploy.md "Target labels":
+1. **Loads** a synthetic history: ``--hours`` (24) of samples every ``--step`` seconds (default: the
+   interval of the exporter's ServiceMonitor in deploy/kustomize/base/monitoring.yaml, 15 s), each sample
+   stored ``--replicas`` (2) times, as an HA Prometheus pair remote-writes it with the replica label
+   dropped, each replica at its own offset in the step (``replica_offset_ms``), ending ``--ahead`` minutes
+   (30) after now so the queries below, all at "now", find fresh samples for the whole run. The series are
+   the exporter's own: the sim exporter (``xpuwatch serve --simulate``) is started once per node type and
+   its /metrics read, so every name and label the rules, dashboards and report read is the one the
+   exporter writes today. Node types (8 devices a node, node ``n`` of type ``n % 4``): A100s with one card
+   in MIG mode (three slices), RTX 4090s with one card shared by two vGPU shares, MI250X and Ascend 910B;
+   on each node most cards are held by a pod (the namespace and pod names made unique per node). Each
+   node's series get the target labels of the ServiceMonitor (docs/deploy.md "Target labels":
    ``job="xpuwatch-exporter"``, ``instance="<node>/<vendor>"``) and ``cluster="fleet-<n // 512>"``, plus
-   the scrape's own ``up`` and ``scrape_*`` series; kube-state-metrics series of the pods
-   waiting for cards (``report.history.waiting``) are added per cluster. Values move over the day
-   (utilization, power, memory, clocks, temperature; the energy counter integrates power; fault and error
-   counters stay flat, as on a healthy fleet). The lines are VM's JSON import format (one line per series
-   with its arrays of values and millisecond timestamps, ``/api/v1/import``), generated per node with numpy
-   and streamed (memory bounded by one node's lines). Printed: series and samples generated, series VM
-   counts, load time, VM's RSS and data size after a flush.
+   the scrape's own ``up`` and ``scrape_*`` series; kube-state-metrics' series of every node
+   (``kube_node_info``, ``kube_node_spec_unschedulable``) and of the pods waiting for cards
+   (``report.history.waiting``) are added. Values move over the day (utilization, power, memory, clocks,
+   temperature; the energy counter integrates power; fault and error counters stay flat, as on a healthy
+   fleet). The lines are VM's JSON import format (one line per series and replica with its arrays of values
+   and millisecond timestamps, ``/api/v1/import``), generated per node with numpy and streamed (memory
+   bounded by one node's lines). Printed: series and samples generated, series VM holds, load time, VM's
+   RSS and data size after a flush.
 2. **Recorded series**: vmalert's replay mode runs the recording groups of alerts/generated/rules.yml over
    the last 6 h at the evaluation interval, so the panels that read recorded series read 6 h of them, as
    under a ruler that ran all along (time printed; not part of any target).
-3. **Rules**: Debian's ``vmalert`` with alerts/generated/rules.yml, ``-evaluationInterval`` ``--interval``
-   (30 s) against VM, writing back to VM, notifying an Alertmanager stand-in, for ``--intervals`` (3)
-   intervals; each group's evaluation time from vmalert's own /metrics (1.79:
-   ``vmalert_iteration_duration_seconds_sum`` / ``_count`` per group, the most seen from its quantiles) as
-   a share of the interval. The groups run concurrently, each rule after the other, on this machine's
-   cores. Where the time goes: every rule's expression timed as an instant query at now against VM (what
-   vmalert sends), the slowest listed. Prometheus is not run: backfilling a day of this fleet into it
-   (promtool from OpenMetrics text) takes far longer than VM's import.
+
+Then ``--runs`` (3) runs on the loaded store, each of:
+
+3. **Rules**: Debian's ``vmalert`` with alerts/generated/rules.yml (``--groups``: some of its groups),
+   ``-evaluationInterval`` ``--interval`` (30 s) against VM, writing back to VM, notifying an Alertmanager
+   stand-in, for ``--intervals`` (3) intervals; each group's evaluation time from vmalert's own /metrics
+   (1.79: ``vmalert_iteration_duration_seconds_sum`` / ``_count`` per group, the most seen from its
+   quantiles) as a share of the interval. The groups run concurrently, each rule after the other, on this
+   machine's cores. Where the time goes (first run): every rule's expression timed as an instant query at
+   now against VM (what vmalert sends), the slowest listed.
 4. **Dashboards**: every panel query of every generated dashboard (read from dashboards/generated at run
    time, ``tests.dashboards.test_prometheus._targets``), each variable at Grafana's default "All" (its
    ``allValue``) and the device dashboard's uuid a MIG card, at Grafana's default range (the last 6 h, step
-   20 s, ``$__rate_interval`` = max(step + scrape, 4 x scrape) with the history's scrape interval: 240 s at
-   60 s), each run ``--runs`` times (3), timed to the last byte of the answer (decoding it is Grafana's);
-   per dashboard the sum of the median times (a full refresh, queries one after another) and the slowest
-   five queries with the series they return.
-5. **Report**: ``xpuwatch report``'s code (``report.baseline.collect``/``figures``, chargeback, render) for
-   the last day, time split into queries, figures and render, and its five slowest queries.
+   20 s, ``$__rate_interval`` = max(step + scrape, 4 x scrape) with the history's scrape interval: 60 s at
+   15 s), each run ``--query-runs`` times (3), timed to the last byte of the answer (decoding it is
+   Grafana's); per dashboard the sum of the median times (a full refresh, queries one after another) and
+   the slowest five queries with the series they return.
+5. **Report**: ``xpuwatch report``'s code (``report.baseline.collect``/``figures``, chargeback, render,
+   with its default concurrency) for the last ``--hours``, each run on an emptied result cache
+   (``/internal/resetRollupResultCache``: a run pays the whole query, as the first report of a window does),
+   time split into queries, figures and render, with VictoriaMetrics' CPU time for the queries; in the first
+   run then every query alone, each on an emptied cache, slowest first with its CPU time (``profile``).
 
-Then per size a ready-to-paste markdown row of the docs/deploy.md sizing table. Targets (issue 23), at
-16,384 devices: every rule group under 10 % of its interval, a full dashboard refresh under 2 s, the report
-under 60 s; a missed target is marked and its top queries or rules printed. Nothing is asserted.
+``--only rules`` measures the replay and rules only, ``--only report`` the report only. ``--keep DIR`` keeps
+the loaded store in ``DIR/<devices>/`` (``history.json`` there says which history) and reuses it when a later
+run asks for the same devices, ``--hours``, ``--step`` and ``--replicas`` (a long history for the report
+loads once; another history replaces it); its result cache is emptied at each start.
+
+Then per size a ready-to-paste markdown row of the docs/deploy.md sizing table: each figure the median of
+the runs and, in brackets, their range. ``--layout`` measures docs/deploy.md's layout for several clusters
+instead, each ruler in its own place: the central store with the groups of ``--central-groups`` (none by
+default) and the dashboards and report, then one cluster's Prometheus with its share and every other group
+(``cluster_prometheus``). Targets (issue 23), at 16,384 devices: every rule group under 10 % of its
+interval, a full dashboard refresh under 2 s, the report under 60 s; a missed target is marked and its top
+queries or rules printed. Nothing is asserted.
 """
 
 from __future__ import annotations
@@ -91,6 +112,16 @@ from xpuwatch.report.render import html
 
 ROOT = Path(__file__).resolve().parents[1]
 RULES = ROOT / "alerts" / "generated" / "rules.yml"
+DEPLOY_DOC = ROOT / "docs" / "deploy.md"
+SERVICEMONITOR = ROOT / "deploy" / "kustomize" / "base" / "monitoring.yaml"
+# The groups a ruler on the central store evaluates in docs/deploy.md's layout ("Several clusters, one view");
+# each cluster's Prometheus evaluates the others, for its own share of the fleet. Measured (issue 36): the performance groups' per-device alerts (idle notebooks, power-starved and
+# low-utilization cards, container memory hogs, application faults) read raw per-device series, so on a
+# central ruler they cost what the whole fleet's devices cost: at 16,384 devices 44.9 % and 26.7 % of 30 s
+# (shared machine under load), where each cluster's Prometheus evaluates them for its own 4,096. So every
+# group runs in the clusters and the central store has no ruler of xpuwatch's; ``--central-groups`` measures
+# another split.
+CENTRAL_GROUPS: tuple[str, ...] = ()
 DEVICES_PER_NODE = 8
 NODES_PER_CLUSTER = 512
 RANGE_S = 6 * 3600  # Grafana's default time range: now-6h
@@ -358,7 +389,7 @@ def _values(s: TemplateSeries, i: int, t: np.ndarray, n: int, rng: np.random.Gen
 @dataclass(frozen=True)
 class Loaded:
     series: int
-    waiting_series: int  # of them, kube-state-metrics' of the waiting pods
+    ksm_series: int  # of them, kube-state-metrics' (nodes, waiting pods)
     samples: int
     seconds: float
     body_bytes: int
@@ -382,11 +413,14 @@ SCRAPE_SERIES = (
 
 
 def node_lines(
-    tpl: list[TemplateSeries], n: int, t: np.ndarray, stamps: str, f: Formatter
+    tpl: list[TemplateSeries], n: int, t: np.ndarray, stamps: Sequence[str], f: Formatter
 ) -> tuple[bytes, int]:
     """Node ``n``'s JSON import lines and their series count: the exporter's series with the target labels
     the ServiceMonitor gives them (docs/deploy.md "Target labels": ``job="xpuwatch-exporter"``,
-    ``instance="<node>/<vendor>"``, plus ``cluster``), and the scrape's own series."""
+    ``instance="<node>/<vendor>"``, plus ``cluster``), and the scrape's own series. Each series is written
+    once per entry of ``stamps`` (the millisecond timestamps each Prometheus replica scraped at, joined):
+    an HA pair's remote writes store every sample twice, with the same labels (the replica label dropped)
+    and the two replicas' own scrape offsets, for VictoriaMetrics' ``-dedup.minScrapeInterval`` to thin."""
     node = f"gpu-node-{n:05d}"
     cluster = f"fleet-{n // NODES_PER_CLUSTER}"
     vendor = next((v for s in tpl for k, v in s.labels if k == "vendor"), "none")
@@ -396,30 +430,43 @@ def node_lines(
     parts = []
     for i, s in enumerate(tpl):
         metric = {"__name__": s.name, **_node_labels(s.labels, n, node, target)}
-        parts.append(
-            f'{{"metric":{json.dumps(metric, separators=(",", ":"))},"values":[{_values(s, i, tf, n, rng, f)}],'
-            f'"timestamps":[{stamps}]}}\n'
-        )
+        head = f'{{"metric":{json.dumps(metric, separators=(",", ":"))},"values":[{_values(s, i, tf, n, rng, f)}],'
+        parts += [f'{head}"timestamps":[{st}]}}\n' for st in stamps]
     for name, value in SCRAPE_SERIES:
         metric = {"__name__": name, **target}
         value = value or float(len(tpl))
-        parts.append(
-            f'{{"metric":{json.dumps(metric, separators=(",", ":"))},"values":[{f.constant(value)}],'
-            f'"timestamps":[{stamps}]}}\n'
-        )
+        head = f'{{"metric":{json.dumps(metric, separators=(",", ":"))},"values":[{f.constant(value)}],'
+        parts += [f'{head}"timestamps":[{st}]}}\n' for st in stamps]
     return "".join(parts).encode(), len(tpl) + len(SCRAPE_SERIES)
 
 
-def ksm_lines(clusters: int, t: np.ndarray) -> tuple[bytes, int, int]:
-    """kube-state-metrics series of the pods waiting for cards (``report.history.waiting``), per cluster:
-    present only while they wait, as KSM's are. Lines, series, samples."""
+KSM_NODE_INFO, KSM_UNSCHEDULABLE = "kube_node_info", "kube_node_spec_unschedulable"
+
+
+def ksm_node_labels(n: int, cluster: bool = True) -> dict[str, str]:
+    """kube-state-metrics' labels of node ``n``'s series (the target's ``job``/``instance`` included)."""
+    out = {"job": "kube-state-metrics", "instance": "ksm:8080", "node": f"gpu-node-{n:05d}"}
+    return {**out, "cluster": f"fleet-{n // NODES_PER_CLUSTER}"} if cluster else out
+
+
+def ksm_lines(nodes: int, t: np.ndarray) -> tuple[bytes, int, int]:
+    """kube-state-metrics series: each node's ``kube_node_info`` and ``kube_node_spec_unschedulable`` (0),
+    which ``AcceleratorMissing`` joins, and of the pods waiting for cards (``report.history.waiting``), per
+    cluster, present only while they wait, as KSM's are. Lines, series, samples."""
+    clusters = math.ceil(nodes / NODES_PER_CLUSTER)
     start = int(t[0])
     pods: dict[tuple[str, str], tuple[history.WaitingPod, list[int]]] = {}
     for ts in t.tolist():
         for p in history.waiting(ts, start):
             pods.setdefault((p.namespace, p.pod), (p, []))[1].append(ts)
     lines, series, samples = [], 0, 0
-
+    stamps = [x * 1000 for x in t.tolist()]
+    for n in range(nodes):
+        for name, value in ((KSM_NODE_INFO, 1), (KSM_UNSCHEDULABLE, 0)):
+            metric = {"__name__": name, **ksm_node_labels(n)}
+            lines.append(json.dumps({"metric": metric, "values": [value] * len(t), "timestamps": stamps}))
+            series += 1
+            samples += len(t)
     for c in range(clusters):
         for p, ts in pods.values():
             base = {
@@ -450,46 +497,53 @@ def ksm_lines(clusters: int, t: np.ndarray) -> tuple[bytes, int, int]:
     return ("\n".join(lines) + "\n").encode() if lines else b"", series, samples
 
 
-# VictoriaMetrics' flags. "bench": limits raised so that a slow query is measured, not refused. "deployed": as
-# docs/deploy.md deploys it (its defaults: queries over 30 s or 300,000 series refused, results cached).
-VM_FLAGS = {
-    "bench": (
-        # Prometheus' 5 m lookback (VM otherwise derives it from the samples' spacing)
-        "-search.maxStalenessInterval=5m",
-        # a fleet's per-device queries touch more than the default 300,000 series; measure them
-        # rather than have them refused
-        "-search.maxUniqueTimeseries=100000000",
-        "-search.maxQueryDuration=10m",
-        "-search.maxSamplesPerQuery=100000000000",
-    ),
-    "deployed": (),
-}
+def _duration_s(text: str) -> int:
+    """A Prometheus duration of one unit (``15s``, ``1m``) in seconds."""
+    units = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400}
+    for unit in sorted(units, key=len, reverse=True):
+        if text.endswith(unit) and text[: -len(unit)].isdigit():
+            return max(1, round(int(text[: -len(unit)]) * units[unit]))
+    raise ValueError(f"not a duration: {text!r}")
+
+
+def scrape_interval_s() -> int:
+    """The scrape interval of the exporter's ServiceMonitor (deploy/kustomize/base/monitoring.yaml), s."""
+    for doc in yaml.safe_load_all(SERVICEMONITOR.read_text()):
+        if doc and doc.get("kind") == "ServiceMonitor" and doc["metadata"]["name"] == "xpuwatch-exporter":
+            return _duration_s(doc["spec"]["endpoints"][0]["interval"])
+    raise SystemExit(f"fleet_scale: no xpuwatch-exporter ServiceMonitor in {SERVICEMONITOR}")
+
+
+def documented_vm_flags() -> list[str]:
+    """The flags docs/deploy.md runs VictoriaMetrics with: its ``victoria-metrics ...`` command line (the
+    benchmark replaces only ``-storageDataPath`` and adds its loopback ``-httpListenAddr``)."""
+    for line in DEPLOY_DOC.read_text().splitlines():
+        if line.startswith("victoria-metrics "):
+            return line.split()[1:]
+    raise SystemExit(f"fleet_scale: no 'victoria-metrics ...' command line in {DEPLOY_DOC}")
 
 
 class VictoriaMetrics:
-    """Debian's single-node VictoriaMetrics on loopback with its own data directory; ``flags`` a key of
-    ``VM_FLAGS``."""
+    """Debian's single-node VictoriaMetrics on loopback with its own data directory, run with exactly the
+    flags docs/deploy.md deploys it with (``documented_vm_flags``), plus ``extra`` flags if given."""
 
-    def __init__(self, data: Path, flags: str = "bench") -> None:
+    def __init__(self, data: Path, extra: Sequence[str] = ()) -> None:
         binary = shutil.which("victoria-metrics")
         if not binary:
             raise SystemExit("fleet_scale: needs Debian's victoria-metrics (/usr/bin/victoria-metrics)")
         # VictoriaMetrics keeps its query results (the rollup result cache) in the data directory across
-        # restarts: a kept history (--keep) would answer a repeated report from it. Each run starts without
-        # it, so it pays the whole query, as the first report of a week does.
+        # restarts: a kept history (--keep) would answer a repeated report from it. Each start is without it.
         for cached in data.glob("cache/rollupResult*"):
             shutil.rmtree(cached) if cached.is_dir() else cached.unlink()
         self.data = data
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
+        self.flags = [
+            *(f for f in documented_vm_flags() if not f.startswith("-storageDataPath=")),
+            *extra,
+        ]
         self.proc = subprocess.Popen(
-            [
-                binary,
-                f"-storageDataPath={data}",
-                f"-httpListenAddr=127.0.0.1:{self.port}",
-                "-retentionPeriod=30d",
-                *VM_FLAGS[flags],
-            ],
+            [binary, f"-storageDataPath={data}", f"-httpListenAddr=127.0.0.1:{self.port}", *self.flags],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
         )
@@ -515,6 +569,12 @@ class VictoriaMetrics:
         """CPU time VictoriaMetrics has used so far, user and system (/proc/<pid>/stat)."""
         fields = Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
         return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+    def reset_cache(self) -> None:
+        """Empty VictoriaMetrics' query result cache (``/internal/resetRollupResultCache``, 1.79): the next
+        query pays its whole cost, as the first report of a window does, not the cost of what an earlier
+        run of the same query left cached."""
+        self.read("/internal/resetRollupResultCache")
 
     def rss_bytes(self) -> int:
         for line in Path(f"/proc/{self.proc.pid}/status").read_text().splitlines():
@@ -551,15 +611,33 @@ class VictoriaMetrics:
             raise RuntimeError(f"import: {r.status} {body[:500]!r}")
 
 
-def load(vm: VictoriaMetrics, devices: int, t: np.ndarray, tpls: list[list[TemplateSeries]]) -> Loaded:
-    """``devices`` devices' history at times ``t`` into ``vm``, one streamed request per 64 nodes."""
+def replica_offset_ms(n: int, replica: int, step: int) -> int:
+    """Where in each ``step`` replica ``replica`` of an HA Prometheus pair scrapes node ``n`` (ms): the
+    first at the step's start, the second 1 s to ``step`` - 1 s later, spread over the nodes (Prometheus
+    derives a target's offset from a hash of the target and the server's external labels)."""
+    if replica == 0:
+        return 0
+    span = max(1, step * 1000 - 2000)
+    return 1000 + (n * 7919 + replica * 104729) % span
+
+
+def load(
+    vm: VictoriaMetrics, devices: int, t: np.ndarray, tpls: list[list[TemplateSeries]], replicas: int = 1
+) -> Loaded:
+    """``devices`` devices' history at times ``t`` into ``vm``, one streamed request per 64 nodes; each
+    sample ``replicas`` times (an HA pair: 2), at each replica's own offset in the step."""
     nodes = math.ceil(devices / DEVICES_PER_NODE)
     f = Formatter(len(t))
-    stamps = ",".join(str(x * 1000) for x in t.tolist())
+    step = int(t[1] - t[0]) if len(t) > 1 else 60
+    ms = t * 1000
+    base = ",".join(map(str, ms.tolist()))
     counts = {"series": 0, "bytes": 0}
 
     def batch(first: int, last: int) -> Iterator[bytes]:
         for n in range(first, last):
+            stamps = [base] + [
+                ",".join(map(str, (ms + replica_offset_ms(n, r, step)).tolist())) for r in range(1, replicas)
+            ]
             body, k = node_lines(tpls[n % len(tpls)], n, t, stamps, f)
             counts["series"] += k
             counts["bytes"] += len(body)
@@ -568,23 +646,37 @@ def load(vm: VictoriaMetrics, devices: int, t: np.ndarray, tpls: list[list[Templ
     t0 = time.perf_counter()
     for first in range(0, nodes, 64):
         vm.import_lines(batch(first, min(nodes, first + 64)))
-    ksm, ksm_series, ksm_samples = ksm_lines(math.ceil(nodes / NODES_PER_CLUSTER), t)
+    ksm, ksm_series, ksm_samples = ksm_lines(nodes, t)
     if ksm:
         vm.import_lines(iter([ksm]))
     vm.flush()
     seconds = time.perf_counter() - t0
     series = counts["series"] + ksm_series
     return Loaded(
-        series, ksm_series, counts["series"] * len(t) + ksm_samples, seconds, counts["bytes"] + len(ksm)
+        series,
+        ksm_series,
+        counts["series"] * len(t) * replicas + ksm_samples,
+        seconds,
+        counts["bytes"] + len(ksm),
     )
 
 
-def vm_series_count(vm: VictoriaMetrics) -> int:
-    """Series VM holds (its /api/v1/series/count), waiting up to a minute for the import to be indexed."""
+def vm_series_count(vm: VictoriaMetrics, t: np.ndarray) -> int:
+    """Series VM holds with a sample at the history's times ``t``: ``count(last_over_time(<name>[span]))``
+    at the last of them for every metric name (one
+    query per name, so that none selects more series than the store's ``-search.maxUniqueTimeseries``
+    allows; ``/api/v1/series/count`` counts index entries, which concurrent imports of one series can make
+    more than one), waiting up to a minute for the import to be indexed."""
     deadline = time.monotonic() + 60
     last = -1
     while True:
-        n = int(vm.get("/api/v1/series/count")["data"][0])
+        names = vm.get("/api/v1/label/__name__/values")["data"]
+        n = 0
+        span = int(t[-1] - t[0]) + 1
+        for name in names:
+            query = {"query": f"count(last_over_time({name}[{span}s]))", "time": int(t[-1])}
+            result = vm.get("/api/v1/query", query)["data"]["result"]
+            n += int(float(result[0]["value"][1])) if result else 0
         if n == last or time.monotonic() > deadline:
             return n
         last = n
@@ -736,19 +828,36 @@ def replay_recording(
     return time.perf_counter() - t0, sum(len(g["rules"]) for g in groups)
 
 
-def rule_groups(vm: VictoriaMetrics, interval_s: int, intervals: int, tmp: Path) -> list[GroupEval]:
-    """Run vmalert on the committed rules for ``intervals`` evaluation intervals; each group's evaluation
-    time from vmalert's /metrics (1.79: the summary ``vmalert_iteration_duration_seconds{group=...}``)."""
+def rules_file(groups: Sequence[str] | None, tmp: Path) -> Path:
+    """alerts/generated/rules.yml, or a copy holding only ``groups`` (in the committed order)."""
+    if groups is None:
+        return RULES
+    doc = yaml.safe_load(RULES.read_text())
+    unknown = set(groups) - {g["name"] for g in doc["groups"]}
+    if unknown:
+        raise SystemExit(f"fleet_scale: no rule group {', '.join(sorted(unknown))} in {RULES}")
+    path = tmp / f"rules-{len(groups)}-{time.monotonic_ns()}.yml"
+    path.write_text(yaml.safe_dump({"groups": [g for g in doc["groups"] if g["name"] in groups]}))
+    return path
+
+
+def rule_groups(
+    vm: VictoriaMetrics, interval_s: int, intervals: int, tmp: Path, groups: Sequence[str] | None = None
+) -> list[GroupEval]:
+    """Run vmalert on the committed rules (``groups`` of them, default all) for ``intervals`` evaluation
+    intervals; each group's evaluation time from vmalert's /metrics (1.79: the summary
+    ``vmalert_iteration_duration_seconds{group=...}``)."""
     binary = shutil.which("vmalert")
     if not binary:
         raise SystemExit("fleet_scale: needs Debian's vmalert")
+    rules = rules_file(groups, tmp)
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     with alertmanager() as am:
         proc = subprocess.Popen(
             [
                 binary,
-                f"-rule={RULES}",
+                f"-rule={rules}",
                 f"-datasource.url={vm.url}",
                 f"-remoteWrite.url={vm.url}",
                 f"-notifier.url={am}",
@@ -787,10 +896,15 @@ def rule_groups(vm: VictoriaMetrics, interval_s: int, intervals: int, tmp: Path)
     ]
 
 
-def rule_costs(vm: VictoriaMetrics, runs: int) -> list[tuple[str, Timed]]:
-    """(group, median time of the rule's expression as an instant query at now) for every rule."""
+def rule_costs(
+    vm: VictoriaMetrics, runs: int, groups: Sequence[str] | None = None
+) -> list[tuple[str, Timed]]:
+    """(group, median time of the rule's expression as an instant query at now) for every rule (of
+    ``groups``, default all)."""
     out = []
     for g in yaml.safe_load(RULES.read_text())["groups"]:
+        if groups is not None and g["name"] not in groups:
+            continue
         for r in g["rules"]:
             times, series = [], 0
             for _ in range(runs):
@@ -835,10 +949,12 @@ def _window(hours: float, step: int, end: float | None) -> Window:
 
 def report(vm: VictoriaMetrics, hours: float, step: int, end: float | None = None) -> ReportTime:
     """``xpuwatch report``'s path for the ``hours`` before ``end`` (default now), with its default
-    concurrency: queries, figures, render."""
+    concurrency: queries, figures, render. The store's result cache is emptied first, so that a run
+    after the first pays the whole query as the first did."""
     w = _window(hours, step, end)
     spec = load_spec()
     prom = Prometheus(vm.url, timeout=600, max_answer_bytes=2**31)
+    vm.reset_cache()
     t0 = time.perf_counter()
     answers = collect(prom, spec, w)
     t1 = time.perf_counter()
@@ -851,17 +967,285 @@ def report(vm: VictoriaMetrics, hours: float, step: int, end: float | None = Non
 
 
 def profile(vm: VictoriaMetrics, hours: float, step: int, end: float | None = None) -> list[QueryTime]:
-    """Every query of the report alone, one after another, slowest first: which ones dominate. Run on a
-    VictoriaMetrics started afresh (its result cache empty), else each would be answered from the report's
-    own run."""
+    """Every query of the report alone, one after another, each on an emptied result cache (else a query
+    would be answered from the report's own run, or share a rollup an earlier one cached), slowest first:
+    which ones dominate."""
     w = _window(hours, step, end)
     prom = Prometheus(vm.url, timeout=600, max_answer_bytes=2**31)
     out = []
     for r in requests(load_spec(), w):
+        vm.reset_cache()
         cpu0, t0 = vm.cpu_seconds(), time.perf_counter()
         got = prom.gather([r], 1)[r.key]
         out.append(QueryTime(time.perf_counter() - t0, vm.cpu_seconds() - cpu0, len(got), r.title))
     return sorted(out, key=lambda q: -q.seconds)
+
+
+# ---- one cluster's Prometheus (--layout)
+
+
+def _escape(v: str) -> str:
+    return v.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+
+def _line_prefix(name: str, labels: dict[str, str]) -> str:
+    inner = ",".join(f'{k}="{_escape(v)}"' for k, v in sorted(labels.items()))
+    return f"{name}{{{inner}}} " if inner else f"{name} "
+
+
+class ClusterTargets:
+    """Stands in for one cluster's exporters and its kube-state-metrics, for a real Prometheus to scrape
+    (Prometheus' text format 0.0.4): ``/node/<n>`` serves node ``n``'s series as the sim exporter wrote
+    them for its node type (``templates``, node labels made unique as ``node_lines`` makes them, no
+    target labels: Prometheus adds ``job``/``instance``, the cluster is its external label), values moving
+    as ``_values`` moves them, at the scrape's time; ``/ksm`` serves every node's ``kube_node_info`` and
+    ``kube_node_spec_unschedulable`` and the pods waiting for cards now (``report.history.waiting``)."""
+
+    def __init__(self, nodes: int, tpls: list[list[TemplateSeries]], start: float) -> None:
+        self.nodes, self.start = nodes, start
+        self.series: list[list[tuple[str, TemplateSeries, float]]] = []
+        for n in range(nodes):
+            node = f"gpu-node-{n:05d}"
+            self.series.append(
+                [
+                    (
+                        _line_prefix(s.name, _node_labels(s.labels, n, node, {})),
+                        s,
+                        (n * 0.37 + i * 1.3) % 6.283,
+                    )
+                    for i, s in enumerate(tpls[n % len(tpls)])
+                ]
+            )
+        self.vendors = [next((v for s in t for k, v in s.labels if k == "vendor"), "none") for t in tpls]
+
+    def instance(self, n: int) -> str:
+        return f"gpu-node-{n:05d}/{self.vendors[n % len(self.vendors)]}"
+
+    def node_body(self, n: int, t: float) -> bytes:
+        day = 0.5 + 0.5 * math.cos(2 * math.pi * ((t % 86400) / 86400 - 14 / 24))
+        out = []
+        for prefix, s, phase in self.series[n]:
+            v = s.value
+            wave = math.sin(t / 977.0 + phase)
+            if s.counter:
+                if "energy" in s.name:
+                    v += (t - self.start) * (150.0 + 200.0 * day)
+                elif s.name.startswith(("process_cpu", "python_gc")):
+                    v += (t - self.start) / 30
+            elif s.name.endswith("_timestamp_seconds") and "start" not in s.name:
+                v = float(int(t))
+            elif v == 0 or (v.is_integer() and abs(v) < 1000) or s.name.endswith("_seconds") or v < 0:
+                pass
+            elif s.name.endswith("_ratio") and 0 <= v <= 1:
+                v = min(1.0, max(0.0, round(v + 0.2 * v * (day - 0.5) + 0.01 * wave, 3)))
+            else:
+                v = max(0.0, v * (1 + 0.04 * wave + 0.03 * (day - 0.5)))
+            out.append(f"{prefix}{v:.6g}\n")
+        return "".join(out).encode()
+
+    def ksm_body(self, t: float) -> bytes:
+        out = []
+        for n in range(self.nodes):
+            labels = {"node": f"gpu-node-{n:05d}"}
+            out.append(_line_prefix(KSM_NODE_INFO, labels) + "1\n")
+            out.append(_line_prefix(KSM_UNSCHEDULABLE, labels) + "0\n")
+        for p in history.waiting(t, self.start - 86400):
+            base = {"namespace": p.namespace, "pod": p.pod}
+            for name, extra, value in (
+                (
+                    queue.KSM_REQUESTS,
+                    {"container": "main", "resource": p.resource, "unit": "integer"},
+                    p.count,
+                ),
+                (queue.KSM_PHASE, {"uid": p.pod, "phase": "Pending"}, 1),
+                (queue.KSM_SCHEDULED, {"uid": p.pod, "condition": "false"}, 1),
+                (queue.KSM_CREATED, {"uid": p.pod}, int(p.created)),
+            ):
+                out.append(_line_prefix(name, {**base, **extra}) + f"{value}\n")
+        return "".join(out).encode()
+
+    @contextlib.contextmanager
+    def serve(self) -> Iterator[int]:
+        targets = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                now = time.time()
+                if self.path == "/ksm":
+                    body = targets.ksm_body(now)
+                elif (
+                    self.path.startswith("/node/")
+                    and self.path[6:].isdigit()
+                    and int(self.path[6:]) < targets.nodes
+                ):
+                    body = targets.node_body(int(self.path[6:]), now)
+                else:
+                    self.send_error(404)
+                    return
+                self.send_response(200)
+                self.send_header("Content-Type", "text/plain; version=0.0.4")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        server.daemon_threads = True
+        thread = threading.Thread(target=server.serve_forever, daemon=True)
+        thread.start()
+        try:
+            yield int(server.server_address[1])
+        finally:
+            server.shutdown()
+            server.server_close()
+
+
+def _prom_get(url: str) -> Any:
+    with urllib.request.urlopen(url, timeout=60) as r:
+        return json.loads(r.read().decode())
+
+
+def _prom_own(url: str, name: str) -> float:
+    """The sum of Prometheus' own metric ``name`` on its /metrics (it does not scrape itself here)."""
+    return sum(
+        s.value
+        for fam in text_string_to_metric_families(_own(url))
+        for s in fam.samples
+        if s.name == name and not math.isnan(s.value)
+    )
+
+
+def cluster_prometheus(devices: int, a: argparse.Namespace, tpls: list[list[TemplateSeries]]) -> list[str]:
+    """One cluster's Prometheus in its own place (docs/deploy.md, "Several clusters, one view"): Debian's
+    Prometheus scraping the cluster's ``devices`` (512 nodes of 8: one cluster of the fleet) every
+    ``a.step`` seconds (the ServiceMonitor's 15 s) from ``ClusterTargets``, with its name as the external
+    label ``cluster``, evaluating ``a.cluster_groups`` every ``a.interval`` seconds. After
+    ``a.cluster_warmup`` minutes of scraping (65: the groups' longest window over raw series, 1 h, full;
+    their ``[1d]`` windows read recorded node series, a few per node, and see only the warm-up), each group's
+    evaluation time (``/api/v1/rules``: ``evaluationTime`` of every evaluation) over ``a.runs`` runs of
+    ``a.intervals`` intervals. Prometheus' history is the warm-up, not a day: its TSDB cannot be backfilled
+    with a day of this fleet in reasonable time (promtool reads OpenMetrics text), and the rules read
+    nothing older than the warm-up covers except those small recorded series. Returns the printed lines of
+    its figures."""
+    binary = shutil.which("prometheus")
+    if not binary:
+        raise SystemExit("fleet_scale: --layout needs Debian's prometheus")
+    nodes = math.ceil(devices / DEVICES_PER_NODE)
+    print(
+        f"\n=== one cluster's Prometheus: {devices:,} devices ({nodes:,} nodes of {DEVICES_PER_NODE})",
+        flush=True,
+    )
+    targets = ClusterTargets(nodes, tpls, time.time())
+    with tempfile.TemporaryDirectory(prefix="fleet-prom-") as tmp_, targets.serve() as port:
+        tmp = Path(tmp_)
+        rules = rules_file(a.cluster_groups, tmp)
+        statics = [
+            {
+                "targets": [f"127.0.0.1:{port}"],
+                "labels": {"__metrics_path__": f"/node/{n}", "instance": targets.instance(n)},
+            }
+            for n in range(nodes)
+        ]
+        config = {
+            "global": {
+                "scrape_interval": f"{a.step}s",
+                "scrape_timeout": f"{min(a.step, 10)}s",
+                "evaluation_interval": f"{a.interval}s",
+                "external_labels": {"cluster": "fleet-0"},
+            },
+            "rule_files": [str(rules)],
+            "scrape_configs": [
+                {"job_name": "xpuwatch-exporter", "honor_labels": True, "static_configs": statics},
+                {
+                    "job_name": "kube-state-metrics",
+                    "honor_labels": True,
+                    "metrics_path": "/ksm",
+                    "static_configs": [
+                        {"targets": [f"127.0.0.1:{port}"], "labels": {"instance": "ksm:8080"}}
+                    ],
+                },
+            ],
+        }
+        (tmp / "prometheus.yml").write_text(yaml.safe_dump(config))
+        prom_port = free_port()
+        url = f"http://127.0.0.1:{prom_port}"
+        proc = subprocess.Popen(
+            [
+                binary,
+                f"--config.file={tmp / 'prometheus.yml'}",
+                f"--storage.tsdb.path={tmp / 'data'}",
+                f"--web.listen-address=127.0.0.1:{prom_port}",
+            ],
+            stdout=(tmp / "prometheus.log").open("w"),
+            stderr=subprocess.STDOUT,
+        )
+        try:
+            deadline = time.monotonic() + 120
+            while True:
+                try:
+                    with urllib.request.urlopen(f"{url}/-/ready", timeout=2):
+                        break
+                except OSError:
+                    if time.monotonic() > deadline or proc.poll() is not None:
+                        raise RuntimeError(
+                            f"prometheus did not start: {(tmp / 'prometheus.log').read_text()[-2000:]}"
+                        ) from None
+                    time.sleep(0.5)
+            warm_until = time.monotonic() + a.cluster_warmup * 60
+            while (left := warm_until - time.monotonic()) > 0:
+                time.sleep(min(left, 300))
+                up = _prom_get(f"{url}/api/v1/query?query=sum(up)")["data"]["result"]
+                print(
+                    f"  warm-up: {max(0.0, warm_until - time.monotonic()) / 60:.0f} min left, head series "
+                    f"{_prom_own(url, 'prometheus_tsdb_head_series'):,.0f}, targets up "
+                    f"{up[0]['value'][1] if up else '?'} of {nodes + 1}",
+                    flush=True,
+                )
+            shares: dict[str, list[float]] = {g: [] for g in a.cluster_groups}
+            most: dict[str, float] = {g: 0.0 for g in a.cluster_groups}
+            counts: dict[str, int] = {g: 0 for g in a.cluster_groups}
+            for run in range(1, a.runs + 1):
+                seen: dict[str, dict[str, float]] = {g: {} for g in a.cluster_groups}
+                until = time.monotonic() + a.interval * a.intervals
+                while time.monotonic() < until:
+                    for g in _prom_get(f"{url}/api/v1/rules")["data"]["groups"]:
+                        if g["name"] in seen and g.get("lastEvaluation", "").startswith("2"):
+                            seen[g["name"]][g["lastEvaluation"]] = float(g["evaluationTime"])
+                    time.sleep(1)
+                line = [f"--- cluster run {run} of {a.runs}:"]
+                for g, evals in seen.items():
+                    if evals:
+                        mean = statistics.mean(evals.values())
+                        shares[g].append(mean / a.interval)
+                        most[g] = max(most[g], *evals.values())
+                        counts[g] += len(evals)
+                        line.append(f"{g.removeprefix('xpuwatch.')} {mean / a.interval:.1%}")
+                print(" ".join(line), flush=True)
+            missed = _prom_own(url, "prometheus_rule_group_iterations_missed_total")
+            head = _prom_own(url, "prometheus_tsdb_head_series")
+        finally:
+            proc.terminate()
+            try:
+                proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+    out = [
+        f"head series {head:,.0f}; {a.cluster_warmup:g} min of scrapes every {a.step} s before measuring; rule"
+        f" group iterations missed {missed:.0f}"
+    ]
+    for g in a.cluster_groups:
+        if not shares[g]:
+            out.append(f"  {g}: no evaluation seen")
+            continue
+        miss = "  MISSES TARGET" if statistics.median(shares[g]) > TARGET_RULE_SHARE else ""
+        out.append(
+            f"  {g}: {spread(shares[g], _num_pct, ' %')} of {a.interval} s (most {_ms(most[g])}; "
+            f"{counts[g]} evaluations){miss}"
+        )
+    return out
 
 
 # ---- one size
@@ -871,31 +1255,143 @@ def _mib(n: float) -> str:
     return f"{n / 2**20:,.0f} MiB"
 
 
+def _num_pct(x: float) -> str:
+    return f"{x * 100:.1f}"
+
+
+def _num_ms(s: float) -> str:
+    return f"{s * 1000:,.0f}"
+
+
 def _ms(s: float) -> str:
     return f"{s * 1000:,.0f} ms"
 
 
-def _history(
-    vm: VictoriaMetrics, devices: int, a: argparse.Namespace, tpls: list[list[TemplateSeries]]
-) -> tuple[np.ndarray, Loaded | None]:
-    """The sample times of the history in ``vm``: loaded now, or (``--keep``) the times of the one loaded
-    into the kept directory by an earlier run of the same ``--devices``, ``--hours`` and ``--step``
-    (``history.json`` there says which), then None for what loading took."""
-    marker = vm.data.parent / "history.json"
-    want = {"devices": devices, "hours": a.hours, "step": a.step}
-    if a.keep and marker.exists():
+@dataclass(frozen=True)
+class RunFigures:
+    """One run's figures on the loaded store: the worst rule group, the dashboards' full refresh, the report;
+    None where ``--only`` left it out (or, for the worst group, no ruler ran)."""
+
+    worst: GroupEval | None
+    refresh_s: float | None
+    per_dashboard: dict[str, float]
+    report_s: float | None
+
+
+def spread(values: Sequence[float], fmt: Any, unit: str = "") -> str:
+    """The median of ``values`` with their range when there are several: ``4.4% (4.1-4.9)``."""
+    mid = fmt(statistics.median(values)) + unit
+    return mid if len(values) < 2 else f"{mid} ({fmt(min(values))}-{fmt(max(values))})"
+
+
+def measure(
+    vm: VictoriaMetrics,
+    a: argparse.Namespace,
+    tmp: Path,
+    run: int,
+    groups: Sequence[str] | None,
+    end: float | None = None,
+) -> RunFigures:
+    """Run ``run`` of the rules (vmalert on ``groups``), every dashboard and the report (for the hours
+    before ``end``, default now), or of what ``a.only`` names; printed. The first run also lists the slowest
+    rules and, for the report, every query alone (``profile``)."""
+    print(f"--- run {run} of {a.runs}", flush=True)
+    worst = None
+    if a.only in ("all", "rules"):
+        ruled = groups is None or bool(groups)  # --layout with no central group: no ruler on the store
+        evals = rule_groups(vm, a.interval, a.intervals, tmp, groups) if ruled else []
+        worst = max(evals, key=lambda g: g.mean_s) if evals else None
+        print(
+            f"rule groups (vmalert, {a.interval} s interval, {a.intervals} intervals; mean / most seen):"
+            if ruled
+            else "rule groups: none on the central store (every group in the clusters' Prometheus)"
+        )
+        for g in evals:
+            share = g.mean_s / a.interval
+            miss = "  MISSES TARGET" if share > TARGET_RULE_SHARE else ""
+            print(
+                f"  {g.group}: {_ms(g.mean_s)} = {share:.1%} of the interval (most {_ms(g.most_s)} = "
+                f"{g.most_s / a.interval:.1%}; {g.count} evaluations){miss}"
+            )
+        if run == 1 and ruled:
+            costs = rule_costs(vm, a.query_runs, groups)
+            print("slowest rules (their expression as an instant query at now, median):")
+            for group, tm in sorted(costs, key=lambda x: -x[1].seconds)[: a.top]:
+                print(f"  {tm.seconds * 1000:8.1f} ms {tm.series:7,} series  {group}: {tm.what}")
+        print(flush=True)
+    if a.only == "rules":
+        return RunFigures(worst, None, {}, None)
+
+    total: float | None = None
+    per_dash: dict[str, float] = {}
+    if a.only == "all":
+        timings = dashboards(vm, a.step, a.query_runs)
+        for uid, tm in timings:
+            per_dash[uid] = per_dash.get(uid, 0.0) + tm.seconds
+        total = sum(per_dash.values())
+        slowest_uid = max(per_dash, key=lambda u: per_dash[u])
+        print(
+            f"dashboards ({len(timings)} queries, 6 h at {STEP_S} s, median of {a.query_runs}): "
+            f"all {_ms(total)}; slowest {slowest_uid} {_ms(per_dash[slowest_uid])}"
+            f" (target < {_ms(TARGET_REFRESH_S)} at 16,384 devices)"
+        )
+        for uid in sorted(per_dash):
+            miss = "  MISSES TARGET" if per_dash[uid] > TARGET_REFRESH_S else ""
+            print(f"  {uid}: {_ms(per_dash[uid])}{miss}")
+            for _, tm in sorted((x for x in timings if x[0] == uid), key=lambda x: -x[1].seconds)[:5]:
+                print(f"      {tm.seconds * 1000:8.1f} ms {tm.series:7,} series  {tm.what}")
+        print(flush=True)
+
+    end = min(time.time(), end) if end is not None else time.time()
+    cpu0 = vm.cpu_seconds()
+    rep = report(vm, a.hours, a.step, end)
+    cpu = vm.cpu_seconds() - cpu0
+    miss = "  MISSES TARGET" if rep.total_s > TARGET_REPORT_S else ""
+    print(
+        f"report ({a.hours:g} h to {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime(end))}; load "
+        f"{os.getloadavg()[0]:.1f} on {os.cpu_count()} cores): queries {rep.queries_s:.2f} s "
+        f"(VictoriaMetrics CPU {cpu:.1f} s), figures {rep.figures_s:.2f} s, render {rep.render_s:.2f} s, "
+        f"total {rep.total_s:.2f} s, HTML {rep.html_bytes / 1024:.0f} KiB{miss}",
+        flush=True,
+    )
+    if run == 1:
+        prof = profile(vm, a.hours, a.step, end)
+        print(
+            f"report queries one at a time, each on an emptied result cache, slowest first (all "
+            f"{sum(q.seconds for q in prof):.2f} s, VictoriaMetrics CPU {sum(q.cpu_seconds for q in prof):.1f} s):"
+        )
+        for q in prof[: a.top]:
+            print(
+                f"  {q.seconds * 1000:8.1f} ms (CPU {q.cpu_seconds * 1000:6.0f} ms) {q.series:7,} series  {q.title}"
+            )
+        print(flush=True)
+    return RunFigures(worst, total, per_dash, rep.total_s)
+
+
+HISTORY_MARKER = "history.json"
+
+
+def kept_history(home: Path, want: dict[str, Any]) -> tuple[np.ndarray, int] | None:
+    """``--keep``: the sample times and series count of the history an earlier run loaded into
+    ``home``/data, when its ``home``/history.json says it was generated with the same ``want`` (devices,
+    hours, step, replicas). Otherwise None, and that data directory is removed, so that a new history
+    is loaded into an empty store, not on top of another."""
+    marker = home / HISTORY_MARKER
+    if marker.exists():
         got = json.loads(marker.read_text())
         if {k: got.get(k) for k in want} == want:
-            return np.arange(got["first"], got["last"] + 1, a.step, dtype=np.int64), None
-    t = history_times(a.hours, a.step, a.ahead * 60, time.time())
-    loaded = load(vm, devices, t, tpls)
-    if a.keep:
-        marker.write_text(json.dumps({**want, "first": int(t[0]), "last": int(t[-1])}))
-    return t, loaded
+            return np.arange(got["first"], got["last"] + 1, want["step"], dtype=np.int64), int(got["series"])
+        marker.unlink()
+    shutil.rmtree(home / "data", ignore_errors=True)
+    return None
 
 
-def run_size(devices: int, a: argparse.Namespace, tpls: list[list[TemplateSeries]]) -> str:
-    """Everything for one size (``--only report``: the report only); returns its markdown table row."""
+def run_size(
+    devices: int, a: argparse.Namespace, tpls: list[list[TemplateSeries]], groups: Sequence[str] | None = None
+) -> str:
+    """Everything for one size: the store loaded once (or, ``--keep``, found loaded), then ``a.runs`` runs
+    of the rules (``groups``, default all), dashboards and report (``--only``: of one of them); returns its
+    markdown table row (medians, and the range over the runs; "-" for what was not measured)."""
     print(
         f"\n=== {devices:,} devices ({math.ceil(devices / DEVICES_PER_NODE):,} nodes of {DEVICES_PER_NODE})",
         flush=True,
@@ -904,113 +1400,86 @@ def run_size(devices: int, a: argparse.Namespace, tpls: list[list[TemplateSeries
         tmp = Path(tmp_)
         home = Path(a.keep) / str(devices) if a.keep else tmp
         home.mkdir(parents=True, exist_ok=True)
-        vm = VictoriaMetrics(home / "data", a.vm_flags)
+        want = {"devices": devices, "hours": a.hours, "step": a.step, "replicas": a.replicas}
+        kept = kept_history(home, want) if a.keep else None
+        vm = VictoriaMetrics(home / "data", a.vm_flag)
         try:
-            t, loaded = _history(vm, devices, a, tpls)
-            in_vm = vm_series_count(vm)
+            extra = f", with --vm-flag {' '.join(a.vm_flag)}" if a.vm_flag else ""
+            print(f"VictoriaMetrics {' '.join(vm.flags)} (docs/deploy.md{extra})")
+            if kept is None:
+                t = history_times(a.hours, a.step, a.ahead * 60, time.time())
+                loaded = load(vm, devices, t, tpls, a.replicas)
+                in_vm = vm_series_count(vm, t)
+                until = f"to {a.ahead} min after now"
+            else:
+                # counted when it was loaded: the replay and rules of earlier runs wrote series of their own
+                (t, in_vm), loaded = kept, None
+                ahead = (int(t[-1]) - time.time()) / 60
+                until = f"to {ahead:.0f} min after now" if ahead >= 0 else f"ending {-ahead:.0f} min ago"
             rss, disk = vm.rss_bytes(), vm.disk_bytes()
-            per_day = in_vm * 86400 // a.step
-            ahead = (int(t[-1]) - time.time()) / 60
-            until = f"to {ahead:.0f} min after now" if ahead >= 0 else f"ending {-ahead:.0f} min ago"
-            print(f"history: {a.hours:g} h every {a.step} s ({len(t)} samples a series, {until})")
+            per_day = in_vm * 86400 // a.step * a.replicas
+            print(
+                f"history: {a.hours:g} h every {a.step} s ({len(t)} samples a series, {until}), "
+                f"{a.replicas} replica(s)"
+            )
             if loaded is not None:
                 print(
-                    f"loaded: {loaded.series:,} series ({loaded.waiting_series:,} of waiting pods), {loaded.samples:,} samples, {loaded.body_bytes / 2**30:.2f} GiB"
+                    f"loaded: {loaded.series:,} series ({loaded.ksm_series:,} of kube-state-metrics), {loaded.samples:,} samples, {loaded.body_bytes / 2**30:.2f} GiB"
                     f" of JSON lines in {loaded.seconds:.1f} s ({loaded.samples / loaded.seconds / 1e6:.2f} M samples/s)"
                 )
+                if a.keep:
+                    (home / HISTORY_MARKER).write_text(
+                        json.dumps({**want, "first": int(t[0]), "last": int(t[-1]), "series": in_vm})
+                    )
             else:
                 print(f"history kept in {home} from an earlier run (not loaded again)")
+                if a.only != "report" and int(t[-1]) < time.time():
+                    print(
+                        "  (it ended before now: the rules and dashboards, which read up to now, see less of it)"
+                    )
             print(
-                f"VictoriaMetrics ({a.vm_flags} flags): {in_vm:,} series, RSS {_mib(rss)}, data {_mib(disk)} "
+                f"VictoriaMetrics: {in_vm:,} series, RSS {_mib(rss)}, data {_mib(disk)} "
                 + ("after the load" if loaded is not None else "as kept"),
                 flush=True,
             )
-            worst_txt, refresh_txt = "-", "-"
-            if a.only == "all":
-                worst_txt, refresh_txt = _rules_and_dashboards(vm, a, tmp)
 
-            end = min(time.time(), float(t[-1]))
-            cpu0 = vm.cpu_seconds()
-            rep = report(vm, a.hours, a.step, end)
-            cpu = vm.cpu_seconds() - cpu0
-            miss = "  MISSES TARGET" if rep.total_s > TARGET_REPORT_S else ""
-            print(
-                f"report ({a.hours:g} h to {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime(end))}; load "
-                f"{os.getloadavg()[0]:.1f} on {os.cpu_count()} cores): queries {rep.queries_s:.2f} s "
-                f"(VictoriaMetrics CPU {cpu:.1f} s), figures {rep.figures_s:.2f} s, render {rep.render_s:.2f} s, "
-                f"total {rep.total_s:.2f} s, HTML {rep.html_bytes / 1024:.0f} KiB{miss}",
-                flush=True,
-            )
-            rss_end = vm.rss_bytes()
-            vm.close()
-            vm = VictoriaMetrics(home / "data", a.vm_flags)  # its result cache empty again
-            prof = profile(vm, a.hours, a.step, end)
-            print(
-                f"report queries one at a time on a fresh VictoriaMetrics, slowest first (all "
-                f"{sum(q.seconds for q in prof):.2f} s, VictoriaMetrics CPU {sum(q.cpu_seconds for q in prof):.1f} s):"
-            )
-            for q in prof[: a.top]:
+            if a.only != "report":
+                replayed = min(RANGE_S, int(a.hours * 3600))
+                replay_s, recorded = replay_recording(vm, replayed, a.interval, a.replay_delay, tmp)
                 print(
-                    f"  {q.seconds * 1000:8.1f} ms (CPU {q.cpu_seconds * 1000:6.0f} ms) {q.series:7,} series  {q.title}"
+                    f"recorded series for the dashboards: vmalert replay of {recorded} recording rules over the"
+                    f" last {replayed / 3600:g} h at {a.interval} s in {replay_s:.1f} s",
+                    flush=True,
                 )
+            runs = [measure(vm, a, tmp, r, groups, float(t[-1])) for r in range(1, a.runs + 1)]
+            rss_end = vm.rss_bytes()
             print(f"VictoriaMetrics RSS at the end: {_mib(rss_end)}", flush=True)
         finally:
             vm.close()
+    worsts = [r.worst for r in runs if r.worst is not None]
+    if worsts:
+        names = [w.group for w in worsts]
+        name = max(set(names), key=names.count)
+        worst_txt = spread([w.mean_s / a.interval for w in worsts], _num_pct, " %") + f" ({name})"
+    else:
+        worst_txt = "-"
+    refresh_txt = "-"
+    if runs[0].per_dashboard:
+        medians = {u: statistics.median(r.per_dashboard[u] for r in runs) for u in runs[0].per_dashboard}
+        uid = max(medians, key=medians.__getitem__)  # the slowest dashboard, by its median
+        refresh = spread([r.refresh_s or 0.0 for r in runs], _num_ms, " ms")
+        dash = spread([r.per_dashboard[uid] for r in runs], _num_ms, " ms")
+        refresh_txt = f"{refresh} ({uid.removeprefix('xpuwatch-')} {dash})"
+    reports = [r.report_s for r in runs if r.report_s is not None]
+    report_txt = spread(reports, lambda x: f"{x:.1f}", " s") if reports else "-"
     return (
         f"| {devices:,} | {in_vm:,} | {per_day / 1e6:,.0f} M | {_mib(max(rss, rss_end))} | {_mib(disk)} | "
-        f"{worst_txt} | {refresh_txt} | {rep.total_s:.1f} s |"
+        f"{worst_txt} | {refresh_txt} | {report_txt} |"
     )
-
-
-def _rules_and_dashboards(vm: VictoriaMetrics, a: argparse.Namespace, tmp: Path) -> tuple[str, str]:
-    """Recorded series (replay), rule groups and dashboards: printed; their cells of the table row."""
-    replayed = min(RANGE_S, int(a.hours * 3600))
-    replay_s, recorded = replay_recording(vm, replayed, a.interval, a.replay_delay, tmp)
-    print(
-        f"recorded series for the dashboards: vmalert replay of {recorded} recording rules over the"
-        f" last {replayed / 3600:g} h at {a.interval} s in {replay_s:.1f} s",
-        flush=True,
-    )
-    groups = rule_groups(vm, a.interval, a.intervals, tmp)
-    worst = max(groups, key=lambda g: g.mean_s) if groups else None
-    print(f"rule groups (vmalert, {a.interval} s interval, {a.intervals} intervals; mean / most seen):")
-    for g in groups:
-        share = g.mean_s / a.interval
-        miss = "  MISSES TARGET" if share > TARGET_RULE_SHARE else ""
-        print(
-            f"  {g.group}: {_ms(g.mean_s)} = {share:.1%} of the interval (most {_ms(g.most_s)} = "
-            f"{g.most_s / a.interval:.1%}; {g.count} evaluations){miss}"
-        )
-    costs = rule_costs(vm, a.runs)
-    print("slowest rules (their expression as an instant query at now, median):")
-    for group, tm in sorted(costs, key=lambda x: -x[1].seconds)[: a.top]:
-        print(f"  {tm.seconds * 1000:8.1f} ms {tm.series:7,} series  {group}: {tm.what}")
-    print(flush=True)
-
-    timings = dashboards(vm, a.step, a.runs)
-    per_dash: dict[str, float] = {}
-    for uid, tm in timings:
-        per_dash[uid] = per_dash.get(uid, 0.0) + tm.seconds
-    total = sum(per_dash.values())
-    slowest_uid = max(per_dash, key=lambda u: per_dash[u])
-    print(
-        f"dashboards ({len(timings)} queries, 6 h at {STEP_S} s, median of {a.runs}): "
-        f"all {_ms(total)}; slowest {slowest_uid} {_ms(per_dash[slowest_uid])}"
-        f" (target < {_ms(TARGET_REFRESH_S)} at 16,384 devices)"
-    )
-    for uid in sorted(per_dash):
-        miss = "  MISSES TARGET" if per_dash[uid] > TARGET_REFRESH_S else ""
-        print(f"  {uid}: {_ms(per_dash[uid])}{miss}")
-        for _, tm in sorted((x for x in timings if x[0] == uid), key=lambda x: -x[1].seconds)[:5]:
-            print(f"      {tm.seconds * 1000:8.1f} ms {tm.series:7,} series  {tm.what}")
-    print(flush=True)
-    worst_txt = f"{worst.mean_s / a.interval:.1%} ({worst.group})" if worst else "-"
-    refresh_txt = f"{_ms(total)} ({slowest_uid.removeprefix('xpuwatch-')} {_ms(per_dash[slowest_uid])})"
-    return worst_txt, refresh_txt
 
 
 HEADER = (
-    "| devices | active series | samples/day (60 s) | VictoriaMetrics RSS | VictoriaMetrics disk (1 day) | "
+    "| devices | active series | samples/day stored | VictoriaMetrics RSS | VictoriaMetrics disk (1 day) | "
     "worst rule group (% of interval) | full dashboard refresh (slowest dashboard) | report (--hours) |\n"
     "|---:|---:|---:|---:|---:|---|---|---:|"
 )
@@ -1020,7 +1489,15 @@ def main(argv: Sequence[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     ap.add_argument("--devices", default="2048", help="comma-separated fleet sizes (default 2048)")
     ap.add_argument("--hours", type=float, default=24.0, help="history length (default 24)")
-    ap.add_argument("--step", type=int, default=60, help="seconds between the history's samples (default 60)")
+    ap.add_argument(
+        "--step",
+        type=int,
+        default=None,
+        help="seconds between the history's samples (default: the exporter ServiceMonitor's interval, 15)",
+    )
+    ap.add_argument(
+        "--replicas", type=int, default=2, help="Prometheus replicas storing each sample (default 2: HA pair)"
+    )
     ap.add_argument("--ahead", type=int, default=30, help="minutes of history after now (default 30)")
     ap.add_argument("--interval", type=int, default=30, help="vmalert evaluation interval, s (default 30)")
     ap.add_argument("--intervals", type=int, default=3, help="intervals vmalert runs (default 3)")
@@ -1030,41 +1507,106 @@ def main(argv: Sequence[str] | None = None) -> None:
         default=1.0,
         help="seconds between recording rules in vmalert's replay (-replay.rulesDelay; default 1)",
     )
-    ap.add_argument("--runs", type=int, default=3, help="runs of each query (median; default 3)")
+    ap.add_argument("--runs", type=int, default=3, help="runs of rules, dashboards and report (default 3)")
+    ap.add_argument("--query-runs", type=int, default=3, help="runs of each query (median; default 3)")
     ap.add_argument(
         "--top", type=int, default=10, help="slowest rules and report queries listed (default 10)"
     )
     ap.add_argument(
         "--only",
-        choices=("all", "report"),
+        choices=("all", "rules", "report"),
         default="all",
-        help="report: measure the report only (no recorded series, rules or dashboards)",
+        help="rules: the rule groups only (after the recorded series' replay; no dashboards, no report); "
+        "report: the report only (no replay, rules or dashboards)",
     )
     ap.add_argument(
         "--keep",
         metavar="DIR",
         default=None,
         help="keep VictoriaMetrics' data in DIR/<devices>/ and reuse it when a later run asks for the same "
-        "--devices, --hours and --step (a week of 2,048 devices takes a quarter of an hour to load)",
+        "--devices, --hours, --step and --replicas (another history replaces it); for the report over a "
+        "long window (a week of 2,048 devices takes a quarter of an hour to load at one sample a minute)",
     )
     ap.add_argument(
-        "--vm-flags",
-        choices=tuple(VM_FLAGS),
-        default="bench",
-        help="bench (default): VictoriaMetrics' query limits raised so slow queries are measured; deployed: "
-        "as docs/deploy.md runs it (its defaults: 30 s and 300,000 series a query, results cached)",
+        "--groups",
+        help="comma-separated rule groups vmalert evaluates (default all of alerts/generated/rules.yml)",
+    )
+    ap.add_argument(
+        "--vm-flag",
+        action="append",
+        default=[],
+        help="a VictoriaMetrics flag added to docs/deploy.md's, e.g. a raised query limit (experiments "
+        "only: the table uses none; repeat for several)",
+    )
+    ap.add_argument(
+        "--layout",
+        action="store_true",
+        help="docs/deploy.md's layout: the central store with the aggregate groups only, and one cluster's "
+        "Prometheus with the per-device groups for its share (see cluster_prometheus)",
+    )
+    ap.add_argument(
+        "--cluster-warmup",
+        type=float,
+        default=65.0,
+        help="--layout: minutes the cluster's Prometheus scrapes before its groups are read (default 65: the "
+        "longest raw-series window of the cluster groups, 1 h, is full)",
+    )
+    ap.add_argument(
+        "--cluster-devices",
+        type=int,
+        default=NODES_PER_CLUSTER * DEVICES_PER_NODE,
+        help="--layout: devices in one cluster (default 4,096: 512 nodes, the fleet's clusters)",
+    )
+    ap.add_argument(
+        "--skip-central", action="store_true", help="--layout: measure the cluster's Prometheus only"
+    )
+    ap.add_argument(
+        "--central-groups",
+        default=",".join(CENTRAL_GROUPS),
+        help="--layout: comma-separated groups a central ruler evaluates, each cluster's Prometheus the others "
+        "(default none: every group in the clusters, docs/deploy.md; e.g. xpuwatch.performance.device,"
+        "xpuwatch.performance for the layout before issue 36)",
     )
     a = ap.parse_args(argv)
     try:
         sizes = [int(x) for x in a.devices.split(",")]
     except ValueError:
         ap.error(f"--devices: {a.devices!r} is not a comma-separated list of integers")
-    if any(s < DEVICES_PER_NODE for s in sizes) or a.step <= 0 or a.hours <= 0:
-        ap.error(f"--devices at least {DEVICES_PER_NODE}, --step and --hours positive")
+    if a.step is None:
+        a.step = scrape_interval_s()
+    if (
+        any(s < DEVICES_PER_NODE for s in sizes)
+        or a.step <= 0
+        or a.hours <= 0
+        or a.runs < 1
+        or a.replicas < 1
+    ):
+        ap.error(f"--devices at least {DEVICES_PER_NODE}; --step, --hours, --runs and --replicas positive")
+    if a.layout and a.only == "report":
+        ap.error("--layout measures the rulers' places: use it with --only all or rules")
+    groups = [g for g in a.groups.split(",") if g] if a.groups else None
+    every = [g["name"] for g in yaml.safe_load(RULES.read_text())["groups"]]
+    a.central_groups = [g for g in a.central_groups.split(",") if g]  # "" : none
+    if set(a.central_groups) - set(every):
+        ap.error(f"--central-groups: unknown group(s) {sorted(set(a.central_groups) - set(every))}")
+    a.cluster_groups = [g for g in every if g not in a.central_groups]
     with tempfile.TemporaryDirectory(prefix="fleet-tpl-") as tmp:
         tpls = templates(Path(tmp))
     print(f"node types: {', '.join(str(len(t)) for t in tpls)} series a node of {DEVICES_PER_NODE} devices")
-    rows = [run_size(n, a, tpls) for n in sizes]
+    if a.layout:
+        rows = []
+        if not a.skip_central:
+            rows = [run_size(n, a, tpls, a.central_groups) for n in sizes]
+        cluster = cluster_prometheus(a.cluster_devices, a, tpls)
+        print("\nlayout (docs/deploy.md, Sizing): central store and ruler")
+        print(HEADER)
+        for row in rows:
+            print(row)
+        print(f"\none cluster's Prometheus ({a.cluster_devices:,} devices), its groups:")
+        for line in cluster:
+            print(line)
+        return
+    rows = [run_size(n, a, tpls, groups) for n in sizes]
     print("\nsizing table rows (docs/deploy.md):")
     print(HEADER)
     for row in rows:

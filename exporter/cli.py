@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import ctypes
 import dataclasses
 import gc
 import logging
@@ -74,6 +75,21 @@ log = logging.getLogger("xpuwatch")
 
 DOC_PATH = Path("docs/metrics.md")
 SHUTDOWN_WAIT_SECONDS = 2.0
+MMAP_THRESHOLD_BYTES = 262144
+"""glibc's ``M_MMAP_THRESHOLD`` for the exporter (what the images set as ``MALLOC_MMAP_THRESHOLD_``): every
+block above 256 KiB (each rendered /metrics body: 2.6 MiB plain at 512 devices, 9.5 MiB at 2,048) is mapped
+on its own and unmapped when freed. Left to glibc, the threshold rises to the largest block freed so far
+(up to 32 MiB), bodies are then carved from the heaps of whichever threads rendered them, and RSS steps
+between plateaus with the bodies' placement: 77 <-> 83 MiB at 512 devices, 144 <-> 164 MiB at 2,048, where
+the fixed threshold keeps 70 and 116 MiB flat over 1,500 polls (docs/exporter.md, issue 36)."""
+M_MMAP_THRESHOLD = -3  # glibc malloc.h
+SWITCH_INTERVAL_SECONDS = 0.0005
+"""The interpreter's thread switch interval while serving (``sys.setswitchinterval``; CPython's default is
+5 ms). The poller's thread polls and renders in pure Python for tens to hundreds of milliseconds per poll at
+fleet size; the event loop's thread gives the interpreter up at every socket call of a scrape and must wait
+up to one switch interval to get it back each time, so a scrape that lands during a poll waited 5 ms several
+times over: the gzip tail. 0.5 ms bounds each such wait at a tenth of that, and costs the poller nothing
+when nobody else waits (benchmarks/exporter_scrape.py --gzip-runs, issue 36)."""
 """How long shutdown waits for killed vendor tools to be reaped: SIGKILL takes effect at once unless the tool
 is in uninterruptible sleep (then it is logged and left; the kubelet's grace period is 30 s)."""
 
@@ -413,8 +429,24 @@ def _exit_on_sigterm() -> None:
         signal.signal(signal.SIGTERM, exit_now)
 
 
+def tune_malloc(env: Mapping[str, str]) -> bool:
+    """Set glibc's mmap threshold to ``MMAP_THRESHOLD_BYTES`` unless ``MALLOC_MMAP_THRESHOLD_`` in ``env``
+    already chose one (the images set it; a user's value wins). Called first thing by ``serve``, before
+    anything large is allocated; the same as the variable from then on. False where it does not apply (no
+    glibc ``mallopt``; musl's accepts and ignores it)."""
+    if "MALLOC_MMAP_THRESHOLD_" in env:
+        return False
+    try:
+        mallopt = ctypes.CDLL(None).mallopt
+    except (OSError, AttributeError):
+        return False
+    mallopt.argtypes, mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
+    return bool(mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES))
+
+
 def run_serve(args: argparse.Namespace) -> int:
     _exit_on_sigterm()
+    tune_malloc(os.environ)
     try:
         settings, explicit_node = serve_settings(args, os.environ)
         web_config = load_web_config(settings.web.config_file) if settings.web.config_file else WebConfig()
@@ -502,6 +534,7 @@ async def _serve(server: Server, asm: Assembly) -> None:
     # behind. Measured at 512 devices (benchmarks/exporter_scrape.py): full collections paused every
     # thread for up to 39 ms; frozen, none exceeded 10 ms over the run.
     gc.freeze()
+    sys.setswitchinterval(SWITCH_INTERVAL_SECONDS)
     asm.poller.start()
     if asm.pod_source is not None:
         asm.pod_source.start()

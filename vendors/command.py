@@ -183,6 +183,11 @@ class RunningTools:
             self._procs.discard(proc)
             self._cv.notify_all()
 
+    def pids(self) -> list[int]:
+        """The pids of the tools tracked now (each its process group's leader), sorted."""
+        with self._lock:
+            return sorted(p.pid for p in self._procs)
+
     def kill(self) -> int:
         """SIGKILL the process group of every tool running now; returns how many."""
         with self._lock:

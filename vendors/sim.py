@@ -1079,6 +1079,12 @@ class SimBackend:
         self._pid_pods = {
             process_pid(scenario.seed, p): p for ev in scenario.timeline for p in (ev.pods or ())
         }
+        # The pod mapping's status, read by every scrape (Collector.render_key): the fleet never changes and
+        # the held devices only at a timeline event, so each is computed once, not per scrape (at 2,048
+        # devices the per-scrape walk over the fleet was half the interpreter's time under back-to-back
+        # scrapes, issue 36).
+        self._unmatched: tuple[tuple[str, int], ...] | None = None
+        self._reassigned: tuple[int, tuple[tuple[str, int], ...]] | None = None
 
     def elapsed(self) -> float:
         return max(0.0, self._clock() - self.start)
@@ -1114,17 +1120,29 @@ class SimBackend:
         return self.start + (self.elapsed() // interval) * interval
 
     def resources_unmatched(self) -> tuple[tuple[str, int], ...]:
-        """(device plugin resource name, unmatched IDs) per simulated resource: always 0, nothing is lost."""
-        names = {resource_name(d.device) for d in fleet_devices(self.scenario)}
-        return tuple(sorted((r, 0) for r in names if r))
+        """(device plugin resource name, unmatched IDs) per simulated resource: always 0, nothing is lost.
+        Computed once (the fleet is fixed)."""
+        out = self._unmatched
+        if out is None:
+            names = {resource_name(d.device) for d in fleet_devices(self.scenario)}
+            out = self._unmatched = tuple(sorted((r, 0) for r in names if r))
+        return out
 
     def resources_reassigned(self, t: float | None = None) -> tuple[tuple[str, int], ...]:
         """(resource, reassigned IDs) for each resource of ``REASSIGNING_RESOURCES`` some pod holds a device
         of at ``t`` (default: now): always 0, the simulated plugin mounts the chips the kubelet recorded.
-        The real exporter likewise counts only resources held by a pod its plugin annotated."""
+        The real exporter likewise counts only resources held by a pod its plugin annotated. Recomputed
+        only when a timeline event has passed since the last call (as ``pods``)."""
+        t = self.elapsed() if t is None else t
+        epoch = bisect.bisect_right(self._event_times, t)
+        cached = self._reassigned
+        if cached is not None and cached[0] == epoch:
+            return cached[1]
         held = {uuid for uuid, pods in self.pods(t).items() if pods}
         names = {resource_name(d.device) for d in fleet_devices(self.scenario) if d.device.uuid in held}
-        return tuple(sorted((r, 0) for r in names if r in REASSIGNING_RESOURCES))
+        out = tuple(sorted((r, 0) for r in names if r in REASSIGNING_RESOURCES))
+        self._reassigned = (epoch, out)
+        return out
 
     def close(self) -> None:
         self._closed.set()

@@ -36,14 +36,15 @@ from tests.dashboards import pipeline_standin
 from tests.dashboards.test_prometheus import ENV, ROOT, RULES, Prom, _wait
 from tests.ports import free_port as _free_port
 from xpuwatch.alerts.alertmanager import Endpoints, render_alertmanager
-from xpuwatch.alerts.rules import GROUP_HARDWARE, PERFORMANCE_GROUPS, RECORDING_GROUPS
+from xpuwatch.alerts.rules import GROUP_HARDWARE, GROUP_META, PERFORMANCE_GROUPS, RECORDING_GROUPS
 from xpuwatch.alerts.spec import load_spec
 
 AM_BIN = "/usr/bin/prometheus-alertmanager"
 BINARIES = ("prometheus", "victoria-metrics", "vmalert", AM_BIN)
 # Evaluated in each cluster's Prometheus: recording rules (so remote storage receives pre-aggregated
-# series) and the hardware alerts (they page; they must not depend on the remote-write path).
-PER_CLUSTER_GROUPS = (*RECORDING_GROUPS, GROUP_HARDWARE)
+# series), the hardware alerts (they page; they must not depend on the remote-write path) and the meta alerts
+# (the relay and the remediation controller run in each cluster): docs/deploy.md, benchmarks/fleet_scale.py.
+PER_CLUSTER_GROUPS = (*RECORDING_GROUPS, GROUP_HARDWARE, GROUP_META)
 # Evaluated once, over every cluster, by a ruler on the remote storage (vmalert, Thanos Ruler, Mimir ruler).
 GLOBAL_GROUPS = PERFORMANCE_GROUPS
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import threading
-import time
 from pathlib import Path
 
 from hypothesis import given
@@ -156,15 +155,13 @@ def test_a_cgroup_file_that_is_no_file_costs_that_process_only(tmp_path: Path) -
     got: dict[int, ContainerRef | None] = {}
     t = threading.Thread(target=lambda: got.update({pid: lookup(pid) for pid in (10, 11, 12, 13, 14)}))
     t.daemon = True
-    t0 = time.monotonic()
     t.start()
-    t.join(10)
+    t.join(60)  # a safety net for a hang, not a speed assertion (a FIFO or /dev/zero never ends)
     try:
         assert not t.is_alive(), "lookup hung on a FIFO"
     finally:
         if t.is_alive():
             os.close(os.open(tmp_path / "11" / "cgroup", os.O_WRONLY | os.O_NONBLOCK))
-    assert time.monotonic() - t0 < 2
     assert got == {10: ContainerRef(POD_A, ID_A), 11: None, 12: None, 13: None, 14: None}
 
 

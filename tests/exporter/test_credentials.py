@@ -6,9 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import statistics
 import sys
-import time
 
 import aiohttp
 import bcrypt
@@ -153,15 +151,12 @@ async def test_credential_flood_does_not_stall_healthz_or_scrapes() -> None:
             async with asyncio.timeout(60):  # a safety net for a broken run, not a speed assertion
                 while auth.verifications < 4 or auth.busy < 4:  # the flood is under way
                     await asyncio.sleep(0.01)
-            latencies, overlapped = [], []
+            overlapped = []
             for path in ["/healthz", "/metrics"] * 10:
                 before = auth.verifications
-                t0 = time.perf_counter()
                 async with probe.get(url + path, headers=good) as r:
                     assert r.status == 200
                     await r.read()
-                if path == "/healthz":
-                    latencies.append(time.perf_counter() - t0)
                 overlapped.append(auth.verifications - before)
             assert flood.returncode is None  # every probe ran during the flood
         finally:
@@ -175,4 +170,3 @@ async def test_credential_flood_does_not_stall_healthz_or_scrapes() -> None:
     # bcrypt cost 10 runs tens of milliseconds per check on 2 threads; a probe queued behind the flood's 18
     # admitted checks would see ~18 complete. Allow scheduler noise, not queueing.
     assert max(overlapped) <= 6, overlapped
-    assert statistics.median(latencies) < 0.1, latencies

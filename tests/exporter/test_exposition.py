@@ -680,6 +680,20 @@ def test_series_writer_keeps_only_what_the_last_render_served() -> None:
     ]
 
 
+def test_series_writer_keeps_the_texts_of_two_renders_values_only() -> None:
+    """Value texts are remembered from one render to the next (most values repeat), never beyond: before,
+    a changing value (a counter, a reading) stayed until 4,096 + 2 x series texts had piled up, a sawtooth
+    of several MiB at fleet size (issue 36)."""
+    writer = SeriesWriter(C.by_name(), lambda name, labels: f"{name}{sorted(labels.items())} ")
+    a = Device("nvidia", "A100", "0", "GPU-a")
+    for i in range(300):
+        sample = DeviceSample(a, temperatures_celsius={"core": 40.0 + i / 8}, power_watts=250.0)
+        view = BackendView("b", True, (sample,), 1, 1.0, 0.1, {}, 1, True)
+        lines = writer.write(RenderInputs("n", (view,), EMPTY, None))
+    temperature = lines[list(C.by_name()).index(C.TEMPERATURE)]
+    assert temperature[0].endswith(" 77.375\n") and writer.texts() <= 2 * sum(map(len, lines))
+
+
 def test_cache_serves_prometheus_clients_bytes_with_the_standard_families() -> None:
     node = Node(kube=True)
     node.set(full_node())

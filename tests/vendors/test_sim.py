@@ -206,7 +206,7 @@ timeline:
     time.sleep(0.5)
     assert t.is_alive()  # blocked while hung
     clock.t = 1010.0
-    t.join(5)
+    t.join(30)  # it re-checks every 0.2 s; a safety net, not a speed assertion
     assert result == [1]
     clock.t = 1006.0
     errs: list[BaseException] = []
@@ -220,7 +220,7 @@ timeline:
     t = threading.Thread(target=call)
     t.start()
     b.close()
-    t.join(5)
+    t.join(30)  # a safety net, not a speed assertion
     assert [getattr(e, "reason", None) for e in errs] == ["closed"]
 
 
@@ -270,6 +270,27 @@ def test_hygon_and_pod_mapping_extras() -> None:
     # without a pod on an Ascend chip, the reassigning plugin holds nothing: no series
     idle = sim.parse_scenario("devices: [{model: Ascend910B}]")
     assert sim.SimBackend(idle, clock=lambda: 0.0).resources_reassigned() == ()
+
+
+def test_reassigned_resources_follow_the_timeline_though_computed_once_per_event() -> None:
+    """The status is read by every scrape, so it is kept per timeline event: a pod leaving an Ascend chip
+    takes the resource's series away at that event, and an earlier time gives it back."""
+    doc = (
+        "devices: [{model: Ascend910B, count: 2}]\n"
+        "timeline:\n"
+        "  - {at: 0, device: '0-0', pod: {namespace: ml, pod: p, container: c}}\n"
+        "  - {at: 60, device: '0-0', pod: null}\n"
+    )
+    now = [10.0]
+    backend = sim.SimBackend(sim.parse_scenario(doc), clock=lambda: now[0])
+    now[0] = 20.0  # elapsed 10 s
+    held = (("huawei.com/Ascend910", 0),)
+    assert backend.resources_reassigned() == held
+    assert backend.resources_reassigned() is backend.resources_reassigned()  # kept, not recomputed
+    now[0] = 80.0  # elapsed 70 s: the pod has gone
+    assert backend.resources_reassigned() == ()
+    assert backend.resources_reassigned(30.0) == held
+    assert backend.resources_unmatched() == (("huawei.com/Ascend910", 0),)
 
 
 @pytest.mark.parametrize(
