@@ -69,7 +69,7 @@ from xpuwatch.vendors.registry import (
     detect,
 )
 from xpuwatch.vendors.sim import SimBackend, container_id, pod_uid
-from xpuwatch.vendors.untrusted import replace_file
+from xpuwatch.vendors.untrusted import write_output
 
 log = logging.getLogger("xpuwatch")
 
@@ -792,6 +792,6 @@ def run_metrics_doc(args: argparse.Namespace) -> int:
             return _fail(f"{path} is stale: run `xpuwatch metrics-doc -o {path}`", 1)
         return 0
     path.parent.mkdir(parents=True, exist_ok=True)
-    replace_file(path, text)
+    write_output(path, text)
     print(f"wrote {path}")
     return 0

@@ -34,7 +34,7 @@ import jinja2
 
 from xpuwatch.alerts.promapi import PromError, Prometheus
 from xpuwatch.exporter.catalog import ALLOCATED, INFO
-from xpuwatch.vendors.untrusted import replace_file
+from xpuwatch.vendors.untrusted import write_output
 
 from .recheck import quote
 from .settings import Settings
@@ -185,9 +185,9 @@ def write(w: WhatIf, output: str | None) -> None:
     doc = w.to_json()
     try:
         if output.endswith(".json"):
-            replace_file(Path(output), json.dumps(doc, indent=1) + "\n")
+            write_output(Path(output), json.dumps(doc, indent=1) + "\n")
         elif output.endswith((".html", ".htm")):
-            replace_file(Path(output), _HTML.render(w=doc))
+            write_output(Path(output), _HTML.render(w=doc))
         else:
             raise WhatIfError(f"-o {output}: expected a file name ending in .json or .html")
     except OSError as exc:

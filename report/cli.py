@@ -14,7 +14,7 @@ from pathlib import Path
 
 from xpuwatch.alerts.promapi import duration
 from xpuwatch.alerts.spec import DEFAULT_SPEC_PATH, SpecError, load_spec
-from xpuwatch.vendors.untrusted import replace_file, replacing
+from xpuwatch.vendors.untrusted import replace_file, write_output, writing
 
 
 def positive(text: str) -> float:
@@ -225,9 +225,7 @@ def run_report(args: argparse.Namespace) -> int:
     comparison = compare(baselines[0], baseline) if before is not None else None
     try:
         tz = args.timezone or system_zone()
-        replace_file(
-            args.output, html(baseline, time.time(), tz, comparison, config.prices)
-        )  # a link: replaced
+        write_output(args.output, html(baseline, time.time(), tz, comparison, config.prices))
     except OSError as exc:
         print(f"xpuwatch report: cannot write {args.output}: {exc}", file=sys.stderr)
         return 1
@@ -272,7 +270,7 @@ def run_history(args: argparse.Namespace) -> int:
     end -= end % args.step
     start = end - args.range_ + args.step
     try:
-        with replacing(args.output) as f:
+        with writing(args.output) as f:
             for line in openmetrics(args.devices, start, end, args.step):
                 f.write(line + "\n")
     except OSError as exc:

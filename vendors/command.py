@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Protocol
 
 from xpuwatch.vendors.base import BackendError
-from xpuwatch.vendors.untrusted import RefusedFile, read_capped, replace_file
+from xpuwatch.vendors.untrusted import RefusedFile, read_capped, write_output
 
 BUNDLE_FORMAT_VERSION = 1
 DEFAULT_MAX_OUTPUT_BYTES = 16 * 1024 * 1024
@@ -335,7 +335,7 @@ def write_bundle(path: Path, results: Sequence[CommandResult], meta: dict[str, o
         "meta": meta,
         "commands": [{**asdict(r), "argv": list(r.argv)} for r in results],
     }
-    replace_file(path, json.dumps(doc, indent=1, ensure_ascii=False) + "\n")
+    write_output(path, json.dumps(doc, indent=1, ensure_ascii=False) + "\n")
 
 
 def read_bundle(path: Path) -> tuple[dict[str, object], list[CommandResult]]:

@@ -15,7 +15,9 @@ Every output file a command writes (``report -o``/``--csv``, ``report-history -o
 file beside the target (``O_CREAT|O_EXCL|O_NOFOLLOW``, a random name) and renamed over it, and rename(2)
 replaces a symbolic link at the target instead of following it. So a link planted in a shared output folder
 (``report --csv /tmp/x`` with ``/tmp/x/usage_by_team.csv -> /etc/passwd``) is replaced, not written
-through, and a reader never sees a half-written file.
+through, and a reader never sees a half-written file. A device, FIFO or socket at the target is never
+renamed over (refused); only a path the user names with ``-o`` (``write_output``) may be a character device
+or a FIFO (``-o /dev/null``, ``-o /dev/stdout``), written in place as a shell would.
 
 Errors are ``OSError`` (``RefusedFile`` for what this module refuses), with a message naming the path and
 what is wrong, ready for an error reason or a log line.
@@ -161,8 +163,20 @@ def replacing(path: Path, binary: bool = False) -> Iterator[IO[Any]]:
     """``with replacing(path) as f``: a new file beside ``path`` open for writing (text, UTF-8, unless
     ``binary``), renamed over ``path`` when the block ends without an error, else removed (``path`` then
     is as it was). A symbolic link at ``path`` is replaced, never followed; the new file's mode is 0666
-    less the umask, as ``open(path, "w")`` would create it. Raises OSError (``IsADirectoryError`` when
-    ``path`` is a folder)."""
+    less the umask, as ``open(path, "w")`` would create it. Anything at ``path`` that is neither a regular
+    file nor a link (a device, a FIFO, a socket) is refused, never renamed over: as root, a rename over
+    /dev/null would put a regular file in its place for every process of the host. Raises OSError
+    (``IsADirectoryError`` when ``path`` is a folder, ``RefusedFile`` for a device, FIFO or socket)."""
+    try:
+        mode = os.lstat(path).st_mode
+    except FileNotFoundError:
+        mode = None
+    if mode is not None and stat.S_ISDIR(mode):
+        raise IsADirectoryError(errno.EISDIR, f"{path}: is a folder")
+    if mode is not None and not (stat.S_ISREG(mode) or stat.S_ISLNK(mode)):
+        raise RefusedFile(
+            errno.EINVAL, f"{path}: not a regular file (a device, FIFO or socket): not replaced"
+        )
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
     while True:
         temporary = path.with_name(f".{path.name}.{secrets.token_hex(6)}.tmp")
@@ -184,4 +198,28 @@ def replacing(path: Path, binary: bool = False) -> Iterator[IO[Any]]:
 def replace_file(path: Path, data: str | bytes) -> None:
     """Write ``data`` (text as UTF-8) to ``path`` through ``replacing``. Raises OSError."""
     with replacing(path, binary=isinstance(data, bytes)) as out:
+        out.write(data)
+
+
+@contextlib.contextmanager
+def writing(path: Path, binary: bool = False) -> Iterator[IO[Any]]:
+    """``with writing(path) as f`` for a path the user named on the command line (``-o FILE``). A character
+    device or a FIFO there, after following links (``-o /dev/null``, ``-o /dev/stdout``, a named pipe), is
+    written in place, as a shell's ``>`` would: the user asked for exactly that stream. Anything else goes
+    through ``replacing`` (whole or untouched, a link replaced). Raises OSError."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        mode = 0
+    if stat.S_ISCHR(mode) or stat.S_ISFIFO(mode):
+        with open(path, "wb" if binary else "w", encoding=None if binary else "utf-8") as out:
+            yield out
+        return
+    with replacing(path, binary) as out:
+        yield out
+
+
+def write_output(path: Path, data: str | bytes) -> None:
+    """Write ``data`` (text as UTF-8) to a path the user named, through ``writing``. Raises OSError."""
+    with writing(path, binary=isinstance(data, bytes)) as out:
         out.write(data)

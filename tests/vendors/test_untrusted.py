@@ -4,12 +4,13 @@ reading, symlinks are not followed, reads are bounded, and /proc files (size 0) 
 from __future__ import annotations
 
 import os
+import stat
 import threading
 from pathlib import Path
 
 import pytest
 
-from xpuwatch.vendors.untrusted import RefusedFile, opened, read_capped, replace_file, replacing
+from xpuwatch.vendors.untrusted import RefusedFile, opened, read_capped, replace_file, replacing, write_output
 
 
 def test_a_fifo_is_never_opened_for_reading(tmp_path: Path) -> None:
@@ -97,3 +98,31 @@ def test_an_output_file_is_whole_or_untouched(tmp_path: Path) -> None:
     assert out.read_bytes() == b"\x00bytes"
     with pytest.raises(IsADirectoryError):
         replace_file(tmp_path, "x")
+
+
+def test_a_device_fifo_or_socket_is_never_renamed_over(tmp_path: Path) -> None:
+    """A rename over /dev/null (``capture -o /dev/null`` in the suite, as root) put a regular file in its place
+    for the whole host; a FIFO stands in for the device here. Refused, and left as it was."""
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    with pytest.raises(RefusedFile, match="not a regular file"):
+        replace_file(fifo, "x")
+    assert stat.S_ISFIFO(os.lstat(fifo).st_mode) and sorted(p.name for p in tmp_path.iterdir()) == ["fifo"]
+
+
+def test_a_path_the_user_names_may_be_a_stream(tmp_path: Path) -> None:
+    """``-o /dev/stdout`` or a named pipe: written in place, through a link too, as a shell's ``>`` would;
+    a regular file named by the user is still replaced whole."""
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    link = tmp_path / "stdout"
+    link.symlink_to(fifo)
+    got: list[bytes] = []
+    reader = threading.Thread(target=lambda: got.append(fifo.read_bytes()))
+    reader.start()
+    write_output(link, "team,hours\n")
+    reader.join(30)
+    assert got == [b"team,hours\n"] and link.is_symlink() and stat.S_ISFIFO(os.lstat(fifo).st_mode)
+    out = tmp_path / "report.html"
+    write_output(out, "<html>")
+    assert out.read_text() == "<html>"
