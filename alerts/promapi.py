@@ -59,6 +59,15 @@ def duration(text: str) -> int:
     return sum(int(n) * _UNITS[u] for n, u in re.findall(r"(\d+)([smhdw])", text))
 
 
+def _clip(detail: str, head: int = 200, tail: int = 300) -> str:
+    """A store's error for a log line: its start and its end. VictoriaMetrics writes the whole query
+    first (``error when executing query="...": ``) and the reason last (the limit it hit, with the flag
+    that sets it), so cutting the end off would lose the reason."""
+    if len(detail) <= head + tail + 5:
+        return detail
+    return f"{detail[:head]} ... {detail[-tail:]}"
+
+
 class PromError(Exception):
     """Prometheus (or VictoriaMetrics) could not be asked, refused a query, or answered something unusable;
     the message says which, in one line."""
@@ -146,7 +155,7 @@ class Prometheus:
                 detail = json.loads(body).get("error", "")
             except (ValueError, AttributeError, RecursionError):
                 detail = ""
-            raise PromError(f"Prometheus at {self.url} refused a query ({status}): {str(detail)[:200]}")
+            raise PromError(f"Prometheus at {self.url} refused a query ({status}): {_clip(str(detail))}")
         try:
             text = body.decode("utf-8")
         except UnicodeDecodeError:

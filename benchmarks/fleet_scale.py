@@ -940,18 +940,17 @@ class QueryTime:
     title: str
 
 
-def _window(hours: float, step: int, end: float | None) -> Window:
-    """The report's window for the ``hours`` before ``end`` (default now), as report/cli.py builds it."""
-    seconds = int(hours * 3600)
-    step = max(step, seconds // 2016 // 60 * 60)
-    return Window(end=int(time.time() if end is None else end) // step * step, seconds=seconds, step=step)
+def _window(hours: float, end: float | None) -> Window:
+    """The report's window for the ``hours`` before ``end`` (default now), as report/cli.py builds it: its
+    default step (a minute for a day), not the history's sample interval."""
+    return Window.ending(int(time.time() if end is None else end), int(hours * 3600))
 
 
-def report(vm: VictoriaMetrics, hours: float, step: int, end: float | None = None) -> ReportTime:
+def report(vm: VictoriaMetrics, hours: float, end: float | None = None) -> ReportTime:
     """``xpuwatch report``'s path for the ``hours`` before ``end`` (default now), with its default
     concurrency: queries, figures, render. The store's result cache is emptied first, so that a run
     after the first pays the whole query as the first did."""
-    w = _window(hours, step, end)
+    w = _window(hours, end)
     spec = load_spec()
     prom = Prometheus(vm.url, timeout=600, max_answer_bytes=2**31)
     vm.reset_cache()
@@ -966,11 +965,11 @@ def report(vm: VictoriaMetrics, hours: float, step: int, end: float | None = Non
     return ReportTime(t1 - t0, t2 - t1, t3 - t2, len(page.encode()))
 
 
-def profile(vm: VictoriaMetrics, hours: float, step: int, end: float | None = None) -> list[QueryTime]:
+def profile(vm: VictoriaMetrics, hours: float, end: float | None = None) -> list[QueryTime]:
     """Every query of the report alone, one after another, each on an emptied result cache (else a query
     would be answered from the report's own run, or share a rollup an earlier one cached), slowest first:
     which ones dominate."""
-    w = _window(hours, step, end)
+    w = _window(hours, end)
     prom = Prometheus(vm.url, timeout=600, max_answer_bytes=2**31)
     out = []
     for r in requests(load_spec(), w):
@@ -1344,7 +1343,7 @@ def measure(
 
     end = min(time.time(), end) if end is not None else time.time()
     cpu0 = vm.cpu_seconds()
-    rep = report(vm, a.hours, a.step, end)
+    rep = report(vm, a.hours, end)
     cpu = vm.cpu_seconds() - cpu0
     miss = "  MISSES TARGET" if rep.total_s > TARGET_REPORT_S else ""
     print(
@@ -1355,7 +1354,7 @@ def measure(
         flush=True,
     )
     if run == 1:
-        prof = profile(vm, a.hours, a.step, end)
+        prof = profile(vm, a.hours, end)
         print(
             f"report queries one at a time, each on an emptied result cache, slowest first (all "
             f"{sum(q.seconds for q in prof):.2f} s, VictoriaMetrics CPU {sum(q.cpu_seconds for q in prof):.1f} s):"

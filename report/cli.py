@@ -194,14 +194,11 @@ def run_report(args: argparse.Namespace) -> int:
         print(f"xpuwatch report: {args.config}: {exc}", file=sys.stderr)
         return 2
     end = time.time() if args.end is None else args.end
-    step = args.step or max(60, args.range_ // 2016 // 60 * 60)
-    end -= end % step
-    window = Window(end=end, seconds=args.range_, step=step)
+    window = Window.ending(end, args.range_, args.step)
     before: Window | None = None
     if args.compare is not None:
         b_end = window.start if args.compare_end is None else args.compare_end
-        b_step = args.step or max(60, args.compare // 2016 // 60 * 60)
-        before = Window(end=b_end - b_end % b_step, seconds=args.compare, step=b_step)
+        before = Window.ending(b_end, args.compare, args.step)
     elif args.compare_end is not None:
         print("xpuwatch report: --compare-end needs --compare DURATION", file=sys.stderr)
         return 2

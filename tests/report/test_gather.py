@@ -16,9 +16,9 @@ import pytest
 
 from tests.report.prom_standin import StandIn, serve
 from tests.report.test_report import END, RANGE, STEP, prometheus  # noqa: F401 (the module fixture)
-from xpuwatch.alerts.promapi import PromError, Prometheus, Request
+from xpuwatch.alerts.promapi import PromError, Prometheus, Request, _clip
 from xpuwatch.alerts.spec import load_spec
-from xpuwatch.report.baseline import Window, collect, figures, queries, range_queries
+from xpuwatch.report.baseline import Window, collect, default_step, figures, queries, range_queries
 
 
 def test_gather_keeps_at_most_concurrency_queries_in_flight_and_keys_every_answer() -> None:
@@ -100,3 +100,21 @@ def test_report_cli_concurrency_option(tmp_path: Path) -> None:
     assert standin.most_in_flight == 2 and (tmp_path / "r.html").exists()
     bad = subprocess.run([*cmd, "--concurrency", "0"], capture_output=True, text=True, timeout=60)
     assert bad.returncode == 2 and "--concurrency: '0' is not a whole number >= 1" in bad.stderr
+
+
+def test_the_default_step_is_a_minute_at_least_and_about_2016_steps_a_window() -> None:
+    # a day at one step a minute, whatever the scrape interval (a 15 s step cost the store 16x in the nested
+    # P95 of the queue figure, issue 36); a week at 5 minutes; 30 days at 21 minutes
+    assert [default_step(s) for s in (3600, 86400, 7 * 86400, 30 * 86400)] == [60, 60, 300, 1260]
+    w = Window.ending(1700000123.5, 86400)
+    assert (w.end, w.step, w.start) == (1700000100.0, 60, 1700000100.0 - 86400)
+    assert Window.ending(1700000123, 86400, 15).end == 1700000115
+
+
+def test_a_refusal_keeps_the_stores_reason_after_a_long_query() -> None:
+    # VictoriaMetrics writes the whole query first and the reason (with the flag to change) last
+    detail = 'error when executing query="' + "x" * 5000 + '": timeout exceeded; see -search.maxQueryDuration'
+    clipped = _clip(detail)
+    assert clipped.startswith('error when executing query="xxx') and " ... " in clipped
+    assert clipped.endswith("timeout exceeded; see -search.maxQueryDuration") and len(clipped) == 505
+    assert _clip("parse error at char 1") == "parse error at char 1"
