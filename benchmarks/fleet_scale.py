@@ -449,6 +449,18 @@ def ksm_node_labels(n: int, cluster: bool = True) -> dict[str, str]:
     return {**out, "cluster": f"fleet-{n // NODES_PER_CLUSTER}"} if cluster else out
 
 
+def ksm_pod_series(p: history.WaitingPod) -> tuple[tuple[str, dict[str, str], int], ...]:
+    """kube-state-metrics' series of a pod waiting for cards, as (name, labels besides cluster, namespace and
+    pod, value): its request, Pending phase, unscheduled condition and creation time (what
+    ``alerts.queue`` reads)."""
+    return (
+        (queue.KSM_REQUESTS, {"container": "main", "resource": p.resource, "unit": "integer"}, p.count),
+        (queue.KSM_PHASE, {"uid": p.pod, "phase": "Pending"}, 1),
+        (queue.KSM_SCHEDULED, {"uid": p.pod, "condition": "false"}, 1),
+        (queue.KSM_CREATED, {"uid": p.pod}, int(p.created)),
+    )
+
+
 def ksm_lines(nodes: int, t: np.ndarray) -> tuple[bytes, int, int]:
     """kube-state-metrics series: each node's ``kube_node_info`` and ``kube_node_spec_unschedulable`` (0),
     which ``AcceleratorMissing`` joins, and of the pods waiting for cards (``report.history.waiting``), per
@@ -476,16 +488,7 @@ def ksm_lines(nodes: int, t: np.ndarray) -> tuple[bytes, int, int]:
                 "namespace": p.namespace,
                 "pod": p.pod,
             }
-            for name, extra, value in (
-                (
-                    queue.KSM_REQUESTS,
-                    {"container": "main", "resource": p.resource, "unit": "integer"},
-                    p.count,
-                ),
-                (queue.KSM_PHASE, {"uid": p.pod, "phase": "Pending"}, 1),
-                (queue.KSM_SCHEDULED, {"uid": p.pod, "condition": "false"}, 1),
-                (queue.KSM_CREATED, {"uid": p.pod}, int(p.created)),
-            ):
+            for name, extra, value in ksm_pod_series(p):
                 metric = {"__name__": name, **base, **extra}
                 lines.append(
                     json.dumps(
@@ -1050,16 +1053,7 @@ class ClusterTargets:
             out.append(_line_prefix(KSM_UNSCHEDULABLE, labels) + "0\n")
         for p in history.waiting(t, self.start - 86400):
             base = {"namespace": p.namespace, "pod": p.pod}
-            for name, extra, value in (
-                (
-                    queue.KSM_REQUESTS,
-                    {"container": "main", "resource": p.resource, "unit": "integer"},
-                    p.count,
-                ),
-                (queue.KSM_PHASE, {"uid": p.pod, "phase": "Pending"}, 1),
-                (queue.KSM_SCHEDULED, {"uid": p.pod, "condition": "false"}, 1),
-                (queue.KSM_CREATED, {"uid": p.pod}, int(p.created)),
-            ):
+            for name, extra, value in ksm_pod_series(p):
                 out.append(_line_prefix(name, {**base, **extra}) + f"{value}\n")
         return "".join(out).encode()
 

@@ -7,10 +7,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import threading
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import aiohttp
@@ -21,14 +22,12 @@ from xpuwatch.alerts import promapi
 from xpuwatch.alerts.promapi import PromError, Prometheus, Series, Unreadable, duration
 
 
-@pytest.fixture
-async def prom() -> AsyncIterator[tuple[list[Any], str]]:
-    """(the result list the next answer carries, base URL)."""
-    result: list[Any] = []
+@contextlib.asynccontextmanager
+async def serving(answer: Callable[[], bytes]) -> AsyncIterator[str]:
+    """A stand-in Prometheus on loopback whose /api/v1/query answers ``answer()``; yields its base URL."""
 
     async def query(request: web.Request) -> web.Response:
-        body = {"status": "success", "data": {"resultType": "vector", "result": result}}
-        return web.Response(text=json.dumps(body), content_type="application/json")
+        return web.Response(body=answer(), content_type="application/json")
 
     app = web.Application()
     app.router.add_route("*", "/api/v1/query", query)
@@ -38,9 +37,21 @@ async def prom() -> AsyncIterator[tuple[list[Any], str]]:
     await site.start()
     port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
     try:
-        yield result, f"http://127.0.0.1:{port}"
+        yield f"http://127.0.0.1:{port}"
     finally:
         await runner.cleanup()
+
+
+@pytest.fixture
+async def prom() -> AsyncIterator[tuple[list[Any], str]]:
+    """(the result list the next answer carries, base URL)."""
+    result: list[Any] = []
+
+    def answer() -> bytes:
+        return json.dumps({"status": "success", "data": {"resultType": "vector", "result": result}}).encode()
+
+    async with serving(answer) as url:
+        yield result, url
 
 
 async def test_a_vector_reads_as_series(prom: tuple[list[Any], str]) -> None:
@@ -92,21 +103,8 @@ def test_duration() -> None:
 async def answers() -> AsyncIterator[tuple[dict[str, bytes], str]]:
     """(the raw body the next answer carries, under key "body"; base URL)."""
     state = {"body": b""}
-
-    async def query(request: web.Request) -> web.Response:
-        return web.Response(body=state["body"], content_type="application/json")
-
-    app = web.Application()
-    app.router.add_route("*", "/api/v1/query", query)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-    try:
-        yield state, f"http://127.0.0.1:{port}"
-    finally:
-        await runner.cleanup()
+    async with serving(lambda: state["body"]) as url:
+        yield state, url
 
 
 VECTOR = [{"metric": {"node": f"n{i}"}, "value": [1, "1"]} for i in range(3)]
