@@ -112,6 +112,14 @@ class Background:
         self.loop.call_soon_threadsafe(self.loop.stop)
         self.thread.join(10)
 
+    def serve(self, app: web.Application) -> tuple[web.AppRunner, int]:
+        """``app`` on a free loopback port, on this loop: (its runner, to clean up; the port)."""
+        runner = web.AppRunner(app)
+        self.run(runner.setup())
+        port = free_port()
+        self.run(web.TCPSite(runner, "127.0.0.1", port).start())
+        return runner, port
+
 
 # ------------------------------------------------------------------------------------------ clients
 def timed(
@@ -471,10 +479,7 @@ def report(tree: Path, tmp: Path, bg: Background) -> None:
 
     app = web.Application()
     app.router.add_route("*", "/api/v1/{kind}", answer)
-    runner = web.AppRunner(app)
-    bg.run(runner.setup())
-    port = free_port()
-    bg.run(web.TCPSite(runner, "127.0.0.1", port).start())
+    runner, port = bg.serve(app)
     env = {k: v for k, v in os.environ.items() if not k.startswith("XPUWATCH_")}
     env["PYTHONPATH"] = str(tree)
     argv = [sys.executable, "-m", "xpuwatch", "report", "--prometheus", f"http://127.0.0.1:{port}"]
@@ -523,10 +528,7 @@ def _probe(port: int, probes: list[float], stop: threading.Event) -> None:
 def recheck(tree: Path, tmp: Path, bg: Background) -> None:
     app = web.Application()
     app.router.add_route("*", "/{kind}/api/v1/query", _garbage)
-    runner = web.AppRunner(app)
-    bg.run(runner.setup())
-    prom_port = free_port()
-    bg.run(web.TCPSite(runner, "127.0.0.1", prom_port).start())
+    runner, prom_port = bg.serve(app)
     try:
         for kind, what in (("huge", "300 MB answer"), ("null", "[null] answer")):
             with remediation(tree, tmp, bg, f"http://127.0.0.1:{prom_port}/{kind}") as (ctl, fake):
