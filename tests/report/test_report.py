@@ -35,7 +35,10 @@ from xpuwatch.report.baseline import Baseline, ReportError, Window, collect, fig
 STEP = 900
 DEVICES = 16
 RANGE = 7 * 86400
-END = int(time.time()) // STEP * STEP  # recent data: Prometheus' retention is relative to now
+# The last UTC midnight: recent data (Prometheus' retention is relative to now), and a week of whole days, so
+# every afternoon's wait (history.waiting, 13:00-17:00 UTC) lies in the window whole, whatever hour the suite
+# runs (ending at now, a run between 13:00 and 17:00 cut today's wait short: 24.5 h waited, not 28 h)
+END = int(time.time()) // 86400 * 86400
 START = END - RANGE + STEP  # the first sample lies inside the window whether ranges are open or closed
 TIMES = range(START, END + 1, STEP)
 GIB = 1024.0**3
