@@ -3,7 +3,7 @@
 Run from the repository root (issues 23 and 36; docs/deploy.md "Sizing")::
 
     PYTHONPATH=$PWD .venv/bin/python benchmarks/fleet_scale.py --devices 2048,8192 --runs 3
-    PYTHONPATH=$PWD .venv/bin/python benchmarks/fleet_scale.py --devices 16384 --layout --runs 3
+    PYTHONPATH=$PWD .venv/bin/python benchmarks/fleet_scale.py --devices 16384 --layout --runs 3 --ahead 90
     PYTHONPATH=$PWD .venv/bin/python benchmarks/fleet_scale.py --devices 2048 --hours 168 --only report \
         --keep /var/tmp/xpuwatch-fleet
 
@@ -12,11 +12,14 @@ It measures what a deployment following docs/deploy.md runs. Per size it starts 
 exactly the flags of docs/deploy.md's ``victoria-metrics`` command line (read from the page at run time:
 no raised query limit, ``-dedup.minScrapeInterval``; ``--vm-flag`` adds one for experiments), and:
 
-1. **Loads** a synthetic history: ``--hours`` (24) of samples every ``--step`` seconds (default: the
+1. **Loads** a synthetic history: ``--hours`` (24) before now of samples every ``--step`` seconds (default: the
    interval of the exporter's ServiceMonitor in deploy/kustomize/base/monitoring.yaml, 15 s), each sample
    stored ``--replicas`` (2) times, as an HA Prometheus pair remote-writes it with the replica label
-   dropped, each replica at its own offset in the step (``replica_offset_ms``), ending ``--ahead`` minutes
-   (30) after now so the queries below, all at "now", find fresh samples for the whole run. The series are
+   dropped, each replica at its own offset in the step (``replica_offset_ms``), and on to ``--ahead``
+   minutes (30) after now so the queries below, all at "now", find fresh samples for the whole run (the load
+   and the runs must end before the history does: at 16,384 devices the load alone takes 37 minutes on the
+   quiet 2-core build machine, hence ``--ahead 90`` there; a run past the history's end prints NOT VALID and
+   its row says so). The series are
    the exporter's own: the sim exporter (``xpuwatch serve --simulate``) is started once per node type and
    its /metrics read, so every name and label the rules, dashboards and report read is the one the
    exporter writes today. Node types (8 devices a node, node ``n`` of type ``n % 4``): A100s with one card
@@ -396,8 +399,11 @@ class Loaded:
 
 
 def history_times(hours: float, step: int, ahead_s: int, now: float) -> np.ndarray:
+    """Sample times (Unix seconds), every ``step`` from ``hours`` before ``now`` to ``ahead_s`` after it: a
+    window of ``hours`` ending at any moment from ``now`` until ``ahead_s`` later lies in the history whole
+    (until issue 36 the history was ``hours`` long in all, so a long ``--ahead`` cut the report's window)."""
     end = int(now + ahead_s) // step * step
-    start = end - int(hours * 3600)
+    start = int(now - hours * 3600) // step * step
     return np.arange(start + step, end + 1, step, dtype=np.int64)
 
 
@@ -1269,6 +1275,7 @@ class RunFigures:
     refresh_s: float | None
     per_dashboard: dict[str, float]
     report_s: float | None
+    past_end: bool = False  # the rules or dashboards ran after the history's last sample: not valid
 
 
 def spread(values: Sequence[float], fmt: Any, unit: str = "") -> str:
@@ -1313,7 +1320,7 @@ def measure(
                 print(f"  {tm.seconds * 1000:8.1f} ms {tm.series:7,} series  {group}: {tm.what}")
         print(flush=True)
     if a.only == "rules":
-        return RunFigures(worst, None, {}, None)
+        return RunFigures(worst, None, {}, None, _past_end(end))
 
     total: float | None = None
     per_dash: dict[str, float] = {}
@@ -1334,6 +1341,7 @@ def measure(
             for _, tm in sorted((x for x in timings if x[0] == uid), key=lambda x: -x[1].seconds)[:5]:
                 print(f"      {tm.seconds * 1000:8.1f} ms {tm.series:7,} series  {tm.what}")
         print(flush=True)
+    past_end = _past_end(end)
 
     end = min(time.time(), end) if end is not None else time.time()
     cpu0 = vm.cpu_seconds()
@@ -1358,7 +1366,21 @@ def measure(
                 f"  {q.seconds * 1000:8.1f} ms (CPU {q.cpu_seconds * 1000:6.0f} ms) {q.series:7,} series  {q.title}"
             )
         print(flush=True)
-    return RunFigures(worst, total, per_dash, rep.total_s)
+    return RunFigures(worst, total, per_dash, rep.total_s, past_end)
+
+
+def _past_end(end: float | None) -> bool:
+    """True, with a line saying so, when now is past ``end``, the history's last sample: the rule groups
+    and dashboards read up to now, so they read past the history and their figures are not valid (at
+    16,384 devices the load outlasts the default ``--ahead``)."""
+    if end is None or time.time() <= end:
+        return False
+    print(
+        f"NOT VALID: the history ended {(time.time() - end) / 60:.0f} min before now, and the rule groups and "
+        "dashboards above read up to now: rerun with a larger --ahead (longer than the load and the runs)",
+        flush=True,
+    )
+    return True
 
 
 HISTORY_MARKER = "history.json"
@@ -1403,18 +1425,16 @@ def run_size(
                 t = history_times(a.hours, a.step, a.ahead * 60, time.time())
                 loaded = load(vm, devices, t, tpls, a.replicas)
                 in_vm = vm_series_count(vm, t)
-                until = f"to {a.ahead} min after now"
+                until = f"{a.hours:g} h before now to {a.ahead} min after"
             else:
                 # counted when it was loaded: the replay and rules of earlier runs wrote series of their own
                 (t, in_vm), loaded = kept, None
                 ahead = (int(t[-1]) - time.time()) / 60
                 until = f"to {ahead:.0f} min after now" if ahead >= 0 else f"ending {-ahead:.0f} min ago"
+                until = f"kept, {until}"
             rss, disk = vm.rss_bytes(), vm.disk_bytes()
             per_day = in_vm * 86400 // a.step * a.replicas
-            print(
-                f"history: {a.hours:g} h every {a.step} s ({len(t)} samples a series, {until}), "
-                f"{a.replicas} replica(s)"
-            )
+            print(f"history every {a.step} s ({len(t)} samples a series, {until}), {a.replicas} replica(s)")
             if loaded is not None:
                 print(
                     f"loaded: {loaded.series:,} series ({loaded.ksm_series:,} of kube-state-metrics), {loaded.samples:,} samples, {loaded.body_bytes / 2**30:.2f} GiB"
@@ -1450,14 +1470,19 @@ def run_size(
         finally:
             vm.close()
     worsts = [r.worst for r in runs if r.worst is not None]
-    if worsts:
+    invalid = "not valid (the history ended before the run: --ahead)"
+    if any(r.past_end for r in runs):
+        worst_txt = invalid if worsts else "-"
+    elif worsts:
         names = [w.group for w in worsts]
         name = max(set(names), key=names.count)
         worst_txt = spread([w.mean_s / a.interval for w in worsts], _num_pct, " %") + f" ({name})"
     else:
         worst_txt = "-"
     refresh_txt = "-"
-    if runs[0].per_dashboard:
+    if runs[0].per_dashboard and any(r.past_end for r in runs):
+        refresh_txt = invalid
+    elif runs[0].per_dashboard:
         medians = {u: statistics.median(r.per_dashboard[u] for r in runs) for u in runs[0].per_dashboard}
         uid = max(medians, key=medians.__getitem__)  # the slowest dashboard, by its median
         refresh = spread([r.refresh_s or 0.0 for r in runs], _num_ms, " ms")
@@ -1491,7 +1516,13 @@ def main(argv: Sequence[str] | None = None) -> None:
     ap.add_argument(
         "--replicas", type=int, default=2, help="Prometheus replicas storing each sample (default 2: HA pair)"
     )
-    ap.add_argument("--ahead", type=int, default=30, help="minutes of history after now (default 30)")
+    ap.add_argument(
+        "--ahead",
+        type=int,
+        default=30,
+        help="minutes of history after now (default 30): longer than the load and the runs (90 at 16,384 "
+        "devices); a run past the history's end is reported not valid",
+    )
     ap.add_argument("--interval", type=int, default=30, help="vmalert evaluation interval, s (default 30)")
     ap.add_argument("--intervals", type=int, default=3, help="intervals vmalert runs (default 3)")
     ap.add_argument(
@@ -1553,6 +1584,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     ap.add_argument(
         "--skip-central", action="store_true", help="--layout: measure the cluster's Prometheus only"
     )
+    ap.add_argument("--skip-cluster", action="store_true", help="--layout: measure the central store only")
     ap.add_argument(
         "--central-groups",
         default=",".join(CENTRAL_GROUPS),
@@ -1577,6 +1609,8 @@ def main(argv: Sequence[str] | None = None) -> None:
         ap.error(f"--devices at least {DEVICES_PER_NODE}; --step, --hours, --runs and --replicas positive")
     if a.layout and a.only == "report":
         ap.error("--layout measures the rulers' places: use it with --only all or rules")
+    if a.skip_central and a.skip_cluster:
+        ap.error("--skip-central and --skip-cluster leave nothing to measure")
     groups = [g for g in a.groups.split(",") if g] if a.groups else None
     every = [g["name"] for g in yaml.safe_load(RULES.read_text())["groups"]]
     a.central_groups = [g for g in a.central_groups.split(",") if g]  # "" : none
@@ -1590,14 +1624,16 @@ def main(argv: Sequence[str] | None = None) -> None:
         rows = []
         if not a.skip_central:
             rows = [run_size(n, a, tpls, a.central_groups) for n in sizes]
-        cluster = cluster_prometheus(a.cluster_devices, a, tpls)
-        print("\nlayout (docs/deploy.md, Sizing): central store and ruler")
-        print(HEADER)
-        for row in rows:
-            print(row)
-        print(f"\none cluster's Prometheus ({a.cluster_devices:,} devices), its groups:")
-        for line in cluster:
-            print(line)
+        cluster = [] if a.skip_cluster else cluster_prometheus(a.cluster_devices, a, tpls)
+        if rows:
+            print("\nlayout (docs/deploy.md, Sizing): central store and ruler")
+            print(HEADER)
+            for row in rows:
+                print(row)
+        if cluster:
+            print(f"\none cluster's Prometheus ({a.cluster_devices:,} devices), its groups:")
+            for line in cluster:
+                print(line)
         return
     rows = [run_size(n, a, tpls, groups) for n in sizes]
     print("\nsizing table rows (docs/deploy.md):")
