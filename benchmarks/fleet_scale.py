@@ -1341,7 +1341,7 @@ def measure(
             for _, tm in sorted((x for x in timings if x[0] == uid), key=lambda x: -x[1].seconds)[:5]:
                 print(f"      {tm.seconds * 1000:8.1f} ms {tm.series:7,} series  {tm.what}")
         print(flush=True)
-    past_end = _past_end(end)
+    past_end = a.only == "all" and _past_end(end)  # the report alone reads up to the history's end only
 
     end = min(time.time(), end) if end is not None else time.time()
     cpu0 = vm.cpu_seconds()
@@ -1430,8 +1430,11 @@ def run_size(
                 # counted when it was loaded: the replay and rules of earlier runs wrote series of their own
                 (t, in_vm), loaded = kept, None
                 ahead = (int(t[-1]) - time.time()) / 60
-                until = f"to {ahead:.0f} min after now" if ahead >= 0 else f"ending {-ahead:.0f} min ago"
-                until = f"kept, {until}"
+                until = (
+                    f"kept, to {ahead:.0f} min after now"
+                    if ahead >= 0
+                    else f"kept, ending {-ahead:.0f} min ago"
+                )
             rss, disk = vm.rss_bytes(), vm.disk_bytes()
             per_day = in_vm * 86400 // a.step * a.replicas
             print(f"history every {a.step} s ({len(t)} samples a series, {until}), {a.replicas} replica(s)")
@@ -1471,7 +1474,8 @@ def run_size(
             vm.close()
     worsts = [r.worst for r in runs if r.worst is not None]
     invalid = "not valid (the history ended before the run: --ahead)"
-    if any(r.past_end for r in runs):
+    stale = any(r.past_end for r in runs)
+    if stale:
         worst_txt = invalid if worsts else "-"
     elif worsts:
         names = [w.group for w in worsts]
@@ -1480,7 +1484,7 @@ def run_size(
     else:
         worst_txt = "-"
     refresh_txt = "-"
-    if runs[0].per_dashboard and any(r.past_end for r in runs):
+    if runs[0].per_dashboard and stale:
         refresh_txt = invalid
     elif runs[0].per_dashboard:
         medians = {u: statistics.median(r.per_dashboard[u] for r in runs) for u in runs[0].per_dashboard}
