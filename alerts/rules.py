@@ -35,7 +35,15 @@ GROUP_RECORDING = "xpuwatch.recording"
 # group holds every record's cost): per-node dashboard aggregates and per-team chargeback.
 GROUP_RECORDING_NODE = "xpuwatch.recording.node"
 GROUP_RECORDING_TEAM = "xpuwatch.recording.team"
-RECORDING_GROUPS = (GROUP_RECORDING, GROUP_RECORDING_NODE, GROUP_RECORDING_TEAM)
+# Per-holder judgements (idle notebooks, starved cards, memory hoarders): each device condition joined onto its
+# holders once, in each cluster; AcceleratorIdleNotebook and AcceleratorPowerStarved read them (at most one
+# interval old, as the device records of xpuwatch.recording) and the waste dashboard's tables read the few
+# series they yield instead of joining every device's raw series with every holder at each refresh (at 16,384
+# devices on the central store: 0.4-0.5 s each, the board 2.0 s against its 2 s target; docs/deploy.md).
+GROUP_RECORDING_HOLDER = "xpuwatch.recording.holder"
+RECORDING_GROUPS = (GROUP_RECORDING, GROUP_RECORDING_NODE, GROUP_RECORDING_TEAM, GROUP_RECORDING_HOLDER)
+# The recording groups whose records alerts may read from another group (at most one interval old).
+ALERT_READ_GROUPS = (GROUP_RECORDING, GROUP_RECORDING_HOLDER)
 GROUP_HARDWARE = "xpuwatch.hardware"
 GROUP_PERFORMANCE = "xpuwatch.performance"
 # The per-card utilization findings: in a badly used fleet they hold an alert for a large share of the cards
@@ -138,6 +146,11 @@ class Records:
     team_idle_cards: str
     team_memory: str
     team_power: str
+    # Per holder (group xpuwatch.recording.holder): a device condition repeated for each holder, with the
+    # holder's labels and the device's value (``_held_by``).
+    holder_idle_notebook: str
+    holder_starved: str
+    holder_hoarded: str
 
 
 def _eq(label: str, value: str, op: str = "=") -> str:
@@ -181,6 +194,9 @@ def records(spec: Spec) -> Records:
         team_idle_cards=f"namespace_owner:{c.ALLOCATED}:idle_cards",
         team_memory=f"namespace_owner:{c.MEMORY_USED}:held",
         team_power=f"namespace_owner:{c.POWER}:held",
+        holder_idle_notebook=f"holder:{c.UTILIZATION}:idle_notebook",
+        holder_starved="holder:accelerator_power_limit_ratio:starved",
+        holder_hoarded=f"holder:{c.MEMORY_USED}:hoarded",
     )
 
 
@@ -637,14 +653,56 @@ def memory_near_full(a: AlertSpec, spec: Spec) -> Body:
     )
 
 
+def holder_rules(spec: Spec) -> tuple[RecordingRule, ...]:
+    """Per-holder judgements, each a device condition joined onto its holders (``_held_by``: one series per
+    holder with the holder's labels and the device's value), recorded in every cluster whatever alerts are
+    disabled (the waste dashboard reads them):
+
+    - idle notebooks: utilization at most the AcceleratorIdleNotebook ``utilization_max`` while at least its
+      ``memory_min_bytes`` are held, for notebook holders of whole devices; value the utilization (ratio);
+    - starved cards: power below the AcceleratorPowerStarved ``threshold`` of the power limit, for its
+      ``workload_selector`` holders; value power / limit (ratio);
+    - memory hoarders: at least ``memory_min_bytes`` held while the 1 h P95 utilization record is below the
+      AcceleratorLowUtilization ``threshold``, any holder; value the memory used (bytes).
+    """
+    r = records(spec)
+    notebook, starved = spec.alert("AcceleratorIdleNotebook"), spec.alert("AcceleratorPowerStarved")
+    u, mem = notebook.value("utilization_max"), notebook.value("memory_min_bytes")
+    low = spec.alert("AcceleratorLowUtilization").value("threshold")
+    return (
+        RecordingRule(
+            r.holder_idle_notebook,
+            _held_by(
+                f"({series(spec, c.UTILIZATION)} <= {u}) and {_ON_DEV} ({series(spec, c.MEMORY_USED)} >= {mem})",
+                NOTEBOOK,
+                spec,
+            ),
+        ),
+        RecordingRule(
+            r.holder_starved,
+            _held_by(
+                f"{series(spec, c.POWER)} / ({series(spec, c.POWER_LIMIT)} > 0) < {starved.value('threshold')}",
+                starved.value("workload_selector"),
+                spec,
+            ),
+        ),
+        RecordingRule(
+            r.holder_hoarded,
+            _held_by(
+                f"{series(spec, c.MEMORY_USED)} >= {mem}\n  and {_ON_DEV}\n  "
+                f"{recorded(spec, r.utilization_p95)} < {low}",
+                "",
+                spec,
+            ),
+        ),
+    )
+
+
 def power_starved(a: AlertSpec, spec: Spec) -> Body:
+    """The starved-card record of xpuwatch.recording.holder (``holder_rules``: the same threshold and holders)."""
     t = a.value("threshold")
     return (
-        _held_by(
-            f"{series(spec, c.POWER)} / ({series(spec, c.POWER_LIMIT)} > 0) < {t}",
-            a.value("workload_selector"),
-            spec,
-        ),
+        recorded(spec, records(spec).holder_starved),
         "Allocated accelerator starved of work on {{ $labels.node }} device {{ $labels.device }}",
         f"Power draw {_PCT} of the power limit (threshold {_pct(t)}) for {a.for_} on {_DEV}, held by {_HELD_BY}.",
     )
@@ -652,7 +710,8 @@ def power_starved(a: AlertSpec, spec: Spec) -> Body:
 
 def idle_notebook(a: AlertSpec, spec: Spec) -> Body:
     """Slice-level first (a notebook on a MIG/vGPU slice: the slice series carry the holder's pod labels and
-    a MIG parent has no device utilization), then device-level for notebooks holding whole devices."""
+    a MIG parent has no device utilization), then device-level for notebooks holding whole devices: the idle
+    notebook record of xpuwatch.recording.holder (``holder_rules``)."""
     u, mem = a.value("utilization_max"), a.value("memory_min_bytes")
     holder = f"{CLUSTER}, node, uuid, namespace, pod, container"
     notebook = f"0 * ({series(spec, c.ALLOCATED, NOTEBOOK)} == 1)"
@@ -663,13 +722,7 @@ def idle_notebook(a: AlertSpec, spec: Spec) -> Body:
         f")\n  + on ({holder}) group_right\n    {notebook}\n"
     )
     return (
-        f"(\n{on_slice_holder})\nor on ({holder})\n(\n"
-        + _held_by(
-            f"({series(spec, c.UTILIZATION)} <= {u}) and {_ON_DEV} ({series(spec, c.MEMORY_USED)} >= {mem})",
-            NOTEBOOK,
-            spec,
-        )
-        + ")",
+        f"(\n{on_slice_holder})\nor on ({holder})\n  {recorded(spec, records(spec).holder_idle_notebook)}",
         "Idle notebook {{ $labels.namespace }}/{{ $labels.pod }} holds an accelerator",
         f"Notebook {_HOLDER} of {{{{ $labels.owner }}}} has held memory on {_DEV} at {_PCT} utilization (at most {_pct(u)}) for {a.for_}.",
     )
@@ -989,7 +1042,8 @@ def alerting_rule(a: AlertSpec, spec: Spec) -> AlertingRule:
 
 
 def build_groups(spec: Spec) -> tuple[RuleGroup, ...]:
-    """Recording (device records the alerts read; node and team aggregates in groups of their own), hardware (headed by the telemetry presence record its
+    """Recording (device records the alerts read; node and team aggregates in groups of their own; the
+    per-holder judgements the performance alerts and the waste board read), hardware (headed by the telemetry presence record its
     TelemetryMissing reads), performance and meta groups, alerts in spec order (less ``disabled_alerts`` and, without a remediation
     controller, its own alerts: ``Spec.enabled``).
 
@@ -1019,6 +1073,7 @@ def build_groups(spec: Spec) -> tuple[RuleGroup, ...]:
         RuleGroup(GROUP_RECORDING, tuple(recording_rules(spec))),
         RuleGroup(GROUP_RECORDING_NODE, dashboard_rules(spec)),
         RuleGroup(GROUP_RECORDING_TEAM, chargeback_rules(spec)),
+        RuleGroup(GROUP_RECORDING_HOLDER, holder_rules(spec)),
         RuleGroup(GROUP_HARDWARE, telemetry_records(spec) + tuple(by_group[GROUP_HARDWARE])),
         RuleGroup(GROUP_PERFORMANCE_DEVICE, tuple(by_group[GROUP_PERFORMANCE_DEVICE])),
         RuleGroup(GROUP_PERFORMANCE, tuple(by_group[GROUP_PERFORMANCE])),

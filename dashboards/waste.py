@@ -46,22 +46,10 @@ _table = {"cellOptions": {"type": "color-text"}}
 idle_notebooks = Panel(
     "Idle notebooks",
     "table",
-    (
-        Query(
-            worst(
-                held_by(
-                    f"{selector(c.UTILIZATION)} <= {IDLE_UTIL}\n  and {ON_DEVICE}\n"
-                    f"  {selector(c.MEMORY_USED)} >= {CONTEXT_BYTES}",
-                    'workload_kind="notebook"',
-                ),
-                "bottomk",
-            ),
-            instant=True,
-            table=True,
-        ),
-    ),
+    (Query(worst(selector(RECORDS.holder_idle_notebook, HOLDER), "bottomk"), instant=True, table=True),),
     f"Notebooks holding device memory (at least {CONTEXT_BYTES // 2**20} MiB, more than an initialised "
-    f"context) at utilization of at most {IDLE_UTIL:.0%}, now. AcceleratorIdleNotebook fires when this "
+    f"context) at utilization of at most {IDLE_UTIL:.0%}, now (the idle-notebook record of "
+    f"xpuwatch.recording.holder, at most one evaluation old). AcceleratorIdleNotebook fires when this "
     f"lasts {_notebook.for_}; the remediation controller then reclaims the notebook. The {TABLE_ROWS} least "
     "used are listed.",
     unit="percentunit",
@@ -73,20 +61,10 @@ idle_notebooks = Panel(
 hoarders = Panel(
     f"Memory hoarders (1h P95 utilization below {LOW_P95:.0%})",
     "table",
-    (
-        Query(
-            worst(
-                held_by(
-                    f"{selector(c.MEMORY_USED)} >= {CONTEXT_BYTES}\n  and {ON_DEVICE}\n"
-                    f"  {selector(RECORDS.utilization_p95)} < {LOW_P95}"
-                )
-            ),
-            instant=True,
-            table=True,
-        ),
-    ),
+    (Query(worst(selector(RECORDS.holder_hoarded, HOLDER)), instant=True, table=True),),
     "Holders of devices that keep memory allocated while their 95th-percentile utilization over the last "
-    "hour stays below the AcceleratorLowUtilization threshold: capacity others queue for. The "
+    "hour stays below the AcceleratorLowUtilization threshold: capacity others queue for (the hoarder "
+    "record of xpuwatch.recording.holder). The "
     f"{TABLE_ROWS} holding the most memory are listed.",
     unit="bytes",
     width=12,
@@ -101,21 +79,10 @@ hoarders = Panel(
 starved = Panel(
     f"Starved cards (power below {STARVED:.0%} of the limit)",
     "table",
-    (
-        Query(
-            worst(
-                held_by(
-                    f"{selector(c.POWER)} / ({selector(c.POWER_LIMIT)} > 0) < {STARVED}",
-                    SPEC.alert("AcceleratorPowerStarved").value("workload_selector"),
-                ),
-                "bottomk",
-            ),
-            instant=True,
-            table=True,
-        ),
-    ),
+    (Query(worst(selector(RECORDS.holder_starved, HOLDER), "bottomk"), instant=True, table=True),),
     "Held devices drawing less than the AcceleratorPowerStarved share of their power limit: the task is "
-    "not fed (data loading, CPU preprocessing). Notebooks are listed under idle notebooks instead. The "
+    "not fed (data loading, CPU preprocessing), from the starved-card record of xpuwatch.recording.holder. "
+    "Notebooks are listed under idle notebooks instead. The "
     f"{TABLE_ROWS} most starved are listed.",
     unit="percentunit",
     width=12,

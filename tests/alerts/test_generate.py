@@ -14,7 +14,7 @@ import yaml
 from xpuwatch.alerts import queue
 from xpuwatch.alerts.alertmanager import Endpoints, build_config
 from xpuwatch.alerts.cli import DEFAULT_OUT, render_all, stale_files
-from xpuwatch.alerts.rules import ALERTS, RECORDING_GROUPS, AlertingRule, RecordingRule, build_groups, records
+from xpuwatch.alerts.rules import ALERT_READ_GROUPS, ALERTS, AlertingRule, RecordingRule, build_groups, records
 from xpuwatch.alerts.spec import (
     ACTIONS,
     CATEGORIES,
@@ -167,7 +167,7 @@ def test_every_metric_in_the_rules_is_a_catalog_metric_or_a_recording_rule() -> 
         without_strings = re.sub(r'"[^"]*"', '""', expr)
         used |= set(
             re.findall(
-                r"\b((?:accelerator|xpuwatch|device|slice|node|vendor_model|instance_node|vendor|pod|namespace_resource|queue)[a-z0-9_:]*)\b",
+                r"\b((?:accelerator|xpuwatch|device|slice|node|vendor_model|instance_node|vendor|pod|namespace_resource|queue|holder)[a-z0-9_:]*)\b",
                 without_strings,
             )
         )
@@ -195,6 +195,7 @@ def test_prometheusrule_holds_the_same_groups() -> None:
         "xpuwatch.recording",
         "xpuwatch.recording.node",
         "xpuwatch.recording.team",
+        "xpuwatch.recording.holder",
         "xpuwatch.hardware",
         "xpuwatch.performance.device",
         "xpuwatch.performance",
@@ -205,8 +206,9 @@ def test_prometheusrule_holds_the_same_groups() -> None:
 def test_records_an_alert_reads_come_before_it_or_from_the_device_recording_group() -> None:
     """Prometheus and vmalert evaluate groups concurrently and one group's rules in order: an alert reads a
     record of its own group fresh only when the record comes first, and a record of another group at most
-    one interval old, which is accepted for the device records of ``xpuwatch.recording`` (docs/alerts.md)
-    and nowhere else: no alert reads the node or team aggregates."""
+    one interval old, which is accepted for the device records of ``xpuwatch.recording`` and the holder
+    judgements of ``xpuwatch.recording.holder`` (docs/alerts.md) and nowhere else: no alert reads the node
+    or team aggregates."""
     groups = build_groups(load_spec())
     names = {g.name: {r.record for r in g.rules if isinstance(r, RecordingRule)} for g in groups}
     for g in groups:
@@ -216,7 +218,7 @@ def test_records_an_alert_reads_come_before_it_or_from_the_device_recording_grou
                 seen.add(rule.record)
                 continue
             read = set(re.findall(r"\b[a-z_]+:[a-z0-9_]+:[a-z0-9_]+\b", rule.expr))
-            assert read <= seen | names[RECORDING_GROUPS[0]], (rule.alert, read - seen)
+            assert read <= seen.union(*(names[n] for n in ALERT_READ_GROUPS)), (rule.alert, read - seen)
 
 
 def test_telemetry_missing_reads_an_hour_of_one_series_per_device_and_signal() -> None:

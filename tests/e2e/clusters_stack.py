@@ -51,7 +51,7 @@ GLOBAL_GROUPS = PERFORMANCE_GROUPS
 
 # The federation matcher docs/deploy.md gives: every recording rule (named level:metric:operation with the
 # levels of alerts/rules.py) plus the device identity and liveness series, not the raw per-device readings.
-FEDERATE_MATCH = '{__name__=~"device:.+|slice:.+|node:.+|vendor_model:.+|instance_node:.+|vendor:.+|pod:.+|namespace_resource:.+|namespace_owner:.+|queue:.+|accelerator_up|accelerator_info"}'
+FEDERATE_MATCH = '{__name__=~"device:.+|slice:.+|node:.+|vendor_model:.+|instance_node:.+|vendor:.+|pod:.+|namespace_resource:.+|namespace_owner:.+|holder:.+|queue:.+|accelerator_up|accelerator_info"}'
 
 
 def missing_binaries() -> list[str]:
