@@ -796,13 +796,13 @@ class GroupEval:
 
 
 def replay_recording(
-    vm: VictoriaMetrics, seconds: int, interval_s: int, delay_s: float, tmp: Path
-) -> tuple[float, int]:
-    """The recording rules' series for the last ``seconds``, as a ruler running all along would have
-    written them: vmalert's replay mode (``-replay.timeFrom``/``-replay.timeTo``: range queries at the
-    evaluation interval, written to ``vm``) on the groups of alerts/generated/rules.yml that only record.
-    Without this the dashboards' panels on recorded series would read a few minutes, not 6 h. Returns
-    (seconds taken, recording rules)."""
+    vm: VictoriaMetrics, seconds: int, interval_s: int, delay_s: float, tmp: Path, since: int | None = None
+) -> tuple[float, int, int]:
+    """The recording rules' series for the last ``seconds`` (or from ``since``, a unix time, to now), as a
+    ruler running all along would have written them: vmalert's replay mode (``-replay.timeFrom``/
+    ``-replay.timeTo``: range queries at the evaluation interval, written to ``vm``) on the groups of
+    alerts/generated/rules.yml that only record. Without this the dashboards' panels on recorded series would
+    read a few minutes, not 6 h. Returns (seconds taken, recording rules, the unix time replayed to)."""
     binary = shutil.which("vmalert")
     if not binary:
         raise SystemExit("fleet_scale: needs Debian's vmalert")
@@ -811,6 +811,7 @@ def replay_recording(
     path = tmp / "recording.yml"
     path.write_text(yaml.safe_dump({"groups": groups}))
     end = int(time.time()) // interval_s * interval_s
+    start = end - seconds if since is None else since
     iso = "%Y-%m-%dT%H:%M:%SZ"
     t0 = time.perf_counter()
     done = subprocess.run(
@@ -820,7 +821,7 @@ def replay_recording(
             f"-datasource.url={vm.url}",
             f"-remoteWrite.url={vm.url}",
             f"-evaluationInterval={interval_s}s",
-            f"-replay.timeFrom={time.strftime(iso, time.gmtime(end - seconds))}",
+            f"-replay.timeFrom={time.strftime(iso, time.gmtime(start))}",
             f"-replay.timeTo={time.strftime(iso, time.gmtime(end))}",
             # chained rules read their inputs after the remote write flushed them
             "-remoteWrite.flushInterval=500ms",
@@ -834,7 +835,7 @@ def replay_recording(
     if done.returncode != 0:
         raise RuntimeError(f"vmalert replay exited {done.returncode}: {done.stderr[-2000:]}")
     vm.flush()
-    return time.perf_counter() - t0, sum(len(g["rules"]) for g in groups)
+    return time.perf_counter() - t0, sum(len(g["rules"]) for g in groups), end
 
 
 def rules_file(groups: Sequence[str] | None, tmp: Path) -> Path:
@@ -1297,8 +1298,8 @@ def measure(
     rules and, for the report, every query alone (``profile``)."""
     print(f"--- run {run} of {a.runs}", flush=True)
     worst = None
+    ruled = groups is None or bool(groups)  # --layout with no central group: no ruler on the store
     if a.only in ("all", "rules"):
-        ruled = groups is None or bool(groups)  # --layout with no central group: no ruler on the store
         evals = rule_groups(vm, a.interval, a.intervals, tmp, groups) if ruled else []
         worst = max(evals, key=lambda g: g.mean_s) if evals else None
         print(
@@ -1325,6 +1326,19 @@ def measure(
     total: float | None = None
     per_dash: dict[str, float] = {}
     if a.only == "all":
+        if not ruled:
+            # No ruler on the store (the layout: the clusters' Prometheus record and remote-write all along):
+            # the recorded series end where the last replay ended, and an instant panel on a record read
+            # minutes later finds none (the layout's first measurement timed those panels empty). Replayed
+            # on to now, as the clusters would have written them.
+            since, replay_s = a.replayed_until, 0.0
+            if int(time.time()) // a.interval * a.interval > since:
+                replay_s, _, a.replayed_until = replay_recording(
+                    vm, 0, a.interval, a.replay_delay, tmp, since
+                )
+            print(
+                f"recorded series replayed on to now ({a.replayed_until - since} s more) in {replay_s:.1f} s"
+            )
         timings = dashboards(vm, a.step, a.query_runs)
         for uid, tm in timings:
             per_dash[uid] = per_dash.get(uid, 0.0) + tm.seconds
@@ -1461,7 +1475,9 @@ def run_size(
 
             if a.only != "report":
                 replayed = min(RANGE_S, int(a.hours * 3600))
-                replay_s, recorded = replay_recording(vm, replayed, a.interval, a.replay_delay, tmp)
+                replay_s, recorded, a.replayed_until = replay_recording(
+                    vm, replayed, a.interval, a.replay_delay, tmp
+                )
                 print(
                     f"recorded series for the dashboards: vmalert replay of {recorded} recording rules over the"
                     f" last {replayed / 3600:g} h at {a.interval} s in {replay_s:.1f} s",

@@ -31,4 +31,7 @@ export PATH="$PWD/.venv/bin:$PATH"
 ruff check .
 ruff format --check . || { echo "ruff format would change files: run 'ruff format .'"; exit 1; }
 mypy
-exec pytest -q -p no:cacheprovider "$@"
+# Two workers, each test file whole on one worker (--dist loadfile: a module's Prometheus or Alertmanager
+# fixture starts once): 573 s of pytest on 2 cores against 1,022 s serial, the same 2,912 tests. Pass
+# `-n 0` for a serial run; later options win.
+exec pytest -q -p no:cacheprovider -n 2 --dist loadfile "$@"

@@ -14,7 +14,14 @@ import yaml
 from xpuwatch.alerts import queue
 from xpuwatch.alerts.alertmanager import Endpoints, build_config
 from xpuwatch.alerts.cli import DEFAULT_OUT, render_all, stale_files
-from xpuwatch.alerts.rules import ALERT_READ_GROUPS, ALERTS, AlertingRule, RecordingRule, build_groups, records
+from xpuwatch.alerts.rules import (
+    ALERT_READ_GROUPS,
+    ALERTS,
+    AlertingRule,
+    RecordingRule,
+    build_groups,
+    records,
+)
 from xpuwatch.alerts.spec import (
     ACTIONS,
     CATEGORIES,

@@ -236,3 +236,28 @@ def test_the_history_covers_the_window_before_now_and_a_run_past_its_end_is_not_
     assert "NOT VALID: the history ended 10 min before now" in capsys.readouterr().out
     assert fleet._past_end(time.time() + 3600) is False and fleet._past_end(None) is False
     assert capsys.readouterr().out == ""
+
+
+@pytest.mark.slow
+@runs_the_benchmark
+def test_the_layouts_central_store_replays_the_records_on_before_each_runs_dashboards() -> None:
+    """With no ruler on the central store (the layout: the clusters' Prometheus record all along), the
+    records end where the replay ended; each run replays them on to now before its dashboards, so an
+    instant panel on a record (the waste board's holder tables) is timed on the series a store would hold,
+    not on none (the layout's first measurement at 16,384 devices timed those panels empty)."""
+    args = ["--devices", "256", "--hours", "1", "--interval", "5", "--runs", "2", "--query-runs", "1"]
+    args += ["--ahead", "10", "--layout", "--skip-cluster"]
+    done = subprocess.run(
+        [sys.executable, "benchmarks/fleet_scale.py", *args],
+        cwd=ROOT,
+        env=ENV,
+        capture_output=True,
+        text=True,
+        timeout=900,  # a hang guard
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    out = done.stdout
+    assert len(re.findall(r"^rule groups: none on the central store", out, re.M)) == 2, out
+    topups = re.findall(r"^recorded series replayed on to now \((\d+) s more\) in [\d.]+ s$", out, re.M)
+    assert len(topups) == 2, out
+    assert "NOT VALID" not in out
