@@ -35,6 +35,18 @@ def _int(text: str) -> int:
     return int(text.replace(",", ""))
 
 
+def _bench(*args: str) -> subprocess.CompletedProcess[str]:
+    """``benchmarks/fleet_scale.py`` with ``args``, as a user runs it, its output captured."""
+    return subprocess.run(
+        [sys.executable, "benchmarks/fleet_scale.py", *args],
+        cwd=ROOT,
+        env=ENV,
+        capture_output=True,
+        text=True,
+        timeout=900,  # a hang guard: on a loaded 2-core machine the run takes minutes
+    )
+
+
 @pytest.mark.slow
 @runs_the_benchmark
 def test_fleet_benchmark_measures_every_dashboard_rule_group_and_the_report() -> None:
@@ -54,14 +66,7 @@ def test_fleet_benchmark_measures_every_dashboard_rule_group_and_the_report() ->
         "--ahead",
         "10",
     ]
-    done = subprocess.run(
-        [sys.executable, "benchmarks/fleet_scale.py", *args],
-        cwd=ROOT,
-        env=ENV,
-        capture_output=True,
-        text=True,
-        timeout=900,  # a hang guard: on a loaded 2-core machine the run takes minutes
-    )
+    done = _bench(*args)
     assert done.returncode == 0, done.stderr[-3000:]
     out = done.stdout
 
@@ -133,17 +138,7 @@ def test_the_report_alone_on_a_kept_history(tmp_path: Path) -> None:
     history as the sizing runs load it (15 s, an HA pair)."""
     args = ["--devices", "64", "--hours", "1", "--ahead", "10", "--only", "report", "--keep", str(tmp_path)]
     args += ["--runs", "2"]  # the second run's report on an emptied result cache too
-    runs = [
-        subprocess.run(
-            [sys.executable, "benchmarks/fleet_scale.py", *args],
-            cwd=ROOT,
-            env=ENV,
-            capture_output=True,
-            text=True,
-            timeout=900,  # a hang guard: on a loaded 2-core machine the run takes minutes
-        )
-        for _ in range(2)
-    ]
+    runs = [_bench(*args) for _ in range(2)]
     for run in runs:
         assert run.returncode == 0, run.stderr[-3000:]
         assert re.search(
@@ -247,14 +242,7 @@ def test_the_layouts_central_store_replays_the_records_on_before_each_runs_dashb
     not on none (the layout's first measurement at 16,384 devices timed those panels empty)."""
     args = ["--devices", "256", "--hours", "1", "--interval", "5", "--runs", "2", "--query-runs", "1"]
     args += ["--ahead", "10", "--layout", "--skip-cluster"]
-    done = subprocess.run(
-        [sys.executable, "benchmarks/fleet_scale.py", *args],
-        cwd=ROOT,
-        env=ENV,
-        capture_output=True,
-        text=True,
-        timeout=900,  # a hang guard
-    )
+    done = _bench(*args)
     assert done.returncode == 0, done.stderr[-3000:]
     out = done.stdout
     assert len(re.findall(r"^rule groups: none on the central store", out, re.M)) == 2, out
