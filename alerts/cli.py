@@ -270,6 +270,10 @@ def _generate(args: argparse.Namespace) -> int:
                 scrape = yaml.safe_load(args.scrape_config.read_text(encoding="utf-8"))
             except yaml.YAMLError as exc:
                 raise SpecError(f"--scrape-config {args.scrape_config}: not valid YAML: {exc}") from None
+            except UnicodeDecodeError as exc:
+                raise SpecError(
+                    f"--scrape-config {args.scrape_config}: not UTF-8 text ({exc.reason})"
+                ) from None
             problem = scrape_config_problem(load_user_spec(args.spec), scrape, str(args.scrape_config))
             if problem:
                 raise SpecError(problem)
@@ -278,6 +282,8 @@ def _generate(args: argparse.Namespace) -> int:
                 existing = yaml.safe_load(args.merge_into.read_text(encoding="utf-8"))
             except yaml.YAMLError as exc:
                 raise SpecError(f"--merge-into {args.merge_into}: not valid YAML: {exc}") from None
+            except UnicodeDecodeError as exc:
+                raise SpecError(f"--merge-into {args.merge_into}: not UTF-8 text ({exc.reason})") from None
             if not isinstance(existing, dict):
                 raise SpecError(f"--merge-into {args.merge_into}: not an Alertmanager config (a mapping)")
             try:

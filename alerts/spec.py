@@ -192,6 +192,8 @@ def _read(path: Path) -> Any:
         return validation.load_yaml(path.read_text(encoding="utf-8"))
     except yaml.YAMLError as exc:
         raise SpecError(f"{path}: not valid YAML: {yaml_problem(exc)}") from exc
+    except UnicodeDecodeError as exc:  # a binary file named by mistake: say which, not the codec's words
+        raise SpecError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
 
 
 def load_spec(path: Path = DEFAULT_SPEC_PATH) -> Spec:

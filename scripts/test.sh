@@ -32,6 +32,6 @@ ruff check .
 ruff format --check . || { echo "ruff format would change files: run 'ruff format .'"; exit 1; }
 mypy
 # Two workers, each test file whole on one worker (--dist loadfile: a module's Prometheus or Alertmanager
-# fixture starts once): 573 s of pytest on 2 cores against 1,022 s serial, the same 2,912 tests. Pass
+# fixture starts once): 573 s of pytest on 2 cores against 1,022 s serial, the same tests. Pass
 # `-n 0` for a serial run; later options win.
 exec pytest -q -p no:cacheprovider -n 2 --dist loadfile "$@"

@@ -435,15 +435,23 @@ class Outbox:
             ]
 
     def stats(self) -> list[QueueStats]:
+        # Both tables from one snapshot (one read transaction): rendering a notification marks it rendered
+        # and inserts its pending messages in one transaction, and two bare SELECTs could fall either side
+        # of it, seeing neither the pending notification nor its messages: a backlog of 0 while messages
+        # wait (seen as a test that waited for "nothing pending" reading pending rows after it, under load).
         with self._read_lock:
-            rows = self._reader.execute(
-                "SELECT channel, SUM(state='pending'), MIN(CASE WHEN state='pending' THEN enqueued_at END),"
-                " SUM(state='delivered'), SUM(state='failed') FROM messages GROUP BY channel ORDER BY channel"
-            ).fetchall()
-            waiting = self._reader.execute(
-                "SELECT channel, COUNT(*), MIN(received_at) FROM notifications WHERE state='pending'"
-                " GROUP BY channel"
-            ).fetchall()
+            self._reader.execute("BEGIN")
+            try:
+                rows = self._reader.execute(
+                    "SELECT channel, SUM(state='pending'), MIN(CASE WHEN state='pending' THEN enqueued_at END),"
+                    " SUM(state='delivered'), SUM(state='failed') FROM messages GROUP BY channel ORDER BY channel"
+                ).fetchall()
+                waiting = self._reader.execute(
+                    "SELECT channel, COUNT(*), MIN(received_at) FROM notifications WHERE state='pending'"
+                    " GROUP BY channel"
+                ).fetchall()
+            finally:
+                self._reader.execute("COMMIT")
         out = {r[0]: [int(r[1] or 0), r[2], int(r[3] or 0), int(r[4] or 0)] for r in rows}
         for channel, count, oldest in waiting:
             row = out.setdefault(channel, [0, None, 0, 0])

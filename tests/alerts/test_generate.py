@@ -72,6 +72,21 @@ def test_cli_reports_a_bad_spec_without_a_traceback(tmp_path: Path) -> None:
     assert "not valid YAML" in result.stderr and "Traceback" not in result.stderr
 
 
+@pytest.mark.parametrize("option", ["--spec", "--scrape-config", "--merge-into"])
+def test_cli_names_a_file_that_is_not_text(tmp_path: Path, option: str) -> None:
+    """A binary file given by mistake (a new user's ``--spec /bin/ls``): one line naming the option or the
+    file and why, not the codec's bare words."""
+    binary = tmp_path / "not-text"
+    binary.write_bytes(b"\x7fELF\x02\x01\x01\x00\xd0\x9f\xff\xfe garbage")
+    result = _cli(option, str(binary), "--out", str(tmp_path / "o"))
+    assert result.returncode == 2
+    assert (
+        f"{binary}: not UTF-8 text" in result.stderr or f"{option} {binary}: not UTF-8 text" in result.stderr
+    )
+    assert "Traceback" not in result.stderr and "codec" not in result.stderr
+    assert not (tmp_path / "o").exists()
+
+
 @pytest.mark.slow
 def test_receiver_urls_and_credentials_are_inputs(tmp_path: Path) -> None:
     assert (

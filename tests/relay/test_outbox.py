@@ -101,3 +101,50 @@ def test_not_a_database_is_quarantined_too(tmp_path):
 def test_unopenable_path_is_an_error_not_a_quarantine(tmp_path):
     with pytest.raises(sqlite3.OperationalError):
         Outbox(str(tmp_path / "missing-folder" / "o.sqlite"))
+
+
+class _RenderBetweenSelects:
+    """The outbox's read connection, rendering ``note`` (through the outbox's own ``store_rendered``, on its
+    write connection) right after the first SELECT of ``stats``: the moment a concurrent render can fall
+    between the messages and the notifications queries."""
+
+    def __init__(self, outbox: Outbox, note) -> None:
+        self.conn, self.outbox, self.note, self.fired = outbox._reader, outbox, note, False
+
+    def execute(self, sql: str, *args):
+        cur = self.conn.execute(sql, *args)
+        if not self.fired and "FROM messages GROUP BY channel" in sql:
+            rows = cur.fetchall()
+            self.fired = True
+            self.outbox.store_rendered(self.note, "b1", [(1, 1, "part", {"text": "x"})], 600.0)
+            return _Rows(rows)
+        return cur
+
+
+class _Rows:
+    def __init__(self, rows) -> None:
+        self.rows = rows
+
+    def fetchall(self):
+        return self.rows
+
+
+def test_stats_reads_both_tables_from_one_snapshot(tmp_path):
+    """A notification rendered into messages between stats' two queries is counted once, as pending: the
+    relay's backlog never reads 0 while a message waits (a full suite under load saw "nothing pending" and
+    then a pending row)."""
+    o = Outbox(tmp_path / "o.db")
+    try:
+        o.enqueue(incoming("d1", 1.0))
+        (note,) = o.unrendered("b1")
+        proxy = _RenderBetweenSelects(o, note)
+        o._reader = proxy  # type: ignore[assignment]
+        (stats,) = o.stats()
+        assert proxy.fired
+        assert stats.pending == 1  # the snapshot before the render: the notification, not 0
+        o._reader = proxy.conn
+        (after,) = o.stats()
+        assert after.pending == 1  # and after it: the message
+        assert [m["state"] for m in o.messages()] == ["pending"]
+    finally:
+        o.close()
