@@ -109,12 +109,18 @@ class _Worker:
                     self._cv.wait()
                 fn, fut = self._job
             try:
-                fut.set_result(fn())
+                outcome: tuple[bool, Any] = (True, fn())
             except BaseException as exc:
-                fut.set_exception(exc)
-            finally:
-                with self._cv:
-                    self._job = None
+                outcome = (False, exc)
+            # Free the slot before the future resolves: the supervisor submits the next call as soon as it
+            # sees this one done (a timed-out call returning late), and a slot still taken then was "worker
+            # busy" raised in the poller's thread, which ended it: the backend was never polled again.
+            with self._cv:
+                self._job = None
+            if outcome[0]:
+                fut.set_result(outcome[1])
+            else:
+                fut.set_exception(outcome[1])
 
 
 class BackendPoller:
@@ -235,9 +241,9 @@ class BackendPoller:
 
     def _call(self, fn: Callable[[], Any], opening: bool) -> Any:
         started = self._monotonic()
+        fut = self._worker.submit(fn)
         with self._lock:
             self._in_flight_since = started
-        fut = self._worker.submit(fn)
         wait = self.settings.timeout
         try:
             result = fut.result(timeout=wait)
@@ -327,7 +333,12 @@ class BackendPoller:
     def _run(self) -> None:
         while not self._stop.is_set():
             t0 = self._monotonic()
-            delay = self.poll_once()
+            try:
+                delay = self.poll_once()
+            except Exception as exc:  # a bug of ours never ends polling: counted, logged, tried again
+                self._record_failure("unexpected", self._monotonic() - t0)
+                log.exception("backend %s: poll cycle failed: %s", self.name, exc)
+                delay = self.settings.interval
             self._stop.wait(max(0.0, delay - (self._monotonic() - t0)))
 
     def halt(self) -> None:

@@ -105,18 +105,24 @@ def start_exporter() -> Iterator[Callable[..., Exporter]]:
             exp.proc.wait()
 
 
-def wait_ready(url: str, timeout: float = 30, **kw: object) -> None:
-    """Poll /readyz until 200."""
+def wait_ready(exp: Exporter, timeout: float = 120) -> None:
+    """Poll the exporter's /readyz until 200. Fails at once if the process ends, else after ``timeout``
+    seconds: a bound for a loaded machine, not a figure under test (alone it is ready within 2 s). The
+    failure says the last answer and ends with the exporter's log."""
+    import urllib.error
     import urllib.request
 
     deadline = time.monotonic() + timeout
     last = ""
-    while time.monotonic() < deadline:
+    while time.monotonic() < deadline and exp.proc.poll() is None:
         try:
-            with urllib.request.urlopen(url + "/readyz", timeout=2, **kw) as r:  # type: ignore[arg-type]
+            with urllib.request.urlopen(exp.url + "/readyz", timeout=10) as r:
                 if r.status == 200:
                     return
+        except urllib.error.HTTPError as exc:
+            last = f"{exc.code} {exc.read().decode(errors='replace').strip()}"
         except Exception as exc:
             last = str(exc)
         time.sleep(0.05)
-    raise AssertionError(f"{url} not ready: {last}")
+    state = "running" if exp.proc.poll() is None else f"exited {exp.proc.returncode}"
+    raise AssertionError(f"{exp.url} not ready ({state}): {last}\nexporter log:\n" + "".join(exp.log[-80:]))

@@ -284,7 +284,7 @@ def test_serve_replay_cli_uses_the_bundle_backends_and_node(
     bundle = tmp_path / "b.json"
     write_bundle(bundle, [], {"backends": ["sim"], "node": "replayed-node"})
     exp = start_exporter("--replay", str(bundle), "--sim-clock", GOLDEN_CLOCK)
-    wait_ready(exp.url)
+    wait_ready(exp)
     with urllib.request.urlopen(exp.url + "/metrics", timeout=10) as r:
         body = r.read().decode()
     assert 'xpuwatch_backend_up{backend="sim"} 1.0' in body

@@ -26,7 +26,7 @@ def _scrape(url: str) -> str:
 @pytest.mark.slow
 def test_golden_metrics_of_sim_fleet(start_exporter: Callable[..., Exporter], update_golden: bool) -> None:
     exp = start_exporter("--simulate", "--seed", "42", "--sim-clock", GOLDEN_CLOCK)
-    wait_ready(exp.url)
+    wait_ready(exp)
     body = stable_exposition(_scrape(exp.url))
     if update_golden:
         GOLDEN.parent.mkdir(parents=True, exist_ok=True)

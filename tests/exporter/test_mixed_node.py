@@ -108,7 +108,7 @@ def test_bundle_lists_every_cli_backend_and_its_sources() -> None:
 @pytest.mark.slow
 def test_golden_metrics_of_mixed_node(start_exporter: Callable[..., Exporter], update_golden: bool) -> None:
     exp = start_exporter("--replay", str(BUNDLE), "--sim-clock", GOLDEN_CLOCK)
-    wait_ready(exp.url)
+    wait_ready(exp)
     body = stable_exposition(_scrape(exp.url))
     if update_golden:
         GOLDEN.parent.mkdir(parents=True, exist_ok=True)

@@ -97,7 +97,7 @@ def test_pod_labels_on_exact_devices_and_slices(
         "--config",
         _config(tmp_path, kubelet.socket_path),
     )
-    wait_ready(exp.url)
+    wait_ready(exp)
     body = _wait_for(exp.url, _mapped)
     up = {s["uuid"]: s for s in _samples(body, "accelerator_up")}
     assert (up[A100_WHOLE]["namespace"], up[A100_WHOLE]["pod"], up[A100_WHOLE]["container"]) == (
@@ -146,7 +146,7 @@ def test_kubelet_loss_drops_only_pod_labels_and_recovers(
         "--config",
         _config(tmp_path, kubelet.socket_path),
     )
-    wait_ready(exp.url)
+    wait_ready(exp)
     before = _wait_for(exp.url, _mapped)
     devices = len(_samples(before, "accelerator_up"))
     kubelet.stop()

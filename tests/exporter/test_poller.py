@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import time
 from dataclasses import replace
 
@@ -23,7 +24,7 @@ class Clock:
 
 def test_success_sets_up_samples_and_timestamp() -> None:
     clock = Clock()
-    p = BackendPoller(GoodBackend(n=3), PollSettings(interval=5, timeout=1), clock, monotonic=lambda: 0.0)
+    p = BackendPoller(GoodBackend(n=3), PollSettings(interval=5, timeout=30), clock, monotonic=lambda: 0.0)
     assert p.poll_once() == 5
     v = p.view(clock())
     assert v.up and v.fresh and len(v.samples) == 3 and v.devices == 3
@@ -38,10 +39,12 @@ def test_staleness_bound_is_two_intervals_plus_timeout() -> None:
     clock = Clock()
     b = RaisingBackend()
     good = GoodBackend()
-    p = BackendPoller(good, PollSettings(interval=5, timeout=2), clock)
+    # The timeout bounds the real wait for the worker's answer: generous, so a loaded machine passes too.
+    p = BackendPoller(good, PollSettings(interval=5, timeout=30), clock)
     p.poll_once()
     assert PollSettings(interval=5, timeout=2).staleness_bound == 12
-    clock.t += 12
+    assert p.settings.staleness_bound == 40
+    clock.t += 40
     assert p.view(clock()).up and len(p.view(clock()).samples) == 2
     clock.t += 0.001
     v = p.view(clock())
@@ -53,7 +56,7 @@ def test_staleness_bound_is_two_intervals_plus_timeout() -> None:
 def test_failed_poll_marks_down_but_serves_last_good_until_stale() -> None:
     clock = Clock()
     b = GoodBackend()
-    p = BackendPoller(b, PollSettings(interval=1, timeout=1), clock)
+    p = BackendPoller(b, PollSettings(interval=1, timeout=30), clock)
     p.poll_once()
 
     def fail() -> None:
@@ -69,7 +72,7 @@ def test_failed_poll_marks_down_but_serves_last_good_until_stale() -> None:
         and len(v.samples) == 2
         and dict(v.errors) == {"timeout": 0, "unexpected": 0, "field": 0, "parse": 1}
     )
-    clock.t += 3.5
+    clock.t += p.settings.staleness_bound  # past the bound since the last success
     assert p.view(clock()).samples == ()
 
 
@@ -119,9 +122,74 @@ def test_hung_call_times_out_and_no_second_call_starts_until_it_returns() -> Non
         p.stop()
 
 
+def test_a_call_returning_late_frees_the_worker_before_anyone_sees_it_done() -> None:
+    """The supervisor submits the next call as soon as it sees a timed-out call done. The worker's slot was
+    freed only after the future resolved: seen done in between, the submit raised "worker busy" in the
+    poller's thread, which ended it, and the backend was never polled again (a replaying exporter never
+    ready, test_golden_metrics_of_mixed_node, once in a full suite under load). Here the window is held open:
+    the worker is kept inside the late future's done-callbacks while the supervisor polls."""
+    b = HangingBackend()
+    clock = Clock()
+    p = BackendPoller(b, PollSettings(interval=5, timeout=0.05), clock, monotonic=lambda: 0.0)
+    try:
+        assert p.poll_once() == 5  # opens, then the sample hangs past its timeout
+        late = p._pending
+        assert late is not None and dict(p.view(clock()).errors)["timeout"] == 1
+        in_callbacks, go_on = threading.Event(), threading.Event()
+
+        def hold(_: object) -> None:
+            in_callbacks.set()
+            go_on.wait(30)
+
+        late.add_done_callback(hold)
+        b.release.set()
+        assert in_callbacks.wait(30)
+        assert late.done()
+        try:
+            # Before the fix: RuntimeError("worker busy"). Now the next sample is submitted; the worker is
+            # held in the callback, so this call times out in turn.
+            assert p.poll_once() == 5
+        finally:
+            go_on.set()
+        second = p._pending
+        assert second is not None and second is not late
+        assert len(second.result(timeout=30)) == 1  # the worker took it once released
+        assert p.poll_once() == 5  # the late result is discarded; a third sample succeeds
+        v = p.view(clock())
+        assert v.up and v.devices == 1 and dict(v.errors)["timeout"] == 2 and b.max_active == 1
+    finally:
+        b.release.set()
+        p.stop()
+
+
+def test_a_poll_cycle_that_raises_is_counted_and_polling_goes_on() -> None:
+    """No bug of ours in a cycle ends the poller's thread: the cycle counts as ``unexpected`` and the next
+    one runs an interval later."""
+    clock = Clock()
+    p = BackendPoller(GoodBackend(n=2), PollSettings(interval=0.01, timeout=5), clock)
+    real, cycles = p.poll_once, []
+
+    def cycle() -> float:
+        cycles.append(1)
+        if len(cycles) == 1:
+            raise RuntimeError("a bug in the cycle")
+        return real()
+
+    p.poll_once = cycle  # type: ignore[method-assign]
+    p.start()
+    try:
+        deadline = time.monotonic() + 30
+        while not p.view(clock()).up and time.monotonic() < deadline:
+            time.sleep(0.01)
+        v = p.view(clock())
+        assert v.up and v.devices == 2 and dict(v.errors)["unexpected"] == 1 and len(cycles) >= 2
+    finally:
+        p.stop()
+
+
 def test_open_is_retried_with_exponential_backoff() -> None:
     b = FlakyOpenBackend(failures=3)
-    p = BackendPoller(b, PollSettings(interval=5, timeout=1), Clock())
+    p = BackendPoller(b, PollSettings(interval=5, timeout=30), Clock())
     delays = [p.poll_once() for _ in range(4)]
     assert delays == [1.0, 2.0, 4.0, 5]
     assert b.opens == 4 and b.calls == 1
@@ -157,7 +225,7 @@ class _UnreadBackend(GoodBackend):
 
 def test_unread_cells_are_counted_as_field_errors_and_keep_the_device_up() -> None:
     clock = Clock()
-    p = BackendPoller(_UnreadBackend(n=2), PollSettings(interval=5, timeout=1), clock, monotonic=lambda: 0.0)
+    p = BackendPoller(_UnreadBackend(n=2), PollSettings(interval=5, timeout=30), clock, monotonic=lambda: 0.0)
     p.poll_once()
     p.poll_once()
     v = p.view(clock())

@@ -35,7 +35,7 @@ def test_prometheus_scrapes_and_reads_back_utilization(
     binary = shutil.which("prometheus")
     assert binary, "Debian package prometheus is required"
     exp = start_exporter("--simulate", "--seed", "42", "--sim-clock", GOLDEN_CLOCK)
-    wait_ready(exp.url)
+    wait_ready(exp)
     target = exp.url.removeprefix("http://")
     (tmp_path / "prometheus.yml").write_text(
         "global: {scrape_interval: 1s, evaluation_interval: 1s}\n"

@@ -73,7 +73,7 @@ def test_capture_of_every_vendor_replays_the_same_devices(
     assert refused == ["hy-smi", "rocm-smi"]
 
     exp = start_exporter("--replay", str(bundle), "--node-name", "mixed-node-1", "--sim-clock", GOLDEN_CLOCK)
-    wait_ready(exp.url)
+    wait_ready(exp)
     body = _scrape(exp.url)
     golden = GOLDEN.read_text()
     if not redact:
@@ -203,7 +203,7 @@ def test_serve_without_backend_logs_found_and_skipped(
 ) -> None:
     bins = faketools.every_vendor(tmp_path / "bin")
     exp = start_exporter("--node-name", "n1", "--log.format=json", env=_env(tmp_path / "bin", isolated=True))
-    wait_ready(exp.url)
+    wait_ready(exp)
     found = _detection(exp.log)
     assert {b for b, why in found.items() if why == "found"} == set(bins) - {"amd"}
     assert found["amd"] == "superseded by hygon"
@@ -222,7 +222,7 @@ def test_amd_rocm_smi_is_not_taken_for_hygon(tmp_path: Path, start_exporter: Cal
     amd = next(c for c in mb.CALLS if c.backend == "amd")
     tool = faketools.printing(tmp_path / "bin", "rocm-smi", mb.FIXTURES / amd.fixture)
     exp = start_exporter("--node-name", "n1", "--log.format=json", env=_env(tmp_path / "bin", isolated=True))
-    wait_ready(exp.url)
+    wait_ready(exp)
     found = _detection(exp.log)
     assert found["amd"] == "found"
     assert found["hygon"] == f"rocm-smi at {tool} reports no Hygon DCU (AMD's)"
@@ -271,7 +271,7 @@ def test_partitioned_amd_card_on_metrics(tmp_path: Path, start_exporter: Callabl
         {("static", "--json"): answers / "static.json", ("metric", "--json"): answers / "metric.json"},
     )
     exp = start_exporter("--node-name", "n1", env=_env(tmp_path / "bin", isolated=True))
-    wait_ready(exp.url)
+    wait_ready(exp)
     deadline = time.monotonic() + 30
     while "accelerator_partition_info" not in (text := _scrape(exp.url)) and time.monotonic() < deadline:
         time.sleep(0.5)
