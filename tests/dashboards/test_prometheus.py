@@ -231,8 +231,20 @@ def prom(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Prom]:
             if time.monotonic() > deadline:
                 raise RuntimeError("no firing hardware+performance alerts / lost device / P95 within 90 s")
             time.sleep(1)
-        time.sleep(3)  # a few more scrapes so every rate/increase window holds two samples
+        # Three more scrapes of every target, so every rate/increase window holds two samples (counted, not
+        # slept for: a loaded machine scrapes late).
+        wanted = _fewest_scrapes(api) + 3
+        while _fewest_scrapes(api) < wanted:
+            if time.monotonic() > deadline + 60:
+                raise RuntimeError(f"fewer than {wanted} scrapes of some target")
+            time.sleep(0.2)
         yield api
+
+
+def _fewest_scrapes(prom: Prom) -> int:
+    """How many times the least-scraped target has been scraped (its ``up`` samples)."""
+    result = prom.query("min(count_over_time(up[1h]))")["data"]["result"]
+    return int(float(result[0]["value"][1])) if result else 0
 
 
 _LABEL_VALUES = re.compile(r"^label_values\((?P<selector>.*),\s*(?P<label>\w+)\)$", re.S)

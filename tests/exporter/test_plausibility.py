@@ -96,7 +96,7 @@ class OddBackend:
 
 def test_each_device_and_reason_is_logged_once(caplog: pytest.LogCaptureFixture) -> None:
     p = BackendPoller(
-        OddBackend(), PollSettings(interval=1, timeout=1), lambda: 1000.0, monotonic=lambda: 0.0
+        OddBackend(), PollSettings(interval=1, timeout=30), lambda: 1000.0, monotonic=lambda: 0.0
     )
     with caplog.at_level(logging.WARNING, logger="xpuwatch.exporter.poller"):
         for _ in range(3):

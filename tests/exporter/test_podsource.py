@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -31,7 +32,8 @@ ALLOCS = [
 
 def _source(sock: str, **kw: object) -> KubeletAttributionSource:
     return KubeletAttributionSource(
-        PodMappingSettings(enabled=True, socket=sock, timeout_seconds=1, **kw),  # type: ignore[arg-type]
+        # A generous timeout for a loaded machine: tests of a hung kubelet pass their own.
+        PodMappingSettings(enabled=True, socket=sock, **{"timeout_seconds": 30, **kw}),  # type: ignore[arg-type]
         "gpu-1",
         lambda: DEVS,
     )
@@ -132,7 +134,7 @@ def test_hung_kubelet_does_not_block_current(tmp_path: Path) -> None:
     srv.start()
     srv.hang = True
     try:
-        src = _source(srv.socket_path)
+        src = _source(srv.socket_path, timeout_seconds=1)
         t = threading.Thread(target=src.refresh)
         t.start()
         assert src.current().entries == ()  # answers while the refresh waits on the kubelet
@@ -142,14 +144,48 @@ def test_hung_kubelet_does_not_block_current(tmp_path: Path) -> None:
         srv.stop()
 
 
-@pytest.mark.slow
-def test_background_thread_backs_off_while_failing(tmp_path: Path) -> None:
-    src = _source(str(tmp_path / "absent.sock"), interval_seconds=0.05, max_backoff_seconds=0.4)
-    src.start()
-    threading.Event().wait(1.0)
-    src.stop()
-    # 0.05, 0.1, 0.2, 0.4, 0.4 ... : a handful of attempts in a second, not a hot loop
-    assert 3 <= src.refreshes <= 7
+class _RecordedWaits:
+    """Stands in for the refresh loop's stop event: records each wait's delay (returning at once) and
+    calls ``on_wait(n)`` after the n-th; the loop ends after ``stop_after`` waits."""
+
+    def __init__(self, stop_after: int, on_wait: Callable[[int], None]) -> None:
+        self.delays: list[float] = []
+        self.stop_after = stop_after
+        self.on_wait = on_wait
+
+    def is_set(self) -> bool:
+        return len(self.delays) >= self.stop_after
+
+    def wait(self, delay: float) -> bool:
+        self.delays.append(delay)
+        self.on_wait(len(self.delays))
+        return self.is_set()
+
+    def set(self) -> None:
+        self.stop_after = 0
+
+
+def test_background_loop_backs_off_while_failing_and_returns_to_the_interval(tmp_path: Path) -> None:
+    sock = str(tmp_path / "k.sock")
+    servers: list[KubeletServer] = []
+
+    def kubelet_returns_after_the_third_failure(n: int) -> None:
+        if n == 3:
+            servers.append(KubeletServer(sock, ALLOCS))
+            servers[0].start()
+
+    src = _source(sock, interval_seconds=0.05, max_backoff_seconds=0.4)
+    waits = _RecordedWaits(6, kubelet_returns_after_the_third_failure)
+    src._stop = waits  # type: ignore[assignment]
+    try:
+        src._run()  # the background thread's loop, here on the test's thread
+    finally:
+        for srv in servers:
+            srv.stop()
+    # Doubling from the interval while the socket is absent, capped at the ceiling; the interval again
+    # once a refresh succeeds.
+    assert waits.delays == [0.1, 0.2, 0.4, 0.05, 0.05, 0.05]
+    assert src.refreshes == 6 and src.up() is True
 
 
 async def test_api_enrichment_sets_kind_owner_and_hami(tmp_path: Path) -> None:
