@@ -251,20 +251,6 @@ def _test_page(args: argparse.Namespace) -> int:
     return 0 if all(a.ok is not False for a in answers) and answers else 1
 
 
-def _user_yaml(path: Path, option: str) -> Any:
-    """A YAML file the user names with ``option`` (their scrape config, their Alertmanager config). Not YAML
-    not UTF-8 text or unreadable raises SpecError naming the option and the file (the caller's OSError branch
-    speaks of ``--spec``)."""
-    try:
-        return yaml.safe_load(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise SpecError(f"{option}: cannot read {path}: {exc.strerror or exc}") from None
-    except yaml.YAMLError as exc:
-        raise SpecError(f"{option} {path}: not valid YAML: {exc}") from None
-    except UnicodeDecodeError as exc:
-        raise SpecError(f"{option} {path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
-
-
 def _generate(args: argparse.Namespace) -> int:
     try:
         endpoints = Endpoints(
@@ -280,12 +266,12 @@ def _generate(args: argparse.Namespace) -> int:
         if problem:
             raise SpecError(f"{args.spec}: {problem}")
         if args.scrape_config is not None:
-            scrape = _user_yaml(args.scrape_config, "--scrape-config")
+            scrape = validation.yaml_file(args.scrape_config, "--scrape-config", SpecError, foreign=True)
             problem = scrape_config_problem(load_user_spec(args.spec), scrape, str(args.scrape_config))
             if problem:
                 raise SpecError(problem)
         if args.merge_into is not None:
-            existing = _user_yaml(args.merge_into, "--merge-into")
+            existing = validation.yaml_file(args.merge_into, "--merge-into", SpecError, foreign=True)
             if not isinstance(existing, dict):
                 raise SpecError(f"--merge-into {args.merge_into}: not an Alertmanager config (a mapping)")
             try:

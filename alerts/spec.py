@@ -22,10 +22,8 @@ from types import MappingProxyType
 from typing import Any
 
 import re2  # google-re2: the regex syntax Prometheus compiles (Go regexp/syntax is RE2's)
-import yaml
 
 from xpuwatch.exporter import validation
-from xpuwatch.exporter.settings import yaml_problem
 
 DEFAULT_SPEC_PATH = Path(__file__).parent / "spec.yaml"
 
@@ -188,22 +186,17 @@ class Spec:
 
 
 def _read(path: Path) -> Any:
-    try:
-        return validation.load_yaml(path.read_text(encoding="utf-8"))
-    except yaml.YAMLError as exc:
-        raise SpecError(f"{path}: not valid YAML: {yaml_problem(exc)}") from exc
-    except UnicodeDecodeError as exc:  # a binary file named by mistake: say which, not the codec's words
-        raise SpecError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+    return validation.yaml_file(path, "--spec", SpecError)
 
 
 def load_spec(path: Path = DEFAULT_SPEC_PATH) -> Spec:
-    """Read and parse a complete spec file. Raises SpecError (bad content) or OSError (unreadable)."""
+    """Read and parse a complete spec file. Raises SpecError (unreadable, not YAML, bad content)."""
     return parse_spec(_read(path))
 
 
 def load_user_spec(path: Path, defaults: Path = DEFAULT_SPEC_PATH) -> Spec:
     """A user spec (any subset of the default keys) laid over the defaults, parsed. A complete spec is an
-    overlay that replaces every value. Raises SpecError naming the first bad key, or OSError."""
+    overlay that replaces every value. Raises SpecError naming the first bad key or the unreadable file."""
     user = _read(path)
     if user is None:  # an empty file changes nothing
         user = {}

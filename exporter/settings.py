@@ -56,8 +56,6 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
-import yaml
-
 from xpuwatch.exporter import validation
 from xpuwatch.exporter.jobmap import JobMappingSettings
 from xpuwatch.exporter.podsource import PodMappingSettings
@@ -80,17 +78,6 @@ MAX_OUTPUT_BYTES = validation.GIB
 
 class ConfigError(ValueError):
     """A setting is invalid; the message starts with the key (``web.listen_address: ...``)."""
-
-
-def yaml_problem(exc: yaml.YAMLError) -> str:
-    """PyYAML's multi-line error as one line: ``line 3, column 7: found unexpected end of stream`` (the
-    position of the problem, 1-based, then what PyYAML found). Every config reader says it this way."""
-    mark = getattr(exc, "problem_mark", None)
-    problem = getattr(exc, "problem", None) or getattr(exc, "context", None)
-    text = " ".join(str(problem or exc).split())
-    if mark is None:
-        return text
-    return f"line {mark.line + 1}, column {mark.column + 1}: {text}"
 
 
 @dataclass(frozen=True)
@@ -439,16 +426,7 @@ def load(path: str | None, env: Mapping[str, str], flags: Mapping[str, Any]) -> 
     path = path or env.get("XPUWATCH_CONFIG") or None
     doc: Any = {}
     if path:
-        try:
-            doc = validation.load_yaml(Path(path).read_text(encoding="utf-8"))
-        except OSError as exc:
-            raise ConfigError(f"--config: cannot read {path}: {exc.strerror or exc}") from exc
-        except yaml.YAMLError as exc:
-            raise ConfigError(f"--config: {path} is not valid YAML: {yaml_problem(exc)}") from exc
-        except UnicodeDecodeError as exc:
-            raise ConfigError(
-                f"--config: {path} is not UTF-8 text ({exc.reason} at byte {exc.start})"
-            ) from exc
+        doc = validation.yaml_file(path, "--config", ConfigError)
     s = parse(doc, source=str(path or "config"))
 
     def pick(flag: str, env_key: str, current: Any) -> Any:
@@ -569,12 +547,7 @@ def _http_server_config(raw: Any) -> Mapping[str, str]:
 
 def load_web_config(path: str) -> WebConfig:
     """Read and validate an exporter-toolkit web config file. Raises ConfigError naming the key."""
-    try:
-        doc = validation.load_yaml(Path(path).read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise ConfigError(f"web.config_file: cannot read {path}: {exc.strerror or exc}") from exc
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"web.config_file: {path} is not valid YAML: {yaml_problem(exc)}") from exc
+    doc = validation.yaml_file(path, "web.config_file", ConfigError)
     return parse_web_config(doc, base=Path(path).parent)
 
 

@@ -15,11 +15,8 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
-
 from xpuwatch.alerts.spec import CATEGORIES
 from xpuwatch.exporter import validation
-from xpuwatch.exporter.settings import yaml_problem
 
 ActionName = Literal["reclaim", "resize", "drain"]
 ACTIONS: tuple[ActionName, ...] = ("reclaim", "resize", "drain")
@@ -510,12 +507,5 @@ def _approval(raw: Any) -> ApprovalSettings:
 def load(path: str | Path) -> Settings:
     """Read and validate the YAML config at ``path``. Errors: ``ConfigError``."""
     p = Path(path)
-    try:
-        raw = validation.load_yaml(p.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise ConfigError(f"{p}: {exc.strerror}") from None
-    except UnicodeDecodeError as exc:
-        raise ConfigError(f"{p}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"{p}: invalid YAML: {yaml_problem(exc)}") from None
+    raw = validation.yaml_file(p, "--config", ConfigError)
     return parse(raw, p.parent)

@@ -167,6 +167,13 @@ def add_commands(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-
     h.set_defaults(func=run_history)
 
 
+def _naming(exc: Exception, option: str, path: object) -> str:
+    """``exc``'s message naming the file once: a read error names its option and file already
+    (``--config: cannot read ...``); a content error is prefixed with the file."""
+    text = str(exc)
+    return text if text.startswith(f"{option}: ") else f"{path}: {text}"
+
+
 def run_report(args: argparse.Namespace) -> int:
     try:
         from tqdm import tqdm
@@ -186,12 +193,12 @@ def run_report(args: argparse.Namespace) -> int:
     try:
         spec = load_spec(args.spec)
     except (SpecError, OSError) as exc:
-        print(f"xpuwatch report: {args.spec}: {exc}", file=sys.stderr)
+        print(f"xpuwatch report: {_naming(exc, '--spec', args.spec)}", file=sys.stderr)
         return 2
     try:
         config = ReportConfig() if args.config is None else load_config(args.config, spec)
     except (ConfigError, OSError) as exc:
-        print(f"xpuwatch report: {args.config}: {exc}", file=sys.stderr)
+        print(f"xpuwatch report: {_naming(exc, '--config', args.config)}", file=sys.stderr)
         return 2
     end = time.time() if args.end is None else args.end
     window = Window.ending(end, args.range_, args.step)

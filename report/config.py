@@ -28,10 +28,9 @@ from types import MappingProxyType
 from typing import Any
 
 import re2  # google-re2: the regex syntax Prometheus compiles, as alerts/spec.py checks the resource regexes
-import yaml
 
 from xpuwatch.alerts.spec import Spec
-from xpuwatch.exporter.settings import yaml_problem
+from xpuwatch.exporter import validation
 
 
 class ConfigError(ValueError):
@@ -140,9 +139,5 @@ def parse_config(data: Any, spec: Spec) -> ReportConfig:
 
 
 def load_config(path: Path, spec: Spec) -> ReportConfig:
-    """Read and parse ``path``. Raises ConfigError (bad content) or OSError (unreadable)."""
-    try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"not valid YAML: {yaml_problem(exc)}") from exc
-    return parse_config(data, spec)
+    """Read and parse ``path``. Raises ConfigError (unreadable, not YAML, bad content: `validation.yaml_file`)."""
+    return parse_config(validation.yaml_file(path, "--config", ConfigError), spec)

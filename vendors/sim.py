@@ -59,6 +59,7 @@ from xpuwatch.vendors.kunlunxin import L3_TOTAL as KUNLUNXIN_L3_TOTAL
 from xpuwatch.vendors.kunlunxin import L3_USED as KUNLUNXIN_L3_USED
 from xpuwatch.vendors.nvidia_fields import FAN_SPEED, MIG_MODE, PERFORMANCE_STATE, PERSISTENCE_MODE
 from xpuwatch.vendors.registry import BackendContext, BackendSpec, Detection, register
+from xpuwatch.vendors.untrusted import RefusedFile, read_capped
 
 DEFAULT_NODE = "sim-node-1"
 GIB = 1024**3
@@ -343,6 +344,8 @@ class Scenario:
 
 
 DEFAULT_SCENARIO_FILE = "sim_default.yaml"
+MAX_SCENARIO_BYTES = 16 * MIB
+"""The largest --sim-config read (a scenario of thousands of devices is a few hundred KiB)."""
 
 
 def default_scenario_text() -> str:
@@ -1153,8 +1156,10 @@ def load_scenario(options: Mapping[str, Any]) -> Scenario:
     path = options.get("config")
     text = ""
     if path:
-        try:
-            text = Path(str(path)).read_text(encoding="utf-8")
+        try:  # a regular file only (a FIFO never blocks the backend's open), bounded
+            text = read_capped(Path(str(path)), MAX_SCENARIO_BYTES, follow_symlinks=True).decode("utf-8")
+        except RefusedFile as exc:
+            raise ScenarioError(f"sim config {path}: cannot read: {exc.why}") from None
         except (OSError, UnicodeDecodeError) as exc:
             raise ScenarioError(f"sim config {path}: cannot read: {exc}") from exc
     try:

@@ -40,10 +40,12 @@ _FLAGS = os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
 
 class RefusedFile(OSError):
     """The path is not a regular file (a symlink, FIFO, device, socket, directory) or is over the limit.
+    The message is ``{path}: {why}``; ``why`` alone follows a caller's own ``cannot read {path}: ``.
     ``kind`` says what it is instead ("a FIFO", "a symbolic link", ...; None when it is over the limit)."""
 
-    def __init__(self, code: int, message: str, kind: str | None = None) -> None:
-        super().__init__(code, message)
+    def __init__(self, code: int, path: Path | str, why: str, kind: str | None = None) -> None:
+        super().__init__(code, f"{path}: {why}")
+        self.why = why
         self.kind = kind
 
     def __str__(self) -> str:
@@ -80,7 +82,7 @@ def _open_regular(path: Path, follow_symlinks: bool, max_size: int | None = None
     except OSError as exc:
         if exc.errno == errno.ELOOP and not follow_symlinks:
             raise RefusedFile(
-                errno.ELOOP, f"{path}: is a symbolic link, not followed", "a symbolic link"
+                errno.ELOOP, path, "is a symbolic link, not followed", "a symbolic link"
             ) from None
         raise
     try:
@@ -92,7 +94,7 @@ def _open_regular(path: Path, follow_symlinks: bool, max_size: int | None = None
             again = os.fstat(fd)
             if (again.st_dev, again.st_ino) != (st.st_dev, st.st_ino):
                 os.close(fd)
-                raise RefusedFile(errno.ESTALE, f"{path}: replaced while being opened") from None
+                raise RefusedFile(errno.ESTALE, path, "replaced while being opened") from None
     finally:
         os.close(pfd)
     return _checked(path, fd, max_size)
@@ -100,12 +102,12 @@ def _open_regular(path: Path, follow_symlinks: bool, max_size: int | None = None
 
 def _check(path: Path, st: os.stat_result, max_size: int | None) -> os.stat_result:
     if stat.S_ISLNK(st.st_mode):
-        raise RefusedFile(errno.ELOOP, f"{path}: is a symbolic link, not followed", "a symbolic link")
+        raise RefusedFile(errno.ELOOP, path, "is a symbolic link, not followed", "a symbolic link")
     if not stat.S_ISREG(st.st_mode):
         kind = _kind(st.st_mode)
-        raise RefusedFile(errno.EINVAL, f"{path}: is {kind}, not a regular file", kind)
+        raise RefusedFile(errno.EINVAL, path, f"is {kind}, not a regular file", kind)
     if max_size is not None and st.st_size > max_size:  # refused before reading a byte of it
-        raise RefusedFile(errno.EFBIG, f"{path}: {st.st_size} bytes is over the {max_size}-byte limit")
+        raise RefusedFile(errno.EFBIG, path, f"{st.st_size} bytes is over the {max_size}-byte limit")
     return st
 
 
@@ -154,7 +156,7 @@ def read_capped(path: Path, max_bytes: int, follow_symlinks: bool = False) -> by
     finally:
         os.close(fd)
     if len(data) > max_bytes:  # grew since fstat, or a /proc file
-        raise RefusedFile(errno.EFBIG, f"{path}: over the {max_bytes}-byte limit")
+        raise RefusedFile(errno.EFBIG, path, f"over the {max_bytes}-byte limit")
     return data
 
 
@@ -174,9 +176,7 @@ def replacing(path: Path, binary: bool = False) -> Iterator[IO[Any]]:
     if mode is not None and stat.S_ISDIR(mode):
         raise IsADirectoryError(errno.EISDIR, f"{path}: is a folder")
     if mode is not None and not (stat.S_ISREG(mode) or stat.S_ISLNK(mode)):
-        raise RefusedFile(
-            errno.EINVAL, f"{path}: not a regular file (a device, FIFO or socket): not replaced"
-        )
+        raise RefusedFile(errno.EINVAL, path, "not a regular file (a device, FIFO or socket): not replaced")
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
     while True:
         temporary = path.with_name(f".{path.name}.{secrets.token_hex(6)}.tmp")

@@ -9,12 +9,9 @@ from pathlib import Path
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-import yaml
-
 from xpuwatch.alerts.spec import SEVERITIES
 from xpuwatch.exporter import validation
 from xpuwatch.exporter.credentials import is_bcrypt_hash
-from xpuwatch.exporter.settings import yaml_problem
 
 DEFAULT_LISTEN = ":9852"  # contract: relay default port 9852
 DEFAULT_TIMEZONE = "Asia/Shanghai"
@@ -157,12 +154,7 @@ _TEMPLATE_KEYS = {"title", "alert"}
 def load_settings(path: str | Path, env: Mapping[str, str] | None = None) -> Settings:
     """Read the YAML file at ``path``; relative secret files resolve against its folder. Raises ConfigError."""
     path = Path(path)
-    try:
-        doc = validation.load_yaml(path.read_text(encoding="utf-8"))
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"{path}: invalid YAML: {yaml_problem(exc)}") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"{path}: {exc}") from None
+    doc = validation.yaml_file(path, "--config", ConfigError)
     return parse_settings(doc, base=path.parent, env=os.environ if env is None else env)
 
 

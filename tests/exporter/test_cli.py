@@ -334,7 +334,18 @@ def test_bad_inputs_fail_with_one_line_naming_the_cause(tmp_path: Path) -> None:
     typo.write_text("enable: [nvidiaa]\n")
     broken = tmp_path / "broken.yaml"
     broken.write_text("foo: [unclosed\n")
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)  # nobody writes it: a reader that opens it for reading blocks (run_cli's 60 s timeout)
     cases = [
+        (("serve", "--simulate", "--config", str(fifo)), f"--config: cannot read {fifo}: is a FIFO"),
+        (
+            ("serve", "--simulate", "--sim-config", str(fifo)),
+            f"sim config {fifo}: cannot read: is a FIFO, not a regular file",
+        ),
+        (
+            ("serve", "--simulate", "--web.config.file", str(binary)),
+            f"web.config_file: {binary} is not UTF-8",
+        ),
         (("serve", "--simulate", "--config", str(typo)), "enable: unknown backend 'nvidiaa'"),
         (("serve", "--config", str(broken)), "not valid YAML: line 2, column 1: expected ',' or ']'"),
         (("serve", "--simulate", "--sim-config", str(broken)), "not valid YAML: line 2, column 1: expected"),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import os
 from pathlib import Path
 
 import pytest
@@ -87,6 +88,47 @@ def test_header_fields() -> None:
     for bad_name in ("X-Frame-Options ", "X:Y", "", "X\r\nY", "Ä"):
         with pytest.raises(ValueError, match=r"^h: .* is not an HTTP header name"):
             validation.header_name(bad_name, "h")
+
+
+def test_config_files_are_read_safely_and_each_failure_names_the_option(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One reader for every config file: a FIFO or device named by mistake is refused without blocking
+    (``serve --config`` on a FIFO hung), a binary file is named (a binary web config ended the exporter with a
+    traceback), a symlink is followed (a ConfigMap mount is one), and the size is bounded."""
+    good = tmp_path / "good.yaml"
+    good.write_text("a: yes\nb: true\n")
+    link = tmp_path / "link.yaml"
+    link.symlink_to(good)
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    binary = tmp_path / "bin"
+    binary.write_bytes(b"\x7fELF\x02\x01\xff\xfe")
+    broken = tmp_path / "broken.yaml"
+    broken.write_text("a: [1,\n")
+    # YAML 1.2 booleans for our configs; PyYAML's (1.1) reading for a foreign file, as Go's YAML reads it.
+    assert validation.yaml_file(link, "--config") == {"a": "yes", "b": True}
+    assert validation.yaml_file(good, "--config", foreign=True) == {"a": True, "b": True}
+    cases = [
+        (fifo, f"--config: cannot read {fifo}: is a FIFO, not a regular file"),
+        (Path("/dev/zero"), "--config: cannot read /dev/zero: is a device, not a regular file"),
+        (tmp_path, f"--config: cannot read {tmp_path}: is a directory, not a regular file"),
+        (tmp_path / "missing", f"--config: cannot read {tmp_path / 'missing'}: No such file or directory"),
+        (binary, f"--config: {binary} is not UTF-8 text (invalid start byte at byte 6)"),
+        (
+            broken,
+            f"--config: {broken} is not valid YAML: line 2, column 1: expected the node content, but found",
+        ),
+    ]
+    for path, message in cases:
+        with pytest.raises(ValueError) as err:
+            validation.yaml_file(path, "--config")
+        assert str(err.value).startswith(message), str(err.value)
+    monkeypatch.setattr(validation, "MAX_CONFIG_BYTES", 8)
+    with pytest.raises(
+        ValueError, match=rf"^--config: cannot read {good}: 15 bytes is over the 8-byte limit$"
+    ):
+        validation.yaml_file(good, "--config")
 
 
 def test_secret_text(tmp_path: Path) -> None:

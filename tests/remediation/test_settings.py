@@ -117,7 +117,10 @@ def test_errors_name_the_key(raw: object, msg: str) -> None:
 
 def test_bad_yaml(tmp_path: Path) -> None:
     (tmp_path / "c.yaml").write_text("rules: [")
-    with pytest.raises(ConfigError, match="invalid YAML"):
+    with pytest.raises(
+        ConfigError,
+        match=r"^--config: .*/c.yaml is not valid YAML: line 1, column 9: expected the node content",
+    ):
         load(tmp_path / "c.yaml")
 
 
