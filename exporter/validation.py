@@ -210,12 +210,7 @@ def header_value(value: Any, key: str, error: type[ValueError] = ValueError) -> 
 def secret_text(path: Path, key: str, error: type[ValueError] = ValueError) -> str:
     """The stripped text of a token/secret/URL file. Unreadable, not UTF-8 or empty (only whitespace)
     raises ``error``: an empty file would silently mean "no token" or "unsigned"."""
-    try:
-        text = path.read_text(encoding="utf-8").strip()
-    except OSError as exc:
-        raise error(f"{key}: cannot read {path}: {exc.strerror or exc}") from None
-    except UnicodeDecodeError as exc:
-        raise error(f"{key}: {path} is not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+    text = config_text(path, key, error).strip()
     if not text:
         raise error(f"{key}: {path} is empty")
     return text

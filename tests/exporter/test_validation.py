@@ -142,3 +142,6 @@ def test_secret_text(tmp_path: Path) -> None:
         validation.secret_text(tmp_path / "b", "k")
     with pytest.raises(ValueError, match=r"^k: cannot read .*/missing: No such file"):
         validation.secret_text(tmp_path / "missing", "k")
+    os.mkfifo(tmp_path / "fifo")  # a token "file" nobody writes: refused, never waited on
+    with pytest.raises(ValueError, match=r"^k: cannot read .*/fifo: is a FIFO, not a regular file$"):
+        validation.secret_text(tmp_path / "fifo", "k")
