@@ -480,7 +480,11 @@ def run_serve(args: argparse.Namespace) -> int:
         return _fail(f"config error: {exc}")
     if not names:
         log.warning("no backend enabled: no accelerator found (try --simulate, or --backend NAME)")
-    server = Server(asm.cache, asm.poller, settings.web, web_config, clocks.wall)
+    sims = [
+        b for b in asm.backends if isinstance(b, SimBackend) and b.scenario.timeline_start == "first_scrape"
+    ]
+    on_scrape = sims[0].begin if sims else None
+    server = Server(asm.cache, asm.poller, settings.web, web_config, clocks.wall, on_scrape=on_scrape)
     try:
         asyncio.run(_serve(server, asm))
     except OSError as exc:

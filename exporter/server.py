@@ -80,7 +80,9 @@ def ssl_context(tls: TLSSettings) -> ssl.SSLContext:
 class Server:
     """The exporter's HTTP server over one exposition cache and one poller.
 
-    ``clock`` (Unix seconds) is the same one the poller uses, for /readyz freshness.
+    ``clock`` (Unix seconds) is the same one the poller uses, for /readyz freshness. ``on_scrape`` is called
+    (on the event loop, before the answer) at every /metrics request: the simulator starts a held timeline
+    there (``SimBackend.begin``); it must return at once.
     """
 
     def __init__(
@@ -91,8 +93,10 @@ class Server:
         web_config: WebConfig,
         clock: Callable[[], float],
         guard: ConnectionGuard | None = None,
+        on_scrape: Callable[[], None] | None = None,
     ) -> None:
         self.cache = cache
+        self.on_scrape = on_scrape
         self.poller = poller
         self.settings = web_settings
         self.web_config = web_config
@@ -144,6 +148,8 @@ class Server:
         return await handler(request)
 
     async def metrics(self, request: web.Request) -> web.StreamResponse:
+        if self.on_scrape is not None:
+            self.on_scrape()
         accept = request.headers.get("Accept", "")
         encoding = request.headers.get("Accept-Encoding", "")
         cached = self.cache.peek(accept, encoding)

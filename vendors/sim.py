@@ -334,16 +334,21 @@ class TimelineEvent:
 
 @dataclass(frozen=True)
 class Scenario:
-    """A parsed scenario: fleet, timeline (sorted by ``at``), seed, node and poll interval (seconds)."""
+    """A parsed scenario: fleet, timeline (sorted by ``at``), seed, node and poll interval (seconds).
+    ``timeline_start``: ``start`` (the timeline's ``at`` counts from the backend's start) or ``first_scrape``
+    (the fleet holds its state at 0 until the exporter's first scrape, then the timeline runs: Prometheus
+    sees every fault step from its first sample, however late it scrapes first)."""
 
     seed: int = 42
     node: str = DEFAULT_NODE
     poll_interval: float = 1.0
     fleet: tuple[FleetEntry, ...] = ()
     timeline: tuple[TimelineEvent, ...] = ()
+    timeline_start: str = "start"
 
 
 DEFAULT_SCENARIO_FILE = "sim_default.yaml"
+TIMELINE_STARTS = ("start", "first_scrape")
 MAX_SCENARIO_BYTES = 16 * MIB
 """The largest --sim-config read (a scenario of thousands of devices is a few hundred KiB)."""
 
@@ -378,7 +383,7 @@ def parse_scenario(text: str, defaults: Scenario | None = None) -> Scenario:
         raise ScenarioError(
             "scenario must be a mapping of keys (seed, node, poll_interval, devices, timeline)"
         )
-    unknown = set(doc) - {"seed", "node", "poll_interval", "devices", "timeline"}
+    unknown = set(doc) - {"seed", "node", "poll_interval", "devices", "timeline", "timeline_start"}
     if unknown:
         raise ScenarioError(f"unknown scenario key(s): {', '.join(sorted(map(str, unknown)))}")
     base = defaults if defaults is not None else _builtin_default()
@@ -396,7 +401,12 @@ def parse_scenario(text: str, defaults: Scenario | None = None) -> Scenario:
         fleet, timeline = base.fleet, base.timeline
     if "timeline" in doc:
         timeline = _parse_timeline(doc["timeline"])
-    scenario = Scenario(seed=seed, node=node, poll_interval=interval, fleet=fleet, timeline=timeline)
+    start = doc.get("timeline_start", base.timeline_start)
+    if start not in TIMELINE_STARTS:
+        raise ScenarioError(f"timeline_start: one of {', '.join(TIMELINE_STARTS)}, got {start!r}")
+    scenario = Scenario(
+        seed=seed, node=node, poll_interval=interval, fleet=fleet, timeline=timeline, timeline_start=start
+    )
     devices = fleet_devices(scenario)
     for i, ev in enumerate(scenario.timeline):
         dev = _select(devices, ev, f"timeline[{i}].device")
@@ -1076,6 +1086,8 @@ class SimBackend:
         self.scenario = scenario
         self._clock = clock
         self.start = clock()
+        # Held at 0 until ``begin`` (scenario timeline_start: first_scrape); the exporter calls it on a scrape.
+        self._held = scenario.timeline_start == "first_scrape"
         self._closed = threading.Event()
         self._event_times = [ev.at for ev in scenario.timeline]
         self._pods_cache: tuple[int, Mapping[str, tuple[SimPod, ...]]] | None = None
@@ -1090,7 +1102,17 @@ class SimBackend:
         self._reassigned: tuple[int, tuple[tuple[str, int], ...]] | None = None
 
     def elapsed(self) -> float:
+        """Seconds into the timeline: 0 while held (``timeline_start: first_scrape`` before ``begin``)."""
+        if self._held:
+            return 0.0
         return max(0.0, self._clock() - self.start)
+
+    def begin(self) -> None:
+        """Start a held timeline now (the exporter's first scrape); later calls, or a timeline that was not
+        held, change nothing. Any thread (one bool written once)."""
+        if self._held:
+            self.start = self._clock()
+            self._held = False
 
     def open(self) -> None:
         self._closed.clear()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+import urllib.request
 from pathlib import Path
 
 from prometheus_client.parser import text_string_to_metric_families
@@ -102,3 +104,35 @@ def test_openmetrics_exposition_of_the_default_fleet_parses(tmp_path: Path) -> N
     assert fams["accelerator_utilization_ratio"].unit == "ratio"
     # 13 holders of the GPU/NPU devices and slices, one per domestic card (310P3, K100, MLU, S60, R200, S4000)
     assert len(fams["accelerator_allocated"].samples) == 19
+
+
+def test_a_held_timeline_starts_at_the_exporters_first_scrape(tmp_path: Path, start_exporter) -> None:  # type: ignore[no-untyped-def]
+    """The real exporter calls SimBackend.begin on its first /metrics: served after the fault's time has
+    passed since start, the first scrape still shows the counter at 0, and the fault follows as a step."""
+    from tests.exporter.conftest import wait_ready
+
+    cfg = tmp_path / "s.yaml"
+    cfg.write_text(
+        "timeline_start: first_scrape\ndevices: [{model: NVIDIA A100-SXM4-80GB, count: 1}]\n"
+        "timeline: [{at: 1, device: '0', fault: ecc_uncorrectable}]\n"
+    )
+    exp = start_exporter("--simulate", "--sim-config", str(cfg))
+    wait_ready(exp)
+    time.sleep(2)  # past the fault's time since start: without the hold the first scrape would show it
+
+    def uncorrected() -> float:
+        with urllib.request.urlopen(exp.url + "/metrics", timeout=30) as r:
+            text = r.read().decode()
+        (value,) = (
+            s.value
+            for fam in text_string_to_metric_families(text)
+            for s in fam.samples
+            if s.name == "accelerator_ecc_errors_total" and s.labels["type"] == "uncorrected"
+        )
+        return float(value)
+
+    assert uncorrected() == 0.0
+    deadline = time.monotonic() + 60  # a bound for a loaded machine: the fault lands a second in
+    while uncorrected() == 0.0 and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert uncorrected() == 1.0

@@ -186,6 +186,31 @@ class Clock:
         return self.t
 
 
+def test_a_timeline_held_for_the_first_scrape_starts_when_begun() -> None:
+    """``timeline_start: first_scrape``: the fleet stays at its state at 0 however long the exporter waits
+    for its first scrape, so Prometheus's first sample shows the ECC counter at 0 and the fault as a step."""
+    doc = (
+        "timeline_start: first_scrape\ndevices: [{model: NVIDIA A100-SXM4-80GB, count: 1}]\n"
+        "timeline: [{at: 10, device: '0', fault: ecc_uncorrectable}]\n"
+    )
+    clock = Clock(1000.0)
+    b = sim.SimBackend(sim.parse_scenario(doc), clock)
+    b.open()
+    clock.t = 1600.0  # ten minutes without a scrape
+    assert b.elapsed() == 0.0 and b.sample()[0].ecc_errors["uncorrected"] == 0
+    b.begin()  # the first scrape
+    clock.t = 1609.0
+    assert b.elapsed() == 9.0 and b.sample()[0].ecc_errors["uncorrected"] == 0
+    b.begin()  # every later scrape: nothing moves
+    clock.t = 1611.0
+    assert b.elapsed() == 11.0 and b.sample()[0].ecc_errors["uncorrected"] == 1
+    # The default starts the timeline with the backend, and begin() leaves it there.
+    plain = sim.SimBackend(sim.parse_scenario(doc.replace("first_scrape", "start")), Clock(1000.0))
+    plain._clock = lambda: 1011.0  # type: ignore[method-assign]
+    plain.begin()
+    assert plain.elapsed() == 11.0
+
+
 def test_hung_backend_blocks_sample_until_cleared_or_closed() -> None:
     sc = sim.parse_scenario(
         """
@@ -332,6 +357,7 @@ def test_reassigned_resources_follow_the_timeline_though_computed_once_per_event
             "devices: [{model: AMD Instinct MI300X, count: 3}]",
             "devices[0].count: AMD Instinct MI300X is listed as 2 logical GPUs per card",
         ),
+        ("timeline_start: boot", "timeline_start: one of start, first_scrape, got 'boot'"),
         ("[1, 2]", "scenario must be a mapping"),
         ("a: [", "scenario is not valid YAML"),
     ],
