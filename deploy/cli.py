@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -21,6 +22,14 @@ def add_commands(sub: Any) -> None:
     )
     demo.add_argument(
         "--duration", type=float, metavar="SECONDS", help="stop this many seconds after the stack is ready"
+    )
+    demo.add_argument(
+        "--until",
+        action="append",
+        default=[],
+        metavar="REGEX",
+        help="stop once a printed line (source, then the text; a chat message whole) has matched each REGEX "
+        "(repeatable; --duration bounds the wait): scripted runs that end when the story is told",
     )
     demo.add_argument(
         "--scenario", type=Path, metavar="FILE", help="simulator scenario YAML (default: packaged)"
@@ -55,6 +64,12 @@ def run(args: argparse.Namespace) -> int:
     if args.duration is not None and args.duration <= 0:
         print("xpuwatch demo: --duration must be positive", file=sys.stderr)
         return 2
+    for pattern in args.until:
+        try:
+            re.compile(pattern)
+        except re.error as exc:
+            print(f"xpuwatch demo: --until {pattern!r}: not a regular expression: {exc}", file=sys.stderr)
+            return 2
     return main(
         Options(
             scenario=args.scenario,
@@ -68,5 +83,6 @@ def run(args: argparse.Namespace) -> int:
             alertmanager_bin=args.alertmanager_bin,
             spec=args.spec,
             keep_workdir=args.keep_workdir,
+            until=tuple(args.until),
         )
     )

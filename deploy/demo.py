@@ -23,6 +23,7 @@ import importlib.resources
 import importlib.util
 import json
 import os
+import re
 import secrets
 import shutil
 import signal
@@ -91,6 +92,7 @@ class Options:
     alertmanager_bin: str | None = None
     spec: Path = DEFAULT_SPEC_PATH
     keep_workdir: bool = False
+    until: tuple[str, ...] = ()  # regexes: stop once a printed line matched each (--duration bounds it)
 
 
 def find_binary(kind: str, override: str | None) -> str:
@@ -154,7 +156,13 @@ def load_demo_scenario(path: Path | None) -> tuple[str, Scenario]:
             )
         else:
             text = path.read_text(encoding="utf-8")
-        return text, parse_scenario(text)
+        scenario = parse_scenario(text)
+        if scenario.timeline_start == "start" and "timeline_start" not in (yaml.safe_load(text) or {}):
+            # The story runs from Prometheus's first scrape, however slowly the stack came up: a fault
+            # before it would be a counter first seen at 1, which increase() never sees.
+            text = yaml.safe_dump({**(yaml.safe_load(text) or {}), "timeline_start": "first_scrape"})
+            scenario = parse_scenario(text)
+        return text, scenario
     except (OSError, UnicodeDecodeError) as exc:
         raise DemoError(f"scenario {path}: {exc}", 2) from None
     except ScenarioError as exc:
@@ -403,6 +411,17 @@ async def run(opts: Options, console: Console | None = None) -> int:
         if not stop.is_set():
             reason.append(why)
             stop.set()
+
+    awaited = [re.compile(p, re.S) for p in opts.until]
+
+    def seen(line: str) -> None:
+        """Strike each --until pattern the line matches; stop once none is left."""
+        if awaited:
+            awaited[:] = [p for p in awaited if not p.search(line)]
+            if not awaited:
+                request_stop("every --until pattern seen")
+
+    console.on_line = seen
 
     loop = asyncio.get_running_loop()
     for sig in STOP_SIGNALS:

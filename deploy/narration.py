@@ -14,7 +14,7 @@ import json
 import re
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -42,6 +42,7 @@ class Console:
     first: dict[str, float] = field(default_factory=dict)
     counts: dict[str, int] = field(default_factory=dict)
     first_hardware_alert: float | None = None
+    on_line: Callable[[str], None] | None = None  # each line as printed: "source  head\n| rest..."
 
     def elapsed(self) -> float:
         return time.monotonic() - self.started
@@ -58,6 +59,8 @@ class Console:
         # The terminal hung up (EIO) or the pipe closed: the narration is lost, the cleanup goes on.
         with contextlib.suppress(OSError):
             print(f"{now:%H:%M:%S} {t:+7.1f}s  {source:<12}{head}{body}", file=self.out, flush=True)
+        if self.on_line is not None:
+            self.on_line(f"{source:<12}{text}")
 
 
 def clip(line: str, limit: int = MAX_LINE) -> str:

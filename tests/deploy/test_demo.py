@@ -18,8 +18,10 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 
-# Two A100s: a training job and an idle notebook; an uncorrectable ECC error 10 s in (after Prometheus'
-# first scrape, so the counter's step from 0 to 1 is seen as an increase).
+# Two A100s: a training job and an idle notebook; an uncorrectable ECC error 10 s in. The demo runs the
+# timeline from Prometheus's first scrape (timeline_start: first_scrape, its default), so the counter's step
+# from 0 to 1 is an increase however slowly the stack came up (once, under load, the stack was ready after
+# 13 s, the fault had happened before the first scrape, and no ECC alert fired).
 SHORT_SCENARIO = """\
 seed: 7
 node: demo-node
@@ -30,9 +32,20 @@ timeline:
   - {at: 0, device: "nvidia/1", profile: idle_notebook, pod: {namespace: ml-team, pod: jupyter-alice, container: notebook, workload_kind: notebook, owner: alice}}
   - {at: 10, device: "nvidia/0", fault: ecc_uncorrectable}
 """
-# Seconds after the stack is ready: IdleNotebook fires 15 s after the first scrape and waits 5 s for
-# its group; the ECC message comes about 10 s in.
-DURATION = 35
+# The demo stops once every line the test looks for was printed (--until); DURATION only bounds a broken
+# run. On a quiet machine the story is told about 35 s after the stack is ready: IdleNotebook fires 15 s
+# after the first scrape and waits 5 s for its group; the ECC message comes about 10 s in.
+DURATION = 300
+STORY = (
+    r"^WeCom\s+## \[FIRING:1\] AcceleratorEccUncorrectable demo-node",
+    r"^Feishu\s+\[FIRING:1\] AcceleratorIdleNotebook ml-team",
+    r"^remediation\s+decision drain start node/demo-node \[\w+\]: allowed \(dry-run\)",
+    r"^remediation\s+decision drain start node/demo-node \[\w+\]: refused \(cooldown\)",
+    r"^remediation\s+decision reclaim notify pod/ml-team/jupyter-alice \[AcceleratorIdleNotebook\]: allowed",
+    r"^remediation\s+dry-run drain start -> ok: would start drain on node/demo-node",
+    r"^WeCom\s.*XpuwatchRemediationNotice.*would start drain on node/demo-node",
+    r"^Feishu\s.*XpuwatchRemediationNotice.*would notify reclaim on pod/ml-team/jupyter-alice",
+)
 NEEDS_TOOLS = pytest.mark.skipif(
     not (shutil.which("prometheus") and shutil.which("prometheus-alertmanager")),
     reason="Debian's prometheus and prometheus-alertmanager are required",
@@ -75,9 +88,13 @@ def test_demo_delivers_hardware_and_performance_messages_and_cleans_up(tmp_path:
     scenario.write_text(SHORT_SCENARIO, encoding="utf-8")
     tmp = tmp_path / "tmp"
     tmp.mkdir()
-    res = demo(["--duration", str(DURATION), "--scenario", str(scenario)], tmp, timeout=DURATION + 120)
+    until = [arg for pattern in STORY for arg in ("--until", pattern)]
+    res = demo(
+        ["--duration", str(DURATION), "--scenario", str(scenario), *until], tmp, timeout=DURATION + 120
+    )
     out = res.stdout
     assert res.returncode == 0, out + res.stderr
+    assert "stopping (every --until pattern seen)" in out, out
 
     wecom, feishu, remediation = blocks(out, "WeCom"), blocks(out, "Feishu"), blocks(out, "remediation")
     ecc = [m for m in wecom if m.startswith("## [FIRING:1] AcceleratorEccUncorrectable demo-node")]
@@ -146,6 +163,28 @@ def test_bad_scenario_is_refused_with_the_key(tmp_path: Path) -> None:
     res = demo(["--scenario", str(bad)], tmp_path, timeout=120)
     assert res.returncode == 2
     assert "timeline[0].fault" in res.stderr
+
+
+def test_a_bad_until_pattern_is_refused_before_anything_starts(tmp_path: Path) -> None:
+    res = demo(["--until", "AcceleratorEcc[", "--duration", "1"], tmp_path, timeout=120)
+    assert res.returncode == 2 and list(tmp_path.iterdir()) == []
+    assert res.stderr.startswith("xpuwatch demo: --until 'AcceleratorEcc[': not a regular expression: ")
+
+
+def test_the_story_runs_from_the_first_scrape_unless_the_scenario_says_otherwise(tmp_path: Path) -> None:
+    from xpuwatch.deploy.demo import load_demo_scenario
+    from xpuwatch.vendors.sim import parse_scenario
+
+    packaged_text, packaged = load_demo_scenario(None)
+    assert packaged.timeline_start == "first_scrape" and "timeline_start: first_scrape" in packaged_text
+    mine = tmp_path / "mine.yaml"
+    mine.write_text(SHORT_SCENARIO, encoding="utf-8")
+    text, scenario = load_demo_scenario(mine)
+    assert scenario.timeline_start == "first_scrape"
+    assert scenario.timeline == parse_scenario(SHORT_SCENARIO).timeline and len(scenario.timeline) == 3
+    assert "timeline_start: first_scrape" in text  # the file the exporter is given says it too
+    mine.write_text("timeline_start: start\n" + SHORT_SCENARIO, encoding="utf-8")
+    assert load_demo_scenario(mine)[1].timeline_start == "start"
 
 
 def pids_and_workdir(out: str) -> tuple[dict[int, str], Path]:
