@@ -38,13 +38,14 @@ SCENARIO = {
     "seed": 7,
     "node": "sim-node-1",
     "poll_interval": 1,
+    "timeline_start": "first_scrape",  # at = seconds after Prometheus's first scrape
     "devices": [{"vendor": "nvidia", "model": "NVIDIA A100-SXM4-80GB", "count": 4}],
     "timeline": [
         {"at": 0, "device": "0", "profile": "training"},
         {"at": 0, "device": "1", "profile": "training"},
         {"at": 0, "device": "2", "profile": "training"},
         {"at": 0, "device": "3", "profile": "training"},
-        # late enough for Prometheus to have scraped the counters at 0 first (increase needs two samples)
+        # after Prometheus's first scrape saw the counters at 0 (increase needs two samples)
         {"at": 15, "device": "0", "fault": "ecc_uncorrectable"},
         {"at": 15, "device": "1", "fault": "xid:48"},
         {"at": 15, "device": "2", "fault": "xid:13"},
@@ -147,7 +148,8 @@ def _stack(
             stderr=subprocess.DEVNULL,
         )
         procs.append(exporter)
-        _wait(f"http://127.0.0.1:{exporter_port}/metrics", exporter, "exporter")
+        # /readyz, not /metrics: the first scrape starts the timeline, and it must be Prometheus's.
+        _wait(f"http://127.0.0.1:{exporter_port}/readyz", exporter, "exporter")
         prom = subprocess.Popen(
             [
                 "prometheus",

@@ -44,7 +44,7 @@ ENV = {**os.environ, "PYTHONPATH": str(ROOT)}
 RULES = ROOT / "alerts" / "generated" / "rules.yml"
 CLUSTER = "sim-cluster"
 FAULT_AT = (
-    12  # seconds after exporter start: Prometheus has scraped the counters at 0 by then, even on slow CI
+    12  # seconds after Prometheus's first scrape (timeline_start: first_scrape): it saw the counters at 0
 )
 FAULTS = [
     # hardware: uncorrectable ECC (+ XID 48, pending row remap, memory health failed) on the training A100
@@ -132,6 +132,7 @@ class Prom:
 def _scenario() -> dict[str, Any]:
     doc = yaml.safe_load(default_scenario_text())
     doc["timeline"] = [*doc["timeline"], *FAULTS]
+    doc["timeline_start"] = "first_scrape"
     return doc  # type: ignore[no-any-return]
 
 
@@ -212,7 +213,8 @@ def stack(
                 stderr=subprocess.DEVNULL,
             )
             procs.append(exporter)
-            _wait(f"http://127.0.0.1:{exporter_port}/metrics", exporter, "exporter")
+            # /readyz, not /metrics: the first scrape starts the timeline, and it must be Prometheus's.
+            _wait(f"http://127.0.0.1:{exporter_port}/readyz", exporter, "exporter")
             yield Prom(f"http://127.0.0.1:{prom_port}")
         finally:
             for p in reversed(procs):

@@ -278,7 +278,9 @@ async def _until(pred: Any, timeout: float, what: str, diagnose: Any) -> None:
         await asyncio.sleep(0.25)
 
 
-FAULT_AT = 8.0  # the simulated card's uncorrectable ECC error: after Prometheus has scraped the counter at 0
+FAULT_AT = (
+    8.0  # the simulated card's uncorrectable ECC error, after Prometheus's first scrape saw the counter at 0
+)
 ROBOTS = {1: {"ops-dingtalk": "ops"}, 2: {"ops-dingtalk": "ops", "team-dingtalk": "team"}}  # channel: token
 
 
@@ -402,6 +404,7 @@ async def test_the_guide_end_to_end_an_alert_and_the_test_page_reach_dingtalk_th
             "seed": 5,
             "node": "gpu01",
             "poll_interval": 1,
+            "timeline_start": "first_scrape",  # the fault is a step Prometheus sees, however late it scrapes
             "devices": [{"vendor": "nvidia", "model": "NVIDIA A100-SXM4-80GB", "count": 4}],
             "timeline": [{"at": FAULT_AT, "device": "nvidia/1", "fault": "ecc_uncorrectable"}],
         }

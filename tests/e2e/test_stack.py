@@ -42,10 +42,13 @@ pytestmark = [
         reason="Debian prometheus and prometheus-alertmanager are required",
     ),
 ]
-FAULT_AT = 8.0  # seconds after the exporter starts: Prometheus has scraped the counters at 0 by then
+FAULT_AT = (
+    8.0  # seconds after Prometheus's first scrape (timeline_start: first_scrape): it saw the counters at 0
+)
 # The default sim fleet: bob's idle notebook is a MIG slice on the A100 nvidia/0; alice's idle notebook holds
 # the RTX 4090 nvidia/2. The ECC fault lands on the A100, so bob's notebook alert is inhibited, alice's is not.
 SCENARIO = yaml.safe_load(default_scenario_text())
+SCENARIO["timeline_start"] = "first_scrape"
 SCENARIO["timeline"] = [
     *SCENARIO["timeline"],
     {"at": FAULT_AT, "device": "nvidia/0", "fault": "ecc_uncorrectable"},
