@@ -45,6 +45,7 @@ from xpuwatch.deploy import demo_config as cfg
 from xpuwatch.deploy.narration import AlertWatch, Console, readable, tail_audit, watch_alerts
 from xpuwatch.deploy.standin_bots import BotMessage, ChatBots
 from xpuwatch.deploy.standin_kube import KubeStandIn, scenario_objects
+from xpuwatch.exporter import validation
 from xpuwatch.vendors.sim import Scenario, ScenarioError, parse_scenario
 
 SCENARIO_RESOURCE = "demo_scenario.yaml"
@@ -155,7 +156,7 @@ def load_demo_scenario(path: Path | None) -> tuple[str, Scenario]:
                 .read_text(encoding="utf-8")
             )
         else:
-            text = path.read_text(encoding="utf-8")
+            text = validation.config_text(path, "--scenario")
         scenario = parse_scenario(text)
         if scenario.timeline_start == "start" and "timeline_start" not in (yaml.safe_load(text) or {}):
             # The story runs from Prometheus's first scrape, however slowly the stack came up: a fault
@@ -163,10 +164,12 @@ def load_demo_scenario(path: Path | None) -> tuple[str, Scenario]:
             text = yaml.safe_dump({**(yaml.safe_load(text) or {}), "timeline_start": "first_scrape"})
             scenario = parse_scenario(text)
         return text, scenario
-    except (OSError, UnicodeDecodeError) as exc:
+    except (OSError, UnicodeDecodeError) as exc:  # the packaged scenario
         raise DemoError(f"scenario {path}: {exc}", 2) from None
     except ScenarioError as exc:
         raise DemoError(f"scenario {path or SCENARIO_RESOURCE}: {exc}", 2) from None
+    except ValueError as exc:  # --scenario unreadable, not a regular file or not UTF-8 (config_text)
+        raise DemoError(str(exc), 2) from None
 
 
 def requested_ports(opts: Options) -> dict[str, int]:

@@ -9,8 +9,9 @@ with a message that starts with the key: ``backends.nvml.interval: must be a num
 Sources: header fields follow RFC 9110 section 5 (a field name is a ``token``; a field value holds no CR,
 LF, NUL or other control character but HTAB); URLs are parsed with ``urllib.parse.urlsplit``.
 
-Every config file (the services' configs, web configs, alert specs, the simulator's scenario, a user's
-scrape or Alertmanager config) is read by ``config_text``/``yaml_file``: a regular file only (a FIFO or
+Every config file (the services' configs, web configs, token and secret files, alert specs, the demo's
+scenario, a user's scrape or Alertmanager config) is read by ``config_text``/``yaml_file`` (the simulator's
+scenario, in the vendors layer, through the same ``read_capped``): a regular file only (a FIFO or
 device named by mistake is refused without blocking), at most ``MAX_CONFIG_BYTES``, UTF-8, and each
 failure says which option or key named the file.
 """
@@ -62,7 +63,7 @@ _Yaml12Loader.add_implicit_resolver(
 
 
 MAX_CONFIG_BYTES = 16 * MIB
-"""The largest config file read: far above any real one (the shipped spec is 20 KiB; a large
+"""The largest config file read: far above any real one (the shipped spec is 37 KiB; a large
 Alertmanager config a few hundred KiB), small enough that a wrong path (a log, an image) is refused by its
 size instead of being parsed."""
 

@@ -163,6 +163,11 @@ def test_bad_scenario_is_refused_with_the_key(tmp_path: Path) -> None:
     res = demo(["--scenario", str(bad)], tmp_path, timeout=120)
     assert res.returncode == 2
     assert "timeline[0].fault" in res.stderr
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)  # nobody writes it: refused, never waited on
+    res = demo(["--scenario", str(fifo)], tmp_path, timeout=120)
+    assert res.returncode == 2
+    assert res.stderr == f"xpuwatch demo: --scenario: cannot read {fifo}: is a FIFO, not a regular file\n"
 
 
 def test_a_bad_until_pattern_is_refused_before_anything_starts(tmp_path: Path) -> None:
