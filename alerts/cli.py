@@ -236,7 +236,9 @@ def _test_page(args: argparse.Namespace) -> int:
             raise SpecError("give --alertmanager-url, --relay-url or both")
         token = ""
         if args.relay_credentials_file:
-            token = Path(args.relay_credentials_file).read_text(encoding="utf-8").strip()
+            token = validation.secret_text(
+                Path(args.relay_credentials_file), "--relay-credentials-file", SpecError
+            )
         if args.timeout < 0:
             raise SpecError("--timeout: must be at least 0")
     except OSError as exc:

@@ -238,10 +238,7 @@ def _channel(name: str, doc: Any, base: Path, env: Mapping[str, str]) -> Channel
             raise ConfigError(f"{where}: give templates.{tname} or template_files.{tname}, not both")
         tpath = Path(str(fname))
         tpath = tpath if tpath.is_absolute() else base / tpath
-        try:
-            templates[tname] = tpath.read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as exc:
-            raise ConfigError(f"{where}.template_files.{tname}: cannot read {tpath}: {exc}") from None
+        templates[tname] = validation.config_text(tpath, f"{where}.template_files.{tname}", ConfigError)
         origins[tname] = str(tpath)
     keyword = str(doc.get("keyword", ""))
     if keyword and kind not in SIGNED_TYPES:
