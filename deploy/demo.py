@@ -46,6 +46,7 @@ from xpuwatch.deploy.narration import AlertWatch, Console, readable, tail_audit,
 from xpuwatch.deploy.standin_bots import BotMessage, ChatBots
 from xpuwatch.deploy.standin_kube import KubeStandIn, scenario_objects
 from xpuwatch.exporter import validation
+from xpuwatch.remediation.notice import NOTICE_ALERTNAME
 from xpuwatch.vendors.sim import Scenario, ScenarioError, parse_scenario
 
 SCENARIO_RESOURCE = "demo_scenario.yaml"
@@ -341,8 +342,11 @@ def write_files(
     the rules and routes were built from. DemoError(2) for a bad spec."""
     try:
         spec = cfg.demo_spec(load_spec(spec_path))
-    except (SpecError, OSError) as exc:
-        raise DemoError(f"alert spec {spec_path}: {exc}", 2) from None
+    except (SpecError, OSError) as exc:  # a read error names --spec and the file already
+        text = str(exc)
+        raise DemoError(
+            text if text.startswith("--spec: ") else f"alert spec {spec_path}: {text}", 2
+        ) from None
     for d in (files.logs, files.prometheus_data, files.alertmanager_data, files.relay_token.parent):
         d.mkdir(parents=True, exist_ok=True)
     files.relay_token.parent.chmod(0o700)
@@ -440,6 +444,14 @@ async def run(opts: Options, console: Console | None = None) -> int:
 
     def on_message(msg: BotMessage) -> None:
         console.line("WeCom" if msg.platform == "wecom" else "Feishu", readable(msg))
+        # The controller's dry-run notices reach WeCom too (a drain's notice follows its alert's category),
+        # sometimes before the alert's own message: the headline figure is the alert's.
+        if (
+            msg.platform == "wecom"
+            and console.first_hardware_message is None
+            and NOTICE_ALERTNAME not in msg.text
+        ):
+            console.first_hardware_message = console.elapsed()
 
     bots = ChatBots(secrets.token_hex(16), secrets.token_hex(16), on_message)
     kube = KubeStandIn(scenario_objects(scenario))
@@ -513,10 +525,10 @@ async def run(opts: Options, console: Console | None = None) -> int:
 
 def summary(console: Console) -> str:
     """Message counts and the headline figures: seconds from start to the first hardware alert (as
-    Prometheus saw it) and to the first hardware message (WeCom)."""
+    Prometheus saw it) and to the first hardware message (an alert's WeCom message, not a controller notice)."""
     n = {k: console.counts.get(k, 0) for k in ("WeCom", "Feishu", "remediation")}
     text = f"{n['WeCom']} WeCom and {n['Feishu']} Feishu messages, {n['remediation']} remediation lines"
-    first_alert, first_msg = console.first_hardware_alert, console.first.get("WeCom")
+    first_alert, first_msg = console.first_hardware_alert, console.first_hardware_message
     if first_alert is not None:
         text += f"; first hardware alert active at +{first_alert:.1f} s"
     if first_msg is not None:

@@ -42,6 +42,9 @@ class Console:
     first: dict[str, float] = field(default_factory=dict)
     counts: dict[str, int] = field(default_factory=dict)
     first_hardware_alert: float | None = None
+    first_hardware_message: float | None = (
+        None  # the first WeCom message of an alert, not a controller notice
+    )
     on_line: Callable[[str], None] | None = None  # each line as printed: "source  head\n| rest..."
 
     def elapsed(self) -> float:

@@ -21,13 +21,16 @@ import aiohttp
 from .progress import stamp
 from .settings import Settings
 
+NOTICE_ALERTNAME = "XpuwatchRemediationNotice"
+"""The alertname of the controller's notices (dry-run decisions, drains started), as the chats show it."""
+
 
 def payload(labels: Mapping[str, str], summary: str, description: str, now: datetime) -> dict[str, object]:
     """Build the v4 webhook body (shape: prometheus.io/docs/alerting/latest/configuration/#webhook_config).
     ``labels`` override the defaults: callers pass the triggering alert's ``category`` (hardware or
     performance), which the relay's channels and silence links key on; ``performance`` when none."""
     lab = {
-        "alertname": "XpuwatchRemediationNotice",
+        "alertname": NOTICE_ALERTNAME,
         "category": "performance",
         "severity": "info",
         "action": "none",

@@ -315,3 +315,16 @@ def test_components_listen_on_loopback_in_start_order(tmp_path: Path) -> None:
         "http://127.0.0.1:19853/readyz",
         "http://127.0.0.1:19851/readyz",
     ]
+
+
+def test_the_headline_counts_the_alerts_message_not_the_controllers_notice() -> None:
+    """The dry-run drain notice can reach WeCom before the alert's own message: the summary's first
+    hardware message is the alert's."""
+    from xpuwatch.deploy.demo import summary
+
+    console = Console(out=io.StringIO())
+    console.first["WeCom"] = 26.9  # the notice
+    console.first_hardware_alert = 27.1
+    assert "first hardware message" not in summary(console)
+    console.first_hardware_message = 27.6
+    assert summary(console).endswith("; first hardware message at +27.6 s (0.5 s after the alert)")
