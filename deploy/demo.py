@@ -32,7 +32,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -158,12 +158,13 @@ def load_demo_scenario(path: Path | None) -> tuple[str, Scenario]:
             )
         else:
             text = validation.config_text(path, "--scenario")
-        scenario = parse_scenario(text)
-        if scenario.timeline_start == "start" and "timeline_start" not in (yaml.safe_load(text) or {}):
+        scenario = parse_scenario(text)  # first: its errors name the key
+        doc = yaml.safe_load(text) or {}
+        if "timeline_start" not in doc:
             # The story runs from Prometheus's first scrape, however slowly the stack came up: a fault
             # before it would be a counter first seen at 1, which increase() never sees.
-            text = yaml.safe_dump({**(yaml.safe_load(text) or {}), "timeline_start": "first_scrape"})
-            scenario = parse_scenario(text)
+            text = yaml.safe_dump({**doc, "timeline_start": "first_scrape"})
+            scenario = replace(scenario, timeline_start="first_scrape")
         return text, scenario
     except (OSError, UnicodeDecodeError) as exc:  # the packaged scenario
         raise DemoError(f"scenario {path}: {exc}", 2) from None
@@ -342,11 +343,8 @@ def write_files(
     the rules and routes were built from. DemoError(2) for a bad spec."""
     try:
         spec = cfg.demo_spec(load_spec(spec_path))
-    except (SpecError, OSError) as exc:  # a read error names --spec and the file already
-        text = str(exc)
-        raise DemoError(
-            text if text.startswith("--spec: ") else f"alert spec {spec_path}: {text}", 2
-        ) from None
+    except (SpecError, OSError) as exc:
+        raise DemoError(validation.naming_once(exc, "--spec", f"alert spec {spec_path}"), 2) from None
     for d in (files.logs, files.prometheus_data, files.alertmanager_data, files.relay_token.parent):
         d.mkdir(parents=True, exist_ok=True)
     files.relay_token.parent.chmod(0o700)

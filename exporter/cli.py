@@ -480,10 +480,10 @@ def run_serve(args: argparse.Namespace) -> int:
         return _fail(f"config error: {exc}")
     if not names:
         log.warning("no backend enabled: no accelerator found (try --simulate, or --backend NAME)")
-    sims = [
+    held = (
         b for b in asm.backends if isinstance(b, SimBackend) and b.scenario.timeline_start == "first_scrape"
-    ]
-    on_scrape = sims[0].begin if sims else None
+    )
+    on_scrape = next((sim.begin for sim in held), None)
     server = Server(asm.cache, asm.poller, settings.web, web_config, clocks.wall, on_scrape=on_scrape)
     try:
         asyncio.run(_serve(server, asm))

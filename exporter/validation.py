@@ -108,6 +108,13 @@ def yaml_file(
         raise error(f"{what}: {path} is not valid YAML: {yaml_problem(exc)}") from None
 
 
+def naming_once(exc: Exception, what: str, where: str) -> str:
+    """``exc``'s message naming its file once: a ``config_text``/``yaml_file`` error starts with ``what``
+    and names the file already; any other (a content error) is prefixed with ``where``."""
+    text = str(exc)
+    return text if text.startswith(f"{what}: ") else f"{where}: {text}"
+
+
 def load_yaml(text: str) -> Any:
     """A config file's YAML document, booleans read as YAML 1.2 reads them (``_Yaml12Loader``). Raises
     yaml.YAMLError. Every service's config, web config and alert spec is read with it."""

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from xpuwatch.alerts.promapi import duration
 from xpuwatch.alerts.spec import DEFAULT_SPEC_PATH, SpecError, load_spec
+from xpuwatch.exporter import validation
 from xpuwatch.vendors.untrusted import replace_file, write_output, writing
 
 
@@ -167,13 +168,6 @@ def add_commands(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-
     h.set_defaults(func=run_history)
 
 
-def _naming(exc: Exception, option: str, path: object) -> str:
-    """``exc``'s message naming the file once: a read error names its option and file already
-    (``--config: cannot read ...``); a content error is prefixed with the file."""
-    text = str(exc)
-    return text if text.startswith(f"{option}: ") else f"{path}: {text}"
-
-
 def run_report(args: argparse.Namespace) -> int:
     try:
         from tqdm import tqdm
@@ -193,12 +187,14 @@ def run_report(args: argparse.Namespace) -> int:
     try:
         spec = load_spec(args.spec)
     except (SpecError, OSError) as exc:
-        print(f"xpuwatch report: {_naming(exc, '--spec', args.spec)}", file=sys.stderr)
+        print(f"xpuwatch report: {validation.naming_once(exc, '--spec', str(args.spec))}", file=sys.stderr)
         return 2
     try:
         config = ReportConfig() if args.config is None else load_config(args.config, spec)
     except (ConfigError, OSError) as exc:
-        print(f"xpuwatch report: {_naming(exc, '--config', args.config)}", file=sys.stderr)
+        print(
+            f"xpuwatch report: {validation.naming_once(exc, '--config', str(args.config))}", file=sys.stderr
+        )
         return 2
     end = time.time() if args.end is None else args.end
     window = Window.ending(end, args.range_, args.step)
